@@ -1,0 +1,1 @@
+"""The coding agent: model client, loop, tools, permissions, sessions, hooks, TUI, benchmark runner."""

@@ -1,0 +1,1 @@
+"""Fine-tuning: trajectories -> token ids + loss masks, SFT (LoRA / full), RL, distributed launch."""

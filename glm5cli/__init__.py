@@ -1,0 +1,14 @@
+"""glm5's command line: a Typer app with one module per command group.
+
+- app.py        the root `glm5` app; mounts the groups below
+- model_cmd.py  `glm5 model init|info|convert|quantize`: checkpoints
+- code_cmd.py   `glm5 code`: the coding agent (TUI, or headless with -p)
+- serve_cmd.py  `glm5 serve`: OpenAI-compatible server (embedded engine, or sglang / vLLM)
+- finetune_cmd.py `glm5 finetune`: SFT and RL on recorded trajectories
+- bench_cmd.py  `glm5 bench`: agentic and serving benchmarks
+- common.py     helpers shared by the commands (errors, console, JSON output)
+
+The CLI parses arguments, resolves configuration and shows progress; the work happens in
+`model`, `serve`, `agent` and `finetune`, which are imported inside each command so that
+`glm5 --help` answers at once.
+"""

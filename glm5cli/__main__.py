@@ -1,0 +1,3 @@
+from glm5cli.app import main
+
+main()

@@ -1,0 +1,32 @@
+"""The root `glm5` Typer app. Command groups live in their own modules; heavy imports happen inside commands."""
+
+from __future__ import annotations
+
+import typer
+
+from glm5cli import bench_cmd, code_cmd, finetune_cmd, model_cmd, serve_cmd
+
+app = typer.Typer(
+    name="glm5",
+    help="Serve, run, fine-tune and benchmark GLM-5 as a coding agent on your own repositories.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+)
+
+app.command("code", help="Run the coding agent in the current git repository (TUI, or headless with -p).")(code_cmd.code)
+app.command("serve", help="Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API.")(serve_cmd.serve)
+app.command("finetune", help="Fine-tune (SFT or RL) on trajectories recorded by `glm5 code` and `glm5 bench`.")(
+    finetune_cmd.finetune
+)
+app.add_typer(bench_cmd.app, name="bench", help="Run agentic and serving benchmarks; reports CI can read.")
+app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and quantize GLM-5 checkpoints.")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

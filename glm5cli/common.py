@@ -1,0 +1,37 @@
+"""Helpers shared by the command modules: consoles, user-facing errors, JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+# Exit codes used across commands (scripts rely on them).
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def fail(message: str, code: int = EXIT_ERROR, hint: str | None = None) -> NoReturn:
+    """Print `message` (and what to do about it) on stderr and exit with `code`."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    if hint:
+        err_console.print(f"[dim]hint:[/] {hint}", highlight=False)
+    raise typer.Exit(code)
+
+
+def not_built(command: str) -> NoReturn:
+    """A command that exists in the product's plan but not in this build: say so and exit 2."""
+    fail(f"`glm5 {command}` is not built yet in this version of glm5.", code=EXIT_USAGE)
+
+
+def print_json(obj: Any) -> None:
+    """Write `obj` as JSON on stdout, unstyled, for scripts."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    sys.stdout.flush()

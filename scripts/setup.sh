@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up glm5 for development on a fresh machine: a virtual environment in .venv with torch
+# (a CPU build where there is no NVIDIA GPU, so no several-GB CUDA download) and glm5[dev].
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=${GLM5_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP="$VENV/bin/python -m pip"
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    $PIP install "torch>=2.4"
+  else
+    # A CPU build: the pinned release where a local wheel cache has it (PIP_FIND_LINKS),
+    # else the PyTorch CPU index.
+    $PIP install "torch==2.13.0" 2>/dev/null \
+      || $PIP install torch --index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
+  fi
+fi
+$PIP install -e ".[dev]"
+echo "glm5 is set up: activate with 'source $VENV/bin/activate', or run $VENV/bin/glm5"
