@@ -124,7 +124,7 @@ def tool_call_function(call: Any, index: int, j: int) -> tuple[str, dict]:
     return name, dict(args)
 
 
-def _reasoning_and_content(m: Mapping, index: int) -> tuple[str, str]:
+def reasoning_and_content(m: Mapping, index: int) -> tuple[str, str]:
     content = message_text(m.get("content"), index)
     reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
     if isinstance(reasoning, str):
@@ -215,7 +215,7 @@ def render_segments(
         elif role == "tool":
             segs.append(Segment(f"<tool_response>{message_text(m.get('content'), i)}</tool_response>", i, False))
         else:
-            reasoning, content = _reasoning_and_content(m, i)
+            reasoning, content = reasoning_and_content(m, i)
             if (not clear_thinking or i > last_user) and reasoning:
                 segs.append(Segment("<think>", i, False))  # the thinking generation prompt ends with it
                 segs.append(Segment(reasoning.strip() + "</think>", i, True))
@@ -285,6 +285,6 @@ def render_completion(message: Mapping, enable_thinking: bool = True) -> str:
     msgs = _check([message])
     if msgs[0]["role"] != "assistant":
         raise ValueError("message 0: render_completion takes an assistant message")
-    reasoning, content = _reasoning_and_content(message, 0)
+    reasoning, content = reasoning_and_content(message, 0)
     head = reasoning.strip() + "</think>" if enable_thinking else ""
     return head + content.strip() + tool_calls_text(message, 0)

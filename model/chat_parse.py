@@ -87,7 +87,7 @@ def string_params(tools: Sequence[Mapping] | None) -> dict[str, set[str]] | None
         names = set()
         for key, schema in props.items() if isinstance(props, Mapping) else ():
             t = schema.get("type") if isinstance(schema, Mapping) else None
-            if t == "string" or (isinstance(t, list) and set(t) - {"null"} == {"string"}):
+            if t == "string" or t == ["string"]:
                 names.add(key)
         out[f["name"]] = names
     return out
