@@ -366,6 +366,7 @@ def _coalesce(deltas: list[dict]) -> list[dict]:
             and "tool_calls" in d
             and "tool_calls" in prev
             and "id" not in d["tool_calls"][0]
+            and "id" not in prev["tool_calls"][0]
             and d["tool_calls"][0]["index"] == prev["tool_calls"][0]["index"]
         ):
             p = prev["tool_calls"][0]
