@@ -169,6 +169,9 @@ def normalize_messages(messages: Sequence[Any]) -> list[dict]:
 
 
 def tools_block(tools: Sequence[Mapping]) -> str:
+    for i, t in enumerate(tools):
+        if not isinstance(t, Mapping):
+            raise ValueError(f"tools[{i}]: not an object")
     return TOOLS_HEADER + "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tools) + TOOLS_FOOTER
 
 

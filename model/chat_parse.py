@@ -74,16 +74,21 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def string_params(tools: Sequence[Mapping] | None) -> dict[str, set[str]] | None:
-    """Tool name -> names of its parameters whose schema type is string. None when no tools were given."""
+def string_params(tools: Sequence[Any] | None) -> dict[str, set[str]] | None:
+    """Tool name -> names of its parameters whose schema type is string. None when no tools were given.
+    Takes OpenAI tool dicts (or objects with `model_dump()`, e.g. a server's request models); a malformed
+    entry declares no tool rather than raising."""
     if tools is None:
         return None
     out: dict[str, set[str]] = {}
     for tool in tools:
+        if callable(getattr(tool, "model_dump", None)):
+            tool = tool.model_dump()
         f = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
             continue
-        props = (f.get("parameters") or {}).get("properties") or {}
+        params = f.get("parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
         names = set()
         for key, schema in props.items() if isinstance(props, Mapping) else ():
             t = schema.get("type") if isinstance(schema, Mapping) else None

@@ -242,3 +242,20 @@ def test_finish_is_idempotent_and_feed_after_finish_is_an_error():
     assert p.finish() == []
     with pytest.raises(RuntimeError):
         p.feed("more")
+
+
+class _ToolModel:
+    """Stands in for a server's pydantic request model: only `model_dump()` matters."""
+
+    def __init__(self, d):
+        self._d = d
+
+    def model_dump(self):
+        return self._d
+
+
+def test_tools_as_models_and_malformed_tool_schemas():
+    text = "</think><tool_call>run_shell<arg_key>command</arg_key><arg_value>42</arg_value></tool_call>"
+    assert summary(parse(text, tools=[_ToolModel(SHELL)]))[2] == [("run_shell", {"command": "42"})]
+    weird = [None, "x", {"function": {"name": "run_shell", "parameters": "nope"}}, {"function": {"parameters": {}}}]
+    assert summary(parse(text, tools=weird))[2] == [("run_shell", {"command": 42})]

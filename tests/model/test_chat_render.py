@@ -150,3 +150,8 @@ def test_bad_input_names_the_message(messages, match):
 def test_messages_must_be_a_list():
     with pytest.raises(ValueError, match="list of message objects"):
         render("hello")
+
+
+def test_tools_must_be_objects():
+    with pytest.raises(ValueError, match=r"tools\[1\]: not an object"):
+        render([U("x")], tools=[WEATHER, "get_weather"])
