@@ -152,6 +152,10 @@ class StreamParser:
         self._fresh = True  # nothing but whitespace seen yet
         self._n_calls = 0
         self._finished = False
+        # The call being read: its raw text (kept until the name proves valid), name, current key and value.
+        self._call: dict = {}
+        self._raw = self._name = self._key = self._value = ""
+        self._streaming = False  # the current value is string-typed and sent as it arrives
 
     @property
     def has_tool_calls(self) -> bool:

@@ -382,6 +382,20 @@ CORPUS: list[tuple[str, list[dict], list[dict] | None]] = [
         ],
         ALL_TOOLS,
     ),
+    (
+        "text_parts_in_assistant_and_tool",
+        [
+            U("Read it."),
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "Reading "}, {"type": "text", "text": "now."}],
+                "tool_calls": [call("run_shell", {"command": "cat a.txt"})],
+            },
+            {"role": "tool", "tool_call_id": "call_0", "content": [{"type": "text", "text": "line 1\n"}, "line 2"]},
+            A("Two lines."),
+        ],
+        [SHELL],
+    ),
 ]
 
 NAMES = [name for name, _, _ in CORPUS]
