@@ -15,7 +15,8 @@ through transformers' `apply_chat_template`:
 There is no end-of-message token: the model ends its turn by emitting the next role tag (`<|user|>` or
 `<|observation|>`, both eos) or `<|endoftext|>`. For training, that tag is attributed to the assistant message
 and marked generated; a conversation whose last message is an assistant turn gets a closing `<|endoftext|>`
-(`close_final_turn=True`, the default of `render_for_training`; `render` never adds it).
+(`close_final_turn=True`, the default of `render_for_training`; `render` never adds it). An assistant turn
+followed by a system or another assistant message has no end token (neither tag is an eos token).
 
 Prefix stability. Rendering messages[:k] (without generation prompt, ignoring the closing `<|endoftext|>`) gives a
 prefix of rendering messages -- except where the template breaks it on purpose:
