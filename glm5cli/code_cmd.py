@@ -9,8 +9,6 @@ import typer
 
 from glm5cli.common import fail
 
-LATEST = "__latest__"
-
 
 def code(
     prompt: str = typer.Option(None, "--print", "-p", help="Run headless on this task ('-' reads it from stdin)."),
@@ -19,9 +17,8 @@ def code(
     approval: str = typer.Option("deny", "--approval", help="Headless answer to permission asks: auto or deny."),
     mode: str = typer.Option(None, "--mode", help="Permission mode: ask, accept-edits, plan or auto."),
     continue_: bool = typer.Option(False, "--continue", "-c", help="Continue the latest session here."),
-    resume: str = typer.Option(
-        None, "--resume", "-r", flag_value=LATEST, is_flag=False, help="Resume a session by id (latest without one)."
-    ),
+    resume: bool = typer.Option(False, "--resume", "-r", help="Resume a session: `--resume [ID]` (latest without ID)."),
+    session_id: str = typer.Argument(None, metavar="[ID]", help="The session to resume (with --resume)."),
     provider: str = typer.Option(None, "--provider", help="A named provider from the config file (local, zai, ...)."),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."),
     model: str = typer.Option(None, "--model", help="Model name sent to the endpoint."),
@@ -67,8 +64,11 @@ def code(
         fail(f"${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})", code=EXIT_BAD_INPUT,
              hint="export the key, or pick the variable with --api-key-env")  # fmt: skip
 
-    resume_id = None if resume in (None, LATEST) else resume
-    wants_resume = resume is not None
+    if session_id is not None and not resume:
+        fail(f"unexpected argument {session_id!r}: give a task with -p, or a session id after --resume",
+             code=EXIT_BAD_INPUT)  # fmt: skip
+    resume_id = session_id if resume else None
+    wants_resume = resume
 
     if prompt is not None:
         if prompt == "-":

@@ -90,6 +90,7 @@ def test_endpoint_error_exit_code(env):
         ["-p", "x", "--approval", "maybe"],
         ["-p", "   "],
         ["-p", "x", "--resume", "no-such-session"],
+        ["-p", "x", "stray-argument"],
         ["-p", "x", "--mode", "yolo"],
     ],
 )
