@@ -22,7 +22,9 @@ def test_stream_and_plain_give_the_same_response(fake_model, stream):
               reasoning="thinking about it")  # fmt: skip
     fake_model.script = [r]
     seen = []
-    resp = client(fake_model, stream=stream).query([{"role": "user", "content": "hi"}], on_delta=lambda k, t: seen.append(k))
+    resp = client(fake_model, stream=stream).query(
+        [{"role": "user", "content": "hi"}], on_delta=lambda k, t: seen.append(k)
+    )
     assert resp.content == "hello world, this is long"
     assert resp.reasoning_content == "thinking about it"
     assert [tc["function"]["name"] for tc in resp.tool_calls] == ["bash", "read"]

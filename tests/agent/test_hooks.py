@@ -18,7 +18,7 @@ def test_pre_tool_use_hook_blocks_a_call(repo, fake_model, tmp_path):
     seen = tmp_path / "seen.jsonl"
     hook = tmp_path / "guard.sh"
     hook.write_text(
-        "#!/bin/bash\ninput=$(cat)\necho \"$input\" >> " + str(seen) + "\n"
+        '#!/bin/bash\ninput=$(cat)\necho "$input" >> ' + str(seen) + "\n"
         "if echo \"$input\" | grep -q 'rm -rf'; then echo 'no recursive deletes, use git clean' >&2; exit 2; fi\n"
     )
     hook.chmod(0o755)
@@ -26,8 +26,8 @@ def test_pre_tool_use_hook_blocks_a_call(repo, fake_model, tmp_path):
         repo,
         f'[hooks]\nPreToolUse = [{{ matcher = "bash", command = "{hook}" }}]\n'
         f'PostToolUse = [{{ matcher = "write|edit", command = "echo formatted >&2; exit 2" }}]\n'
-        f'UserPromptSubmit = [{{ command = "echo \'branch: main\'" }}]\n'
-        f'SessionStart = [{{ command = "echo \'hook says hello\'" }}]\n',
+        f"UserPromptSubmit = [{{ command = \"echo 'branch: main'\" }}]\n"
+        f"SessionStart = [{{ command = \"echo 'hook says hello'\" }}]\n",
     )
     fake_model.script = [
         reply(tools=[("bash", {"command": "rm -rf build"})]),

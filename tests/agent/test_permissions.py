@@ -10,7 +10,9 @@ from agent.tools.base import EDIT, EXECUTE, OTHER, READ
 
 
 def perms(mode="ask", allow=(), ask=(), deny=()):
-    return Permissions(mode, [Rule.parse(r) for r in allow], [Rule.parse(r) for r in ask], [Rule.parse(r) for r in deny])
+    return Permissions(
+        mode, [Rule.parse(r) for r in allow], [Rule.parse(r) for r in ask], [Rule.parse(r) for r in deny]
+    )
 
 
 def test_modes(tmp_path):

@@ -15,7 +15,9 @@ def test_precedence_and_providers(tmp_path, isolated_config, monkeypatch):
     )
     repo = tmp_path / "r"
     (repo / ".glm5").mkdir(parents=True)
-    (repo / ".glm5" / "settings.toml").write_text('[providers.mine]\nmodel = "repo-model"\n[permissions]\ndeny = ["bash(rm)"]\n')
+    (repo / ".glm5" / "settings.toml").write_text(
+        '[providers.mine]\nmodel = "repo-model"\n[permissions]\ndeny = ["bash(rm)"]\n'
+    )
     s = load_settings(repo)
     assert (s.provider.base_url, s.provider.model, s.mode) == ("http://global/v1", "repo-model", "accept-edits")
     assert s.deny == ("bash(git push)", "bash(rm)")  # lists add up: a repo cannot drop a global deny

@@ -37,7 +37,9 @@ def test_edit_needs_a_read_exact_unique_match_and_keeps_crlf(ctx, repo):
     with pytest.raises(ToolError, match="not found"):
         edit.run({**args, "old_string": "a  - b"}, ctx)
     res = edit.run(args, ctx)
-    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n" and "-    return a - b" in res.data["diff"]
+    assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n" and "-    return a - b" in res.data[
+        "diff"
+    ]
 
     (repo / "dup.txt").write_bytes(b"x = 1\r\nx = 1\r\n")
     ReadTool().run({"path": "dup.txt"}, ctx)
