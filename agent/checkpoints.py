@@ -80,7 +80,10 @@ class Checkpoints:
         os.unlink(path)
         real = self.git_dir / "index" if self.git_dir else None
         if real is not None and real.exists():
-            shutil.copyfile(real, path)  # a copy: git's stat cache makes `add -A` fast; the original is untouched
+            # A copy: git's stat cache makes `add -A` fast and the original is untouched. copy2 keeps the index's
+            # mtime, which git's racy-clean check needs: with a fresh mtime, a same-size edit made in the same
+            # second as the entry's stat would look unchanged and be missed.
+            shutil.copy2(real, path)
         return path
 
     def snapshot(self, label: str) -> Checkpoint | None:

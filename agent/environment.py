@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,7 @@ class Environment:
         self.default_timeout_s = default_timeout_s
         self.max_timeout_s = max_timeout_s
         self.env = env
+        self.interrupt: threading.Event | None = None  # set by the interface (Esc): the running command is killed
         self.jobs: dict[int, BackgroundJob] = {}
         self._n_outputs = 0
 
@@ -116,13 +118,23 @@ class Environment:
                 start_new_session=True,
                 env=self.env,
             )
-            timed_out = False
+            timed_out = interrupted = False
+            rc: int | None = None
+            deadline = time.monotonic() + timeout
             try:
-                rc: int | None = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-                rc = None
+                while True:
+                    try:
+                        rc = proc.wait(timeout=0.05)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if self.interrupt is not None and self.interrupt.is_set():
+                            interrupted = True
+                        elif time.monotonic() >= deadline:
+                            timed_out = True
+                        else:
+                            continue
+                        _kill_group(proc)
+                        break
             except KeyboardInterrupt:
                 _kill_group(proc)
                 raise
@@ -131,6 +143,8 @@ class Environment:
         res = CommandResult(output=text, returncode=rc, timed_out=timed_out, duration_s=time.monotonic() - t0)
         if timed_out:
             res.output += f"\n[command killed after {timeout:g}s timeout]"
+        if interrupted:
+            res.output += "\n[command killed: the user interrupted]"
         return self.cut(res)
 
     def cut(self, res: CommandResult) -> CommandResult:

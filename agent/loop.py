@@ -152,6 +152,7 @@ class Agent:
         self.stats = Stats()
         self.state = ToolState()
         self.interrupt = model.cancel_event if hasattr(model, "cancel_event") else threading.Event()
+        env.interrupt = self.interrupt
         self.tests: list[dict[str, Any]] = []
         self._format_errors = 0
         self._turn_start = 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 from agent.checkpoints import Checkpoints
 from agent.trajectory import Trajectory
@@ -115,3 +116,17 @@ def test_rewind_n_turns_at_once(repo, fake_model):
     assert (repo / "f0.txt").exists() and not (repo / "f1.txt").exists() and not (repo / "f2.txt").exists()
     assert sum(1 for m in s.agent.messages if m["role"] == "user") == 1
     s.close()
+
+
+def test_same_size_edit_in_the_second_of_the_commit_is_captured(repo):
+    # With whole-second timestamps git's stat cache cannot tell "x = 1" from "x = 2" written in the same second;
+    # only its racy-clean check, which needs the real index mtime on the temporary index, looks at the content.
+    (repo / "calc.py").write_text("x = 1\n")
+    git(repo, "commit", "-qam", "one")
+    cp = Checkpoints(repo, "racy")
+    start = cp.snapshot("start")
+    (repo / "calc.py").write_text("x = 2\n")
+    time.sleep(1.1)  # the snapshot comes in a later second than the edit
+    after = cp.snapshot("after")
+    assert after.commit != start.commit
+    assert git(repo, "show", f"{after.commit}:calc.py") == "x = 2\n"

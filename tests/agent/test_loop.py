@@ -65,7 +65,8 @@ def test_multi_step_fix_with_edit_and_test_run(repo, fake_model):
     assert tools[0]["commit_before"] is None  # reads take no checkpoint
     out = t.outcome()
     assert out["tests"] == [{"command": PYTEST, "returncode": 0, "passed": True}]
-    assert out["tests_passed"] is True and out["diff_kept"] is True and out["files_changed"] == ["calc.py"]
+    assert out["tests_passed"] is True and out["diff_kept"] is True, out
+    assert out["files_changed"] == ["calc.py"]
     assert t.end()["exit_status"] == SUBMITTED
     samples = list(t.samples())
     assert len(samples) == 4 and samples[1]["messages"][-1]["role"] == "tool"
