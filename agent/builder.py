@@ -63,7 +63,7 @@ def build_session(
     folder = sessions_dir(root, settings.sessions_dir)
     traj = None
     if resume is not None or continue_latest:
-        path = find_session(folder, resume)
+        path = find_session(folder, resume, root=root)
         traj = Trajectory.load(path)
         sid = traj.header["id"]
     else:
@@ -89,6 +89,7 @@ def build_session(
             api_key=p.api_key,
             stream=settings.stream,
             temperature=settings.temperature,
+            extra_body=dict(p.extra_body),
         )
     )
     header = {

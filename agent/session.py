@@ -55,13 +55,16 @@ class SessionInfo:
     n_records: int
 
 
-def list_sessions(folder: Path) -> list[SessionInfo]:
-    """Sessions newest first (by file modification time)."""
+def list_sessions(folder: Path, root: Path | None = None) -> list[SessionInfo]:
+    """Sessions newest first (by file modification time); only those of repository `root` when given, since a
+    user-wide sessions folder holds many repositories' sessions."""
     out = []
     for p in sorted(folder.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
         try:
             t = Trajectory.load(p)
         except (ValueError, OSError):
+            continue
+        if root is not None and t.header.get("root") not in (None, str(root)):
             continue
         first_user = next(
             (
@@ -75,9 +78,9 @@ def list_sessions(folder: Path) -> list[SessionInfo]:
     return out
 
 
-def find_session(folder: Path, session_id: str | None) -> Path:
-    """The trajectory for `session_id` (a unique prefix is enough), or the latest when None."""
-    sessions = list_sessions(folder)
+def find_session(folder: Path, session_id: str | None, root: Path | None = None) -> Path:
+    """The trajectory for `session_id` (a unique prefix is enough), or the latest (of `root`) when None."""
+    sessions = list_sessions(folder, root if session_id is None else None)
     if not sessions:
         raise FileNotFoundError(f"no sessions in {folder}")
     if session_id is None:

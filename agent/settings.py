@@ -15,6 +15,7 @@ but never drop a global `deny`.
     context_window = 131072
     input_cost_per_mtok = 0.0          # USD per million tokens, for the cost display and the cost limit
     output_cost_per_mtok = 0.0
+    extra_body = { logprobs = true }   # merged into every request body (token ids / logprobs for training)
     [agent]     max_steps, max_tokens, max_cost_usd, max_wall_s, compact_ratio, stream, temperature
     [permissions] mode = "ask" | "accept-edits" | "plan" | "auto"; allow / ask / deny = ["bash(git push)", ...];
                 additional_dirs = ["/abs/path"]
@@ -59,6 +60,7 @@ class Provider:
     context_window: int = 131072
     input_cost_per_mtok: float = 0.0
     output_cost_per_mtok: float = 0.0
+    extra_body: tuple[tuple[str, object], ...] = ()  # sent with every request, e.g. logprobs or return_token_ids
 
     @property
     def api_key(self) -> str | None:
@@ -174,6 +176,7 @@ def load_settings(root: Path | None = None, flags: dict[str, Any] | None = None)
             context_window=int(p.get("context_window", 131072)),
             input_cost_per_mtok=float(p.get("input_cost_per_mtok", 0.0)),
             output_cost_per_mtok=float(p.get("output_cost_per_mtok", 0.0)),
+            extra_body=tuple(sorted((p.get("extra_body") or {}).items())),
         )
     except (TypeError, ValueError) as e:
         raise SettingsError(f"[providers.{pname}]: {e}") from None

@@ -22,6 +22,8 @@ object per line, each with a `type` and a wall-clock `ts`:
     compaction   {"summary", "messages": the full new conversation}: the conversation restarts from here.
     rewind       {"to_turn", "n_messages", "checkpoint", "saved_as"}: the conversation is cut to n_messages and
                  the working tree restored; `saved_as` is a snapshot of the tree before the rewind.
+    resume       {"n_messages"}: the session was resumed (by a later process) with this conversation.
+    model_switch {"model"}: /model changed the model from here on.
     outcome      labels: {"tests": [{"command", "returncode", "passed"}], "diff_kept": bool, ...}
     end          {"exit_status", "stats": {steps, prompt_tokens, completion_tokens, cost_usd}, "final": text}
 

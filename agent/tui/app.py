@@ -40,7 +40,10 @@ Markdown { margin: 0; padding: 0; }
 class CodeApp(App):
     CSS = CSS
     TITLE = "glm5 code"
-    BINDINGS = [Binding("escape", "interrupt", "interrupt", priority=True), Binding("ctrl+d", "quit", "quit")]
+    BINDINGS = [
+        Binding("escape", "interrupt", "interrupt", priority=True),
+        Binding("ctrl+d", "quit", "quit", priority=True),
+    ]
 
     def __init__(self, session_factory: Callable[[Any], Any]):
         super().__init__()

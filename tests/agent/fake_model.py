@@ -64,17 +64,23 @@ class FakeModel:
                     return
                 usage = {"prompt_tokens": item.get("prompt_tokens", fake.prompt_tokens), "completion_tokens": 20,
                          "total_tokens": item.get("prompt_tokens", fake.prompt_tokens) + 20}  # fmt: skip
+                want_lp = bool(body.get("logprobs"))
                 if body.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
-                    for chunk in fake.chunks(item, usage):
+                    for chunk in fake.chunks(item, usage, want_lp):
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")
                     return
+                choice = {"index": 0, **item}
+                if want_lp:
+                    pieces = fake.pieces(item["message"].get("content") or "")
+                    choice["logprobs"] = {"content": [{"token": t, "logprob": -0.5} for t in pieces]}
+                    choice["token_ids"] = list(range(len(pieces)))
                 resp = {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"),
-                        "choices": [{"index": 0, **item}], "usage": usage}  # fmt: skip
+                        "choices": [choice], "usage": usage}  # fmt: skip
                 data = json.dumps(resp).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -91,7 +97,11 @@ class FakeModel:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     @staticmethod
-    def chunks(item: dict[str, Any], usage: dict[str, Any]):
+    def pieces(text: str) -> list[str]:
+        return [text[i : i + 7] for i in range(0, len(text), 7)]
+
+    @staticmethod
+    def chunks(item: dict[str, Any], usage: dict[str, Any], logprobs: bool = False):
         msg = item["message"]
         base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake"}
 
@@ -99,10 +109,15 @@ class FakeModel:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
         yield c({"role": "assistant"})
+        n = 0
         for key in ("reasoning_content", "content"):
-            text = msg.get(key) or ""
-            for i in range(0, len(text), 7):
-                yield c({key: text[i : i + 7]})
+            for piece in FakeModel.pieces(msg.get(key) or ""):
+                chunk = c({key: piece})
+                if logprobs and key == "content":
+                    chunk["choices"][0]["logprobs"] = {"content": [{"token": piece, "logprob": -0.5}]}
+                    chunk["choices"][0]["token_ids"] = [n]
+                    n += 1
+                yield chunk
         for i, tc in enumerate(msg.get("tool_calls") or []):
             yield c({"tool_calls": [{"index": i, "id": tc["id"], "type": "function",
                                      "function": {"name": tc["function"]["name"], "arguments": ""}}]})  # fmt: skip

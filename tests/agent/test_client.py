@@ -73,3 +73,22 @@ def test_timeouts_and_connection_errors_are_retried():
     c = ChatClient(ClientConfig(base_url="http://x/v1", stream=False), transport=httpx.MockTransport(handler))
     c.sleep = lambda s: None
     assert c.query([{"role": "user", "content": "x"}]).content == "late" and len(attempts) == 3
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_provider_extra_body_brings_logprobs_and_token_ids_into_the_trajectory(repo, fake_model, stream):
+    from agent.trajectory import Trajectory
+    from tests.agent.helpers import make_session
+
+    (repo / ".glm5").mkdir()
+    (repo / ".glm5" / "settings.toml").write_text(
+        f"[agent]\nstream = {str(stream).lower()}\n[providers.local]\nextra_body = {{ logprobs = true }}\n"
+    )
+    fake_model.script = [reply("fourteen chars")]
+    s = make_session(repo, fake_model)
+    s.agent.run("hi")
+    s.close()
+    assert fake_model.requests[0]["logprobs"] is True
+    (sample,) = Trajectory.load(s.path).samples()
+    assert sample["token_ids"] == [0, 1]
+    assert [t["token"] for t in sample["logprobs"]["content"]] == ["fourtee", "n chars"]

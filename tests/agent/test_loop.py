@@ -161,3 +161,18 @@ def test_crash_mid_step_leaves_a_readable_trajectory(repo, fake_model):
     t = Trajectory.load(s.path)
     assert [m["role"] for m in t.messages()] == ["system", "user", "assistant", "tool"]
     assert t.end() is None
+
+
+def test_secrets_never_reach_the_trajectory(repo, fake_model, monkeypatch):
+    monkeypatch.setenv("DEPLOY_TOKEN", "tok-very-secret-value-123")
+    fake_model.script = [
+        reply(tools=[("bash", {"command": "echo $DEPLOY_TOKEN; echo sk-abcdefghijklmnopqrstuvwxyz123456"})]),
+        reply("printed them"),
+    ]
+    s = make_session(repo, fake_model, flags={"mode": "auto"})
+    s.agent.run("print the token")
+    s.close()
+    # the model saw the real output (it is the user's machine); the record on disk does not keep it
+    assert "tok-very-secret-value-123" in fake_model.requests[1]["messages"][-1]["content"]
+    text = s.path.read_text()
+    assert "tok-very-secret-value-123" not in text and "sk-abcdefghij" not in text and "[REDACTED]" in text

@@ -52,3 +52,21 @@ def test_continue_latest(repo, fake_model):
     s2.close()
     assert s2.id == s1.id
     assert "remember 42" in [m.get("content") for m in fake_model.requests[-1]["messages"]]
+
+
+def test_a_shared_sessions_folder_continues_this_repository_only(repo, fake_model, tmp_path):
+    shared = tmp_path / "all-sessions"
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    fake_model.script = [reply("in repo")]
+    s1 = make_session(repo, fake_model, flags={"sessions_dir": str(shared)})
+    s1.agent.run("repo task")
+    s1.close()
+    fake_model.script = [reply("in other")]
+    s2 = make_session(other, fake_model, flags={"sessions_dir": str(shared)})
+    s2.agent.run("other task")
+    s2.close()
+    s3 = make_session(repo, fake_model, flags={"sessions_dir": str(shared)}, continue_latest=True)
+    s3.close()
+    assert s3.id == s1.id
