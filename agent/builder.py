@@ -112,6 +112,7 @@ def build_session(
         compact_ratio=settings.compact_ratio,
         input_cost_per_mtok=p.input_cost_per_mtok,
         output_cost_per_mtok=p.output_cost_per_mtok,
+        send_reasoning=settings.send_reasoning,
     )
     agent = Agent(
         client,

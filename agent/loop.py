@@ -120,6 +120,8 @@ class AgentConfig:
     max_format_errors: int = 3
     input_cost_per_mtok: float = 0.0
     output_cost_per_mtok: float = 0.0
+    # GLM-5 wants its earlier reasoning back (interleaved thinking); endpoints that reject the field can drop it
+    send_reasoning: bool = True
 
 
 class Agent:
@@ -235,13 +237,14 @@ class Agent:
         if self.stats.last_prompt_tokens and self.stats.last_prompt_tokens >= limit:
             self.compact(reason="auto")
         try:
-            resp = self.model.query(self.messages, self.tools.schemas(), on_delta=self.ui.on_delta)
+            try:
+                resp = self.model.query(self._outgoing(), self.tools.schemas(), on_delta=self.ui.on_delta)
+            except ContextLengthError:
+                self.ui.on_notice("the conversation no longer fits the context window: compacting")
+                self.compact(reason="context length error")
+                resp = self.model.query(self._outgoing(), self.tools.schemas(), on_delta=self.ui.on_delta)
         except Cancelled:
             raise Interrupted("interrupted while the model was answering") from None
-        except ContextLengthError:
-            self.ui.on_notice("the conversation no longer fits the context window: compacting")
-            self.compact(reason="context length error")
-            resp = self.model.query(self.messages, self.tools.schemas(), on_delta=self.ui.on_delta)
         self._turn_steps += 1
         self.stats.steps += 1
         u = resp.usage or {}
@@ -265,6 +268,11 @@ class Agent:
         self.add_message(resp.message())
         self.ui.on_usage({**self.stats.as_dict(), "context_window": self.config.context_window})
         return resp
+
+    def _outgoing(self) -> list[dict[str, Any]]:
+        if self.config.send_reasoning:
+            return self.messages
+        return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in self.messages]
 
     # -- execute -----------------------------------------------------------------------------------------------
 

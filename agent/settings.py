@@ -16,7 +16,8 @@ but never drop a global `deny`.
     input_cost_per_mtok = 0.0          # USD per million tokens, for the cost display and the cost limit
     output_cost_per_mtok = 0.0
     extra_body = { logprobs = true }   # merged into every request body (token ids / logprobs for training)
-    [agent]     max_steps, max_tokens, max_cost_usd, max_wall_s, compact_ratio, stream, temperature
+    [agent]     max_steps, max_tokens, max_cost_usd, max_wall_s, compact_ratio, stream, temperature,
+                send_reasoning (false: strip reasoning_content from the history sent back)
     [permissions] mode = "ask" | "accept-edits" | "plan" | "auto"; allow / ask / deny = ["bash(git push)", ...];
                 additional_dirs = ["/abs/path"]
     [sandbox]   enabled = true, network = false
@@ -97,6 +98,7 @@ class Settings:
     compact_ratio: float = 0.85  # compact when the last prompt used this share of the context window
     stream: bool = True
     temperature: float | None = None
+    send_reasoning: bool = True
     sources: tuple[str, ...] = ()  # files that contributed, for `glm5 code --help`-style diagnostics
 
 
@@ -211,5 +213,6 @@ def load_settings(root: Path | None = None, flags: dict[str, Any] | None = None)
         compact_ratio=float(a.get("compact_ratio", 0.85)),
         stream=bool(a.get("stream", True)),
         temperature=a.get("temperature"),
+        send_reasoning=bool(a.get("send_reasoning", True)),
         sources=tuple(sources),
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from glm5cli.common import fail
+from glm5cli.common import err_console, fail
 
 
 def code(
@@ -61,8 +61,8 @@ def code(
         fail(str(e), code=EXIT_BAD_INPUT)
     p = settings.provider
     if p.api_key_env and not p.api_key and not p.base_url.startswith(("http://127.", "http://localhost")):
-        fail(f"${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})", code=EXIT_BAD_INPUT,
-             hint="export the key, or pick the variable with --api-key-env")  # fmt: skip
+        # a warning, not an error: a self-hosted endpoint may need no key; a hosted one will answer 401 (exit 1)
+        err_console.print(f"[yellow]warning:[/] ${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})")
 
     if session_id is not None and not resume:
         fail(f"unexpected argument {session_id!r}: give a task with -p, or a session id after --resume",

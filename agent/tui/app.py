@@ -43,6 +43,7 @@ class CodeApp(App):
     BINDINGS = [
         Binding("escape", "interrupt", "interrupt", priority=True),
         Binding("ctrl+d", "quit", "quit", priority=True),
+        Binding("shift+tab", "cycle_mode", "mode", priority=True),
     ]
 
     def __init__(self, session_factory: Callable[[Any], Any]):
@@ -147,6 +148,14 @@ class CodeApp(App):
         self.busy = False
         self.refresh_status()
         self.query_one("#prompt", Input).focus()
+
+    def action_cycle_mode(self) -> None:
+        """Shift+Tab: ask -> accept-edits -> plan -> auto -> ask."""
+        from agent.settings import MODES
+
+        perms = self.session.agent.permissions
+        perms.mode = MODES[(MODES.index(perms.mode) + 1) % len(MODES)]
+        self.refresh_status()
 
     def agent_interrupted(self) -> bool:
         return self.session is not None and self.session.agent.interrupt.is_set()

@@ -176,3 +176,16 @@ def test_secrets_never_reach_the_trajectory(repo, fake_model, monkeypatch):
     assert "tok-very-secret-value-123" in fake_model.requests[1]["messages"][-1]["content"]
     text = s.path.read_text()
     assert "tok-very-secret-value-123" not in text and "sk-abcdefghij" not in text and "[REDACTED]" in text
+
+
+def test_reasoning_is_sent_back_unless_turned_off(repo, fake_model):
+    for send, expect in ((True, True), (False, False)):
+        (repo / ".glm5").mkdir(exist_ok=True)
+        (repo / ".glm5" / "settings.toml").write_text(f"[agent]\nsend_reasoning = {str(send).lower()}\n")
+        fake_model.script = [reply(reasoning="hmm", tools=[("glob", {"pattern": "*.py"})]), reply("ok")]
+        s = make_session(repo, fake_model)
+        s.agent.run("go")
+        s.close()
+        sent = fake_model.requests[-1]["messages"][2]
+        assert sent["role"] == "assistant" and ("reasoning_content" in sent) is expect
+        assert s.agent.messages[2]["reasoning_content"] == "hmm"  # the record keeps it either way

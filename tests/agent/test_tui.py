@@ -71,6 +71,10 @@ async def test_tui_task_with_approval_diff_undo_and_shell(repo, fake_model):
         assert "from-the-user" in texts(app)
         assert "I ran `echo from-the-user`" in app.session.agent.messages[-1]["content"]
 
+        await pilot.press("shift+tab")
+        assert app.session.agent.permissions.mode == "accept-edits"
+        assert "accept-edits" in str(app.query_one("#status", Static).render())
+
         await submit(pilot, app, "/cost")
         await pilot.pause(0.1)
         assert "completion tokens" in texts(app)
