@@ -292,6 +292,10 @@ class Agent:
                 self.execute_call(call)
                 all_bad = False
             except FormatError as e:
+                fn = call.get("function") or {}
+                self.writer.write("tool", step=self.stats.steps, call_id=call["id"], name=fn.get("name", ""),
+                                  arguments=fn.get("arguments"), decision="format_error", result=str(e),
+                                  is_error=True)  # fmt: skip
                 self._tool_message(call["id"], f"error: {e}")
         if all_bad:
             self._format_errors += 1

@@ -15,7 +15,8 @@ object per line, each with a `type` and a wall-clock `ts`:
     model_call   {"step", "n_messages" (the prompt was messages[:n_messages]), "response": raw response in the
                  non-streamed OpenAI shape incl. reasoning_content, tool_calls, logprobs, token_ids and
                  prompt_token_ids when the server sent them, "usage", "latency_s", "cost_usd"}
-    tool         {"step", "call_id", "name", "arguments", "decision" (allow | approved | denied | blocked),
+    tool         {"step", "call_id", "name", "arguments", "decision" (allow | approved | denied | blocked |
+                 format_error: unknown tool or unparsable arguments, then `arguments` is the raw string),
                  "result" (text shown to the model), "is_error", "duration_s", "checkpoint" (hidden git ref
                  taken before the call), "commit_before", "commit_after" (snapshot commits of the working tree;
                  equal when the call changed nothing)}
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,19 +54,25 @@ class TrajectoryWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.redact = redactor or Redactor()
+        self._lock = threading.Lock()  # the TUI may close the session while its worker thread still writes
         self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held for the session's life
 
     def write(self, type_: str, **fields: Any) -> dict[str, Any]:
         record = {"type": type_, "ts": round(time.time(), 3), **fields}
         record = self.redact(record)
-        self._f.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        with self._lock:
+            if self._f.closed:
+                return record
+            self._f.write(line)
+            self._f.flush()
+            os.fsync(self._f.fileno())
         return record
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.close()
+        with self._lock:
+            if not self._f.closed:
+                self._f.close()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

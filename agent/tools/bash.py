@@ -48,7 +48,7 @@ class BashTool:
         if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
             raise ToolError("timeout must be a positive number of seconds")
         res = ctx.env.execute(command, timeout)
-        head = f"exit code {res.returncode}" if res.returncode is not None else "killed at the timeout"
+        head = f"exit code {res.returncode}" if res.returncode is not None else "killed"
         body = res.output if res.output.strip() else "(no output)"
         return ToolResult(
             f"{body.rstrip()}\n[{head}]",

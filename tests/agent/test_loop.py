@@ -125,6 +125,8 @@ def test_step_limit_and_format_errors(repo, fake_model):
     assert res.exit_status == "format_error"
     last = fake_model.requests[-1]["messages"]
     assert "no tool named 'nope'" in last[-3]["content"] and "not valid JSON" in last[-1]["content"]
+    recs = [r for r in Trajectory.load(s.path).records if r["type"] == "tool"]
+    assert [r["decision"] for r in recs] == ["format_error"] * 3 and recs[1]["arguments"] == "{bad json"
     s.close()
 
 
