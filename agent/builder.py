@@ -132,6 +132,7 @@ def build_session(
         u = traj.usage()
         agent.stats.steps, agent.stats.prompt_tokens = u["steps"], u["prompt_tokens"]
         agent.stats.completion_tokens, agent.stats.cost_usd = u["completion_tokens"], u["cost_usd"]
+        agent.tests = list(traj.outcome().get("tests", []))  # labels accumulate across processes
         writer.write("resume", n_messages=len(agent.messages))
     else:
         extra = ""

@@ -112,6 +112,10 @@ class Checkpoints:
         out = self._git("ls-tree", "-r", "-z", "--name-only", commit)
         return {p for p in out.split("\0") if p}
 
+    def changed_files(self, a: str, b: str) -> list[str]:
+        out = self._git("diff", "--name-only", "-z", "--no-renames", a, b)
+        return [p for p in out.split("\0") if p]
+
     def restore(self, commit: str) -> Checkpoint | None:
         """Make the working tree equal to `commit`'s snapshot. Returns the snapshot taken just before."""
         if not self.enabled:

@@ -34,7 +34,7 @@ from agent.permissions import ALLOW, ASK, DENY, Permissions, suggest_rule
 from agent.settings import Limits
 from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult, ToolState
 from agent.tools.registry import ToolRegistry
-from agent.trajectory import TrajectoryWriter
+from agent.trajectory import TrajectoryWriter, read_records
 from agent.ui import ALWAYS, YES, AgentUI, ApprovalRequest
 
 # exit statuses (headless maps them to exit codes)
@@ -155,7 +155,8 @@ class Agent:
         self.state = ToolState()
         self.interrupt = model.cancel_event if hasattr(model, "cancel_event") else threading.Event()
         env.interrupt = self.interrupt
-        self.tests: list[dict[str, Any]] = []
+        self.tests: list[dict[str, Any]] = []  # test commands run and their results (outcome labels)
+        self.undone_turns = 0
         self._format_errors = 0
         self._turn_start = 0.0
         self._turn_steps = 0
@@ -192,15 +193,17 @@ class Agent:
         self._turn_start = time.monotonic()
         self._turn_steps = 0
         self._format_errors = 0
+        stop_hook_active = False  # told to Stop hooks once they have sent the agent back, so they can let it go
         while True:
             try:
                 self.step()
             except Submitted as e:
                 final = str(e)
                 if self.hooks:
-                    h = self.hooks.run("Stop", {"final_message": final, "stop_hook_active": False})
+                    h = self.hooks.run("Stop", {"final_message": final, "stop_hook_active": stop_hook_active})
                     self._warn(h.warnings)
                     if h.blocked:
+                        stop_hook_active = True
                         self.add_message({"role": "user", "content": f"[Stop hook] {h.message}"})
                         continue
                 return TurnResult(SUBMITTED, final, self._turn_steps)
@@ -446,6 +449,7 @@ class Agent:
             saved = self.checkpoints.restore(target["checkpoint"])
         del self.messages[target["n_messages"] :]
         del self.turns[-n:]
+        self.undone_turns += n
         self.state.read_files.clear()  # files may differ from what the model read
         rec = {
             "to_turn": target["turn"],
@@ -460,22 +464,20 @@ class Agent:
     # -- end ---------------------------------------------------------------------------------------------------
 
     def finish(self, exit_status: str, final: str = "") -> None:
-        labels: dict[str, Any] = {"tests": self.tests}
+        labels: dict[str, Any] = {"tests": self.tests, "undone_turns": self.undone_turns}
         if self.tests:
             labels["tests_passed"] = self.tests[-1]["passed"]
         if self.checkpoints and self.checkpoints.enabled:
             end = self.checkpoints.snapshot("session end")
             first = self._first_checkpoint()
             if end and first:
-                changed = self.checkpoints._git("diff", "--name-only", first, end.commit).split()
+                changed = self.checkpoints.changed_files(first, end.commit)
                 labels.update(files_changed=changed, diff_kept=bool(changed), commit_start=first, commit_end=end.commit)
         self.writer.write("outcome", labels=labels)
         self.writer.write("end", exit_status=exit_status, stats=self.stats.as_dict(), final=final)
         self.env.close()
 
     def _first_checkpoint(self) -> str | None:
-        from agent.trajectory import read_records
-
         for r in read_records(self.writer.path):
             if r.get("type") == "turn" and r.get("checkpoint"):
                 return r["checkpoint"]

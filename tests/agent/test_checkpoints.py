@@ -102,7 +102,7 @@ def test_undo_and_rewind_restore_code_and_conversation(repo, fake_model):
     assert t.turns() == []
     rewinds = [r for r in t.records if r["type"] == "rewind"]
     assert len(rewinds) == 2 and rewinds[0]["saved_as"]
-    assert t.outcome()["diff_kept"] is False
+    assert t.outcome()["diff_kept"] is False and t.outcome()["undone_turns"] == 2
 
 
 def test_rewind_n_turns_at_once(repo, fake_model):

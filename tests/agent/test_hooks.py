@@ -56,7 +56,7 @@ def test_stop_hook_sends_the_agent_back_and_prompt_hook_blocks(repo, fake_model,
     write_settings(
         repo,
         "[hooks]\n"
-        f'Stop = [{{ command = "test -e {flag} || {{ touch {flag}; echo run the tests first >&2; exit 2; }}" }}]\n'
+        f"Stop = [{{ command = \"grep -q 'stop_hook_active.: true' || {{ touch {flag}; echo run the tests first >&2; exit 2; }}\" }}]\n"
         'UserPromptSubmit = [{ command = "grep -q forbidden && { echo not allowed >&2; exit 2; } || true" }]\n',
     )
     fake_model.script = [reply("done early"), reply("tests run, done")]
