@@ -191,3 +191,20 @@ def test_reasoning_is_sent_back_unless_turned_off(repo, fake_model):
         sent = fake_model.requests[-1]["messages"][2]
         assert sent["role"] == "assistant" and ("reasoning_content" in sent) is expect
         assert s.agent.messages[2]["reasoning_content"] == "hmm"  # the record keeps it either way
+
+
+def test_token_cost_and_wall_time_limits(repo, fake_model):
+    from agent.settings import Limits
+
+    for limits, why in (
+        (Limits(max_tokens=150), "token limit"),  # each call here uses 120 tokens
+        (Limits(max_cost_usd=0.0001), "cost limit"),
+        (Limits(max_wall_s=0.0), "wall-time limit"),
+    ):
+        fake_model.script = [reply(tools=[("glob", {"pattern": "*.py"})]) for _ in range(3)]
+        s = make_session(repo, fake_model)
+        s.agent.config.limits = limits
+        s.agent.config.input_cost_per_mtok = 1000.0  # $0.1 per 100 prompt tokens
+        res = s.agent.run("go")
+        s.close()
+        assert res.exit_status == LIMITS and why in res.final, (why, res)
