@@ -91,10 +91,31 @@ def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, ext
     return prompt
 
 
+MAX_TOOL_CHARS_IN_SUMMARY = 4000
+
+
+def _shorten(m: dict[str, Any]) -> dict[str, Any]:
+    c = m.get("content")
+    if m.get("role") == "tool" and isinstance(c, str) and len(c) > MAX_TOOL_CHARS_IN_SUMMARY:
+        half = MAX_TOOL_CHARS_IN_SUMMARY // 2
+        return {**m, "content": f"{c[:half]}\n[... {len(c) - 2 * half} characters cut ...]\n{c[-half:]}"}
+    return m
+
+
 def summary_request(messages: list[dict[str, Any]], focus: str | None) -> list[dict[str, Any]]:
-    """The messages sent to get a summary: the conversation (tool calls kept) and the summary instruction."""
+    """The messages sent to get a summary: the conversation with long tool outputs cut, and the instruction."""
     f = f"\nFocus especially on: {focus}" if focus else ""
-    return [*messages, {"role": "user", "content": SUMMARY_PROMPT.format(focus=f)}]
+    return [*(_shorten(m) for m in messages), {"role": "user", "content": SUMMARY_PROMPT.format(focus=f)}]
+
+
+def drop_oldest_half(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The newer half of a conversation (no system message), starting at a user message so that no tool result
+    is left without the assistant call it answers."""
+    rest = messages[len(messages) // 2 :]
+    for i, m in enumerate(rest):
+        if m.get("role") == "user":
+            return rest[i:]
+    return rest[-1:]
 
 
 def compacted(system: str, summary: str, last_user: str | None) -> list[dict[str, Any]]:

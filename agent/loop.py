@@ -237,9 +237,9 @@ class Agent:
         if self.interrupt.is_set():
             raise Interrupted("interrupted before the model call")
         limit = self.config.context_window * self.config.compact_ratio
-        if self.stats.last_prompt_tokens and self.stats.last_prompt_tokens >= limit:
-            self.compact(reason="auto")
         try:
+            if self.stats.last_prompt_tokens and self.stats.last_prompt_tokens >= limit:
+                self.compact(reason="auto")
             try:
                 resp = self.model.query(self._outgoing(), self.tools.schemas(), on_delta=self.ui.on_delta)
             except ContextLengthError:
@@ -416,8 +416,16 @@ class Agent:
                 self.ui.on_notice(f"compaction blocked by hook: {h.message}")
                 return False
         msgs = self.messages
-        # the request must not end on an assistant message with pending tool calls: those all have answers here
-        resp = self.model.query(context.summary_request(msgs, focus), None)
+        # The conversation may itself be too long to summarize: drop the oldest half of it until it fits.
+        keep = list(msgs[1:])
+        while True:
+            try:
+                resp = self.model.query(context.summary_request(msgs[:1] + keep, focus), None)
+                break
+            except ContextLengthError:
+                if len(keep) <= 2:
+                    raise
+                keep = context.drop_oldest_half(keep)
         summary = resp.content or ""
         last_user = None
         if reason != "user":

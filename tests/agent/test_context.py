@@ -80,3 +80,17 @@ def test_context_length_error_compacts_and_retries(repo, fake_model):
     res = s.agent.run("big question")
     s.close()
     assert res.final == "answer after compaction"
+
+
+def test_compaction_of_a_conversation_too_long_to_summarize(repo, fake_model):
+    fake_model.script = [reply("a1"), reply("a2"), reply("a3"), {"status": 400, "message": "context length exceeded"},
+                         reply("summary of the newer half")]  # fmt: skip
+    s = make_session(repo, fake_model)
+    for q in ("q1", "q2", "q3"):
+        s.agent.run(q)
+    assert s.agent.compact()
+    s.close()
+    first, second = fake_model.requests[3]["messages"], fake_model.requests[4]["messages"]
+    assert "q1" in [m.get("content") for m in first] and "q1" not in [m.get("content") for m in second]
+    assert second[0]["role"] == "system" and second[1]["role"] == "user"
+    assert "summary of the newer half" in s.agent.messages[1]["content"]
