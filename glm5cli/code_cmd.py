@@ -70,6 +70,8 @@ def code(
     resume_id = session_id if resume else None
     wants_resume = resume
 
+    if prompt is None and not sys.stdin.isatty():
+        prompt = "-"  # `echo task | glm5 code` runs headless, like -p -
     if prompt is not None:
         if prompt == "-":
             prompt = sys.stdin.read()

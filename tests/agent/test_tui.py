@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 from textual.widgets import Input, Markdown, Static
@@ -86,7 +85,6 @@ async def test_tui_escape_interrupts_a_running_command(repo, fake_model):
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui, flags={"mode": "auto"}))
     async with app.run_test() as pilot:
         await submit(pilot, app, "wait a long time")
-        await until(pilot, lambda: any(isinstance(t, threading.Thread) for t in threading.enumerate()) and app.busy)
         await until(pilot, lambda: "sleep 30" in texts(app))
         await pilot.press("escape")
         await until(pilot, lambda: not app.busy, timeout=10)

@@ -109,3 +109,12 @@ def test_resume_latest_without_id(env):
     assert r.exit_code == 0, r.output
     contents = [m.get("content") for m in fake.requests[-1]["messages"]]
     assert "remember 7" in contents and "which number?" in contents
+
+
+def test_task_piped_on_stdin_runs_headless(env):
+    repo, fake = env
+    fake.script = [reply("piped ok")]
+    r = runner.invoke(app, ["code", "--cwd", str(repo), "--base-url", fake.base_url, "--no-sandbox"],
+                      input="do the piped thing\n")  # fmt: skip
+    assert r.exit_code == 0 and "piped ok" in r.stdout
+    assert fake.requests[0]["messages"][1]["content"] == "do the piped thing\n"
