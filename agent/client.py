@@ -131,11 +131,39 @@ class ChatClient:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
 
+        # The call runs on its own thread so that a cancel (Esc) returns at once, even while the server has not
+        # sent a byte yet; the abandoned call finishes or fails on its own and its deltas are dropped.
+        abandoned = threading.Event()
+
+        def guarded(kind: str, text: str) -> None:
+            if on_delta is not None and not abandoned.is_set():
+                on_delta(kind, text)
+
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["response"] = self._call(body, stream, guarded, abandoned)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = e
+
+        worker = threading.Thread(target=work, name="glm5-model-call", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.05)
+            if self.cancel_event.is_set() and worker.is_alive():
+                abandoned.set()
+                raise Cancelled()
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
+
+    def _call(self, body: dict[str, Any], stream: bool, on_delta: DeltaCallback, abandoned: threading.Event):
         attempt = 0
         while True:
             t0 = time.monotonic()
             try:
-                raw = self._post_stream(body, on_delta) if stream else self._post(body)
+                raw = self._post_stream(body, on_delta, abandoned) if stream else self._post(body)
                 return _to_response(raw, time.monotonic() - t0)
             except _Retryable as e:
                 attempt += 1
@@ -145,6 +173,8 @@ class ChatClient:
                 if wait is None:
                     wait = min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempt - 1))
                     wait *= 0.5 + random.random() / 2
+                if abandoned.is_set():
+                    raise Cancelled() from None
                 self.sleep(wait)
 
     # -- transport ---------------------------------------------------------------------------------------------
@@ -160,7 +190,7 @@ class ChatClient:
         except json.JSONDecodeError:
             raise APIError(f"endpoint returned non-JSON: {r.text[:200]!r}", r.status_code) from None
 
-    def _post_stream(self, body: dict[str, Any], on_delta: DeltaCallback | None) -> dict[str, Any]:
+    def _post_stream(self, body: dict[str, Any], on_delta: DeltaCallback, abandoned: threading.Event) -> dict[str, Any]:
         asm = _Assembler()
         try:
             with self._http.stream("POST", "/chat/completions", json=body) as r:
@@ -172,7 +202,7 @@ class ChatClient:
                     r.read()
                     return r.json()
                 for line in r.iter_lines():
-                    if self.cancel_event.is_set():
+                    if abandoned.is_set() or self.cancel_event.is_set():
                         raise Cancelled()
                     if not line.startswith("data:"):
                         continue

@@ -92,3 +92,25 @@ def test_provider_extra_body_brings_logprobs_and_token_ids_into_the_trajectory(r
     (sample,) = Trajectory.load(s.path).samples()
     assert sample["token_ids"] == [0, 1]
     assert [t["token"] for t in sample["logprobs"]["content"]] == ["fourtee", "n chars"]
+
+
+def test_cancel_returns_at_once_even_before_the_first_byte(fake_model):
+    import threading
+    import time
+
+    from agent.client import Cancelled
+
+    fake_model.script = [lambda body: (time.sleep(2), reply("stale answer"))[1], reply("fresh answer")]
+    c = client(fake_model)
+    seen = []
+    threading.Timer(0.2, c.cancel_event.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled):
+        c.query([{"role": "user", "content": "slow"}], on_delta=lambda k, t: seen.append(t))
+    assert time.monotonic() - t0 < 1.5
+    c.cancel_event.clear()
+    assert (
+        c.query([{"role": "user", "content": "again"}], on_delta=lambda k, t: seen.append(t)).content == "fresh answer"
+    )
+    time.sleep(2.2)  # the abandoned call has finished by now: none of its text reached the callback
+    assert "".join(seen) == "fresh answer"
