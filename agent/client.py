@@ -282,8 +282,9 @@ class _Assembler:
                 if tc.get("id"):
                     slot["id"] = tc["id"]
                 fn = tc.get("function") or {}
-                if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
+                name = fn.get("name")
+                if name and name != slot["function"]["name"]:  # some servers repeat the name in every delta
+                    slot["function"]["name"] += name
                 if fn.get("arguments"):
                     slot["function"]["arguments"] += fn["arguments"]
                     if on_delta:

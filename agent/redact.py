@@ -27,13 +27,14 @@ _PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
     re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9_\-\.=]{16,}"),
 ]
-_SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH)")
+_SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL)")
 
 
 def secret_env_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values of environment variables named like secrets, longest first (so substrings do not win)."""
     env = os.environ if environ is None else environ
-    vals = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 8}
+    # values that are paths (SSH_AUTH_SOCK-like, KEYRING dirs) are not secrets and would blank out real paths
+    vals = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 8 and not v.startswith(("/", "~"))}
     return sorted(vals, key=len, reverse=True)
 
 

@@ -114,3 +114,45 @@ def test_cancel_returns_at_once_even_before_the_first_byte(fake_model):
     )
     time.sleep(2.2)  # the abandoned call has finished by now: none of its text reached the callback
     assert "".join(seen) == "fresh answer"
+
+
+def test_stream_quirks_of_other_servers():
+    """vLLM's `reasoning` field, a name repeated in every tool delta, parsed-object arguments, no usage chunk."""
+    import json as _json
+
+    chunks = [
+        {"choices": [{"delta": {"reasoning": "think "}}]},
+        {"choices": [{"delta": {"reasoning": "more"}}]},
+        {
+            "choices": [
+                {
+                    "delta": {
+                        "tool_calls": [{"index": 0, "id": "t1", "function": {"name": "bash", "arguments": '{"com'}}]
+                    }
+                }
+            ]
+        },  # fmt: skip
+        {
+            "choices": [
+                {"delta": {"tool_calls": [{"index": 0, "function": {"name": "bash", "arguments": 'mand": "ls"}'}}]}}
+            ]
+        },  # fmt: skip
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    sse = "".join(f"data: {_json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+    def handler(request):
+        if _json.loads(request.content).get("stream"):
+            return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
+        msg = {"role": "assistant", "content": None, "tool_calls": [{"id": "t2", "function": {"name": "read",
+               "arguments": {"path": "a.py"}}}]}  # fmt: skip
+        return httpx.Response(200, json={"choices": [{"message": msg, "finish_reason": "tool_calls"}]})
+
+    c = ChatClient(ClientConfig(base_url="http://x/v1"), transport=httpx.MockTransport(handler))
+    r = c.query([{"role": "user", "content": "x"}])
+    assert r.reasoning_content == "think more" and r.usage == {}
+    assert r.tool_calls == [
+        {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    ]
+    r = c.query([{"role": "user", "content": "x"}], stream=False)
+    assert _json.loads(r.tool_calls[0]["function"]["arguments"]) == {"path": "a.py"}

@@ -43,13 +43,20 @@ def test_bad_settings_name_the_problem(tmp_path, isolated_config):
 
 
 def test_redaction():
-    r = Redactor(environ={"MY_API_KEY": "supersecretvalue123", "HOME": "/root", "SHORT_TOKEN": "abc"})
+    r = Redactor(
+        environ={
+            "MY_API_KEY": "supersecretvalue123",
+            "HOME": "/root",
+            "SHORT_TOKEN": "abc",
+            "GNOME_KEYRING_CONTROL": "/run/user/1000/keyring",
+        }
+    )
     text = (
         "key sk-proj-abcdefghijklmnopqrstuvwxyz0123 gh ghp_abcdefghijklmnopqrstuvwxyz0123456789 "
         "env supersecretvalue123 aws AKIAABCDEFGHIJKLMNOP hf hf_abcdefghijklmnopqrstuvwxyzABCDEF "
-        "Authorization: Bearer abcdef0123456789abcdef home /root abc"
+        "Authorization: Bearer abcdef0123456789abcdef home /root abc /run/user/1000/keyring"
     )
     out = r({"a": [text]})["a"][0]
     for secret in ("sk-proj", "ghp_", "supersecretvalue123", "AKIA", "hf_abc", "abcdef0123456789abcdef"):
         assert secret not in out
-    assert out.count(REDACTED) == 6 and "/root" in out and " abc" in out
+    assert out.count(REDACTED) == 6 and "/root" in out and " abc" in out and "/run/user/1000/keyring" in out
