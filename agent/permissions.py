@@ -26,10 +26,11 @@ ALLOW, ASK, DENY = "allow", "ask", "deny"
 # Commands that only look: they run without asking in `ask` and `plan` modes.
 READ_ONLY_COMMANDS = (
     "ls", "pwd", "cat", "head", "tail", "wc", "echo", "grep", "rg", "which", "file", "stat", "tree", "du",
-    "git status", "git diff", "git log", "git show", "git branch", "git blame", "git rev-parse", "git ls-files",
+    "git status", "git diff", "git log", "git show", "git blame", "git rev-parse", "git ls-files",
 )  # fmt: skip
-_SPLIT = re.compile(r"&&|\|\||;|\||\n")
-_UNSAFE = ("$(", "`", ">", "<(")
+_SPLIT = re.compile(r"&&|\|\||;|\||&|\n")
+# Redirections, substitutions, and the few flags that make a "looking" command write or run something.
+_UNSAFE = ("$(", "`", ">", "<(", "--output", "--pre", " -o ")
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,16 @@ class Rule:
         return self.specifier is None or fnmatch.fnmatch(rel, self.specifier)
 
 
+_FD_DUP = re.compile(r"\d*>&\d+")  # 2>&1: joins streams, writes nothing
+
+
 def split_command(command: str) -> list[str]:
-    return [p.strip() for p in _SPLIT.split(command) if p.strip()]
+    return [p.strip() for p in _SPLIT.split(_FD_DUP.sub(" ", command)) if p.strip()]
 
 
 def is_read_only(command: str) -> bool:
     """Every part of the command is on READ_ONLY_COMMANDS and nothing redirects or substitutes."""
-    if any(u in command for u in _UNSAFE):
+    if any(u in _FD_DUP.sub(" ", command) for u in _UNSAFE):
         return False
     parts = split_command(command)
     return bool(parts) and all(any(Rule("bash", c).matches_command(p) for c in READ_ONLY_COMMANDS) for p in parts)

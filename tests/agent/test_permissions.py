@@ -40,6 +40,7 @@ def test_rules_and_precedence(tmp_path):
     assert p.check("edit", EDIT, "secrets/key.txt", env).action == DENY
     p = perms("ask", allow=["bash(pytest)", "bash(npm run:*)"], ask=["bash(pytest --slow)"])
     assert p.check("bash", EXECUTE, "pytest -q tests", env).action == ALLOW
+    assert p.check("bash", EXECUTE, "pytest -q 2>&1", env).action == ALLOW
     assert p.check("bash", EXECUTE, "npm run build", env).action == ALLOW
     assert p.check("bash", EXECUTE, "pytest -q && rm -rf /", env).action == ASK  # every part must be allowed
     assert p.check("bash", EXECUTE, "pytest --slow", env).action == ASK  # ask beats allow
@@ -64,3 +65,7 @@ def test_read_only_commands():
     assert is_read_only("git diff HEAD~1 | head -50")
     assert not is_read_only("cat $(which python)")
     assert not is_read_only("rm -rf build")
+    assert not is_read_only("ls & rm -rf build")
+    assert is_read_only("git log -5 2>&1 | head")  # a background `&` separates commands too
+    assert not is_read_only("git diff --output=patch.txt")
+    assert not is_read_only("rg --pre ./run.sh x")
