@@ -51,7 +51,7 @@ def handle(session: Any, line: str) -> CommandResult:
             if not agent.turns:
                 return CommandResult("nothing to undo", error=True)
             rec = agent.rewind(1)
-            return CommandResult(f"undid turn {rec['to_turn']}: code and conversation restored")
+            return CommandResult(f"undid turn {rec['to_turn']}: code and conversation restored" + _saved(rec))
         if name == "/rewind":
             if not arg:
                 if not agent.turns:
@@ -62,7 +62,7 @@ def handle(session: Any, line: str) -> CommandResult:
                     lines.append(f"{k}: {str(msg.get('content', ''))[:70]!r}")
                 return CommandResult("/rewind N undoes the last N turns:\n" + "\n".join(lines))
             rec = agent.rewind(int(arg))
-            return CommandResult(f"rewound to before turn {rec['to_turn']}")
+            return CommandResult(f"rewound to before turn {rec['to_turn']}" + _saved(rec))
         if name == "/compact":
             ok = agent.compact(focus=arg or None, reason="user")
             return CommandResult("compacted" if ok else "compaction was blocked by a hook", error=not ok)
@@ -89,6 +89,13 @@ def handle(session: Any, line: str) -> CommandResult:
     except (ValueError, RuntimeError) as e:
         return CommandResult(str(e), error=True)
     return CommandResult(f"unknown command {name}; /help lists them", error=True)
+
+
+def _saved(rec: dict[str, Any]) -> str:
+    if not rec.get("saved_as"):
+        return ""
+    c = rec["saved_as"]
+    return f"\nthe files as they were before are kept in commit {c[:12]} (git checkout {c[:12]} -- <path> recovers one)"
 
 
 def cost_line(agent: Any) -> str:

@@ -118,3 +118,17 @@ def test_task_piped_on_stdin_runs_headless(env):
                       input="do the piped thing\n")  # fmt: skip
     assert r.exit_code == 0 and "piped ok" in r.stdout
     assert fake.requests[0]["messages"][1]["content"] == "do the piped thing\n"
+
+
+def test_outside_a_git_repository_it_runs_without_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLM5_CONFIG_DIR", str(tmp_path / "cfg"))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    fake = FakeModel([reply(tools=[("bash", {"command": "echo x > x.txt"})]), reply("done")])
+    try:
+        r = runner.invoke(app, ["code", "--cwd", str(plain), "--base-url", fake.base_url, "--no-sandbox", "-p", "go",
+                                "--approval", "auto"])  # fmt: skip
+    finally:
+        fake.close()
+    assert r.exit_code == 0 and (plain / "x.txt").exists()
+    assert "not in a git repository" in r.stderr
