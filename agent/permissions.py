@@ -9,7 +9,8 @@ Rules refine it, written `tool` or `tool(specifier)`: for bash the specifier is 
 (`bash(git push)`, `bash(npm run:*)`), for file tools a glob on the path relative to the repository
 (`edit(src/**)`); tool names may be globs (`mcp__github__*`). Precedence: deny > ask > allow > mode.
 A compound command (`a && b; c | d`) is allowed by a rule only when every part is, and denied when any part is.
-Paths outside the repository are refused unless listed in `additional_dirs`.
+Paths outside the repository are refused unless listed in `additional_dirs`; `.git/` and `.glm5/` are never
+edited by the file tools.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ READ_ONLY_COMMANDS = (
     "ls", "pwd", "cat", "head", "tail", "wc", "echo", "grep", "rg", "which", "file", "stat", "tree", "du",
     "git status", "git diff", "git log", "git show", "git blame", "git rev-parse", "git ls-files",
 )  # fmt: skip
+# Top-level folders the edit tools never touch, in any mode: git's data, and glm5's settings (an agent that could
+# edit its own permission rules would have none).
+PROTECTED = (".git", ".glm5")
 _SPLIT = re.compile(r"&&|\|\||;|\||&|\n")
 # Redirections, substitutions, and the few flags that make a "looking" command write or run something.
 _UNSAFE = ("$(", "`", ">", "<(", "--output", "--pre", " -o ")
@@ -123,6 +127,8 @@ class Permissions:
             if not env.is_allowed(path):
                 return Decision(DENY, f"{path} is outside the repository (allow it with permissions.additional_dirs)")
             rel = env.display(path)
+            if kind == EDIT and rel.split("/", 1)[0] in PROTECTED:
+                return Decision(DENY, f"{rel} is protected: the agent does not edit git's data or its own settings")
         if r := self._match(self.deny, name, kind, subject, rel, every=False):
             return Decision(DENY, f"denied by rule {_fmt(r)}")
         if self.mode == "plan":

@@ -57,6 +57,9 @@ def test_paths_outside_the_repository_are_refused(tmp_path):
     assert p.check("read", READ, "/etc/passwd", env).action == DENY
     assert p.check("write", EDIT, "../outside.txt", env).action == DENY
     assert p.check("read", READ, str(tmp_path / "shared" / "x"), env).action == ALLOW
+    assert p.check("write", EDIT, ".glm5/settings.toml", env).action == DENY  # no self-granted permissions
+    assert p.check("edit", EDIT, ".git/config", env).action == DENY
+    assert p.check("read", READ, ".git/config", env).action == ALLOW
     (tmp_path / "repo" / "link").symlink_to("/etc")
     assert p.check("read", READ, "link/passwd", env).action == DENY  # symlinks are followed
 
