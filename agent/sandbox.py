@@ -1,7 +1,7 @@
 """The OS sandbox for commands: bubblewrap on Linux.
 
-Inside: the whole filesystem read-only, the repository and the session's scratch folder writable, a private
-/tmp, network off unless allowed, the process dies with the agent. Where `bwrap` is missing or cannot create
+Inside: the whole filesystem read-only, the repository (but not its `.glm5/` settings) and the session's scratch
+folder writable, a private /tmp, network off unless allowed, the process dies with the agent. Where `bwrap` is missing or cannot create
 namespaces (some containers), commands run unsandboxed and `warning` says so; the probe runs once per process.
 """
 
@@ -45,9 +45,12 @@ class Sandbox:
 
     def wrap(self, argv: list[str], root: Path, cwd: Path, scratch: Path) -> list[str]:
         out = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        # Bind after the tmpfs so a repository or scratch folder under /tmp stays visible and writable.
-        for d in (root, scratch):
-            out += ["--bind", str(d), str(d)]
+        # Bind after the tmpfs so a repository or scratch folder under /tmp stays visible and writable. glm5's own
+        # folder is read-only inside (a command must not rewrite the permission rules), except the scratch folder.
+        out += ["--bind", str(root), str(root)]
+        if (root / ".glm5").is_dir():
+            out += ["--ro-bind", str(root / ".glm5"), str(root / ".glm5")]
+        out += ["--bind", str(scratch), str(scratch)]
         # A pid namespace: killing bwrap at a timeout takes every process the command started with it.
         out += ["--unshare-pid", "--die-with-parent", "--new-session", "--chdir", str(cwd)]
         if not self.network:

@@ -18,8 +18,14 @@ needs_bwrap = pytest.mark.skipif(probe(False) is not None, reason=f"bwrap unusab
 
 @needs_bwrap
 def test_commands_in_the_sandbox(repo, tmp_path, fake_model):
-    env = Environment(repo, sandbox=Sandbox(True, network=False), scratch_dir=tmp_path / "scratch")
+    (repo / ".glm5").mkdir()
+    (repo / ".glm5" / "settings.toml").write_text("")
+    scratch = repo / ".glm5" / "tmp" / "s1"
+    env = Environment(repo, sandbox=Sandbox(True, network=False), scratch_dir=scratch)
     assert env.execute("echo hi > inside.txt").returncode == 0
+    assert env.execute("echo 'mode = \"auto\"' >> .glm5/settings.toml").returncode != 0
+    assert (repo / ".glm5" / "settings.toml").read_text() == ""
+    assert env.execute(f"echo log > {scratch}/job.log").returncode == 0
     assert (repo / "inside.txt").read_text() == "hi\n"
     outside = f"/var/tmp/glm5-sandbox-{uuid.uuid4().hex}"
     r = env.execute(f"touch {outside}")
