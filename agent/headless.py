@@ -83,6 +83,11 @@ def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
         ui.on_notice(final)
     except KeyboardInterrupt:
         status, final = INTERRUPTED, "interrupted"
+    except Exception as e:  # noqa: BLE001 - a crash still ends with a result object and the trajectory closed
+        import traceback
+
+        traceback.print_exc(file=ui.err)
+        status, final = ERROR, f"internal error: {type(e).__name__}: {e}"
     finally:
         agent.finish(status, final)
         session.close()
