@@ -1,1 +1,32 @@
-"""The coding agent: model client, loop, tools, permissions, sessions, hooks, TUI, benchmark runner."""
+"""The coding agent (`glm5 code`): model client, loop, tools, permissions and sandbox, checkpoints, sessions and
+trajectories, hooks, MCP, TUI and headless runs.
+
+    client.py       ChatClient: OpenAI-compatible Chat Completions over httpx; streaming, reasoning_content and
+                    tool_calls deltas assembled, retries with backoff on 429/5xx/timeouts, raw response kept
+    loop.py         Agent: run(task) loops step() = execute(query()); Submitted / LimitsExceeded / FormatError /
+                    Interrupted carry the control flow; checkpoints, hooks and permissions around each tool call
+    environment.py  Environment: the repository, path resolution, commands (process groups, timeouts, background
+                    jobs, long output to a file)
+    sandbox.py      bubblewrap wrapping, probed once; a clear warning where it cannot run
+    permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules; deny wins
+    tools/          the built-in tools (read, write, edit, glob, grep, bash, todo) and their registry
+    mcp.py          MCP servers' tools (stdio, streamable HTTP) through the `mcp` SDK
+    checkpoints.py  working-tree snapshots in hidden git refs; exact restores
+    context.py      AGENTS.md / CLAUDE.md collection, the system prompt, compaction messages
+    hooks.py        PreToolUse, PostToolUse, UserPromptSubmit, Stop, SessionStart, PreCompact commands
+    trajectory.py   the JSONL session record (schema glm5-trajectory/1), writer and reader
+    session.py      where sessions live; --continue / --resume lookup
+    redact.py       secrets out of everything written to a trajectory
+    settings.py     TOML settings, GLM5_* environment, flags; named providers
+    builder.py      assembles a Session (all of the above) for an interface
+    commands.py     slash commands, !cmd, @file mentions
+    ui.py           AgentUI: the callbacks an interface implements (deltas, tool calls, approvals)
+    headless.py     `glm5 code -p`: text / json / stream-json output and exit codes
+    tui/            the Textual app
+
+Life of a task: interface -> builder.build_session -> Agent.run(task) -> ChatClient.query -> tool calls through
+permissions, hooks and checkpoints -> every message and call appended to the trajectory -> Agent.finish writes
+the outcome labels.
+"""
+
+__version__ = "0.1.0"

@@ -1,10 +1,96 @@
-"""`glm5 code`: the coding agent."""
+"""`glm5 code`: the coding agent. The TUI by default; headless with `-p "task"` for scripts and CI."""
 
 from __future__ import annotations
 
-from glm5cli.common import not_built
+import sys
+from pathlib import Path
+
+import typer
+
+from glm5cli.common import err_console, fail
 
 
-def code() -> None:
+def code(
+    prompt: str = typer.Option(None, "--print", "-p", help="Run headless on this task ('-' reads it from stdin)."),
+    output_format: str = typer.Option("text", "--output-format", help="Headless output: text, json or stream-json."),
+    max_turns: int = typer.Option(None, "--max-turns", min=1, help="At most this many model calls for the task."),
+    approval: str = typer.Option("deny", "--approval", help="Headless answer to permission asks: auto or deny."),
+    mode: str = typer.Option(None, "--mode", help="Permission mode: ask, accept-edits, plan or auto."),
+    continue_: bool = typer.Option(False, "--continue", "-c", help="Continue the latest session here."),
+    resume: bool = typer.Option(False, "--resume", "-r", help="Resume a session: `--resume [ID]` (latest without ID)."),
+    session_id: str = typer.Argument(None, metavar="[ID]", help="The session to resume (with --resume)."),
+    provider: str = typer.Option(None, "--provider", help="A named provider from the config file (local, zai, ...)."),
+    base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."),
+    model: str = typer.Option(None, "--model", help="Model name sent to the endpoint."),
+    api_key_env: str = typer.Option(None, "--api-key-env", help="Name of the environment variable holding the key."),
+    allow: list[str] = typer.Option(None, "--allow", help="Extra allow rule, e.g. 'bash(pytest)'. Repeatable."),
+    deny: list[str] = typer.Option(None, "--deny", help="Extra deny rule, e.g. 'bash(git push)'. Repeatable."),
+    max_cost: float = typer.Option(None, "--max-cost", help="Stop when the session has cost this many USD."),
+    no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run commands without bubblewrap."),
+    sessions_dir: str = typer.Option(None, "--sessions-dir", help="Where trajectories go (default .glm5/sessions)."),
+    cwd: Path = typer.Option(Path("."), "--cwd", help="Working folder (inside the repository)."),
+) -> None:
     """Run the coding agent in the current git repository."""
-    not_built("code")
+    from agent.headless import EXIT_BAD_INPUT, FORMATS, HeadlessUI, run_headless
+    from agent.settings import SettingsError, load_settings
+
+    if output_format not in FORMATS:
+        fail(f"--output-format must be one of {', '.join(FORMATS)}", code=EXIT_BAD_INPUT)
+    if approval not in ("auto", "deny"):
+        fail("--approval must be auto or deny", code=EXIT_BAD_INPUT)
+    if not cwd.is_dir():
+        fail(f"--cwd {cwd} is not a folder", code=EXIT_BAD_INPUT)
+    flags = {
+        "provider": provider,
+        "base_url": base_url,
+        "model": model,
+        "api_key_env": api_key_env,
+        "mode": mode,
+        "max_turns": max_turns,
+        "max_cost_usd": max_cost,
+        "allow": tuple(allow or ()),
+        "deny": tuple(deny or ()),
+        "sessions_dir": sessions_dir,
+        "sandbox": False if no_sandbox else None,
+    }
+    try:
+        from agent.checkpoints import git_root
+
+        settings = load_settings(git_root(cwd.resolve()) or cwd.resolve(), flags)
+    except (SettingsError, ValueError) as e:
+        fail(str(e), code=EXIT_BAD_INPUT)
+    p = settings.provider
+    if p.api_key_env and not p.api_key and not p.base_url.startswith(("http://127.", "http://localhost")):
+        # a warning, not an error: a self-hosted endpoint may need no key; a hosted one will answer 401 (exit 1)
+        err_console.print(f"[yellow]warning:[/] ${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})")
+
+    if session_id is not None and not resume:
+        fail(f"unexpected argument {session_id!r}: give a task with -p, or a session id after --resume",
+             code=EXIT_BAD_INPUT)  # fmt: skip
+    resume_id = session_id if resume else None
+    wants_resume = resume
+
+    if prompt is None and not sys.stdin.isatty():
+        prompt = "-"  # `echo task | glm5 code` runs headless, like -p -
+    if prompt is not None:
+        if prompt == "-":
+            prompt = sys.stdin.read()
+        if not prompt.strip():
+            fail("the task given with -p is empty", code=EXIT_BAD_INPUT)
+        from agent.builder import build_session
+
+        ui = HeadlessUI(output_format, approval)
+        try:
+            session = build_session(cwd, settings, ui, resume=resume_id if wants_resume else None,
+                                    continue_latest=continue_ or (wants_resume and resume_id is None))  # fmt: skip
+        except FileNotFoundError as e:
+            fail(str(e), code=EXIT_BAD_INPUT)
+        except ValueError as e:
+            fail(str(e), code=EXIT_BAD_INPUT)
+        raise typer.Exit(run_headless(session, prompt, ui))
+
+    from agent.tui.app import run_tui
+
+    raise typer.Exit(
+        run_tui(cwd, settings, resume=resume_id, continue_latest=continue_ or (wants_resume and resume_id is None))
+    )

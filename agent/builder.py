@@ -1,0 +1,146 @@
+"""Assembles a working session from settings: environment, sandbox, tools (through plugins), model client,
+trajectory, checkpoints, hooks and the Agent; new, or resumed from a trajectory.
+
+Both interfaces (the TUI and headless `-p`) start here, so they behave the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent import context
+from agent.checkpoints import Checkpoints, git_root
+from agent.client import ChatClient, ClientConfig
+from agent.environment import Environment
+from agent.hooks import Hooks
+from agent.loop import Agent, AgentConfig
+from agent.permissions import Permissions
+from agent.sandbox import Sandbox
+from agent.session import find_session, git_info, new_id, open_writer, scratch_dir, sessions_dir
+from agent.settings import Settings
+from agent.tools.registry import ToolRegistry
+from agent.trajectory import Trajectory
+from agent.ui import AgentUI
+from plugins.registry import PluginContext, PluginManager
+
+
+@dataclass
+class Session:
+    id: str
+    path: Path
+    agent: Agent
+    settings: Settings
+    resumed: bool = False
+    warnings: list[str] = field(default_factory=list)
+    closers: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for c in reversed(self.closers):
+            try:
+                c()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self.closers.clear()
+
+
+def build_session(
+    cwd: Path,
+    settings: Settings,
+    ui: AgentUI | None = None,
+    resume: str | None = None,
+    continue_latest: bool = False,
+    model: Any = None,
+    plugin_manager: PluginManager | None = None,
+) -> Session:
+    """`resume` is a session id (prefix); `continue_latest` picks the newest session. `model` replaces the client."""
+    cwd = Path(cwd).resolve()
+    root = git_root(cwd) or cwd
+    warnings: list[str] = []
+    if git_root(cwd) is None:
+        warnings.append(f"{cwd} is not in a git repository: checkpoints, /undo and /rewind are off")
+    folder = sessions_dir(root, settings.sessions_dir)
+    traj = None
+    if resume is not None or continue_latest:
+        path = find_session(folder, resume, root=root)
+        traj = Trajectory.load(path)
+        sid = traj.header["id"]
+    else:
+        sid = new_id()
+        path = folder / f"{sid}.jsonl"
+
+    sandbox = Sandbox(settings.sandbox, settings.network)
+    if sandbox.warning:
+        warnings.append(sandbox.warning)
+    env = Environment(root, cwd, sandbox, scratch_dir(root, sid), settings.additional_dirs)
+
+    registry = ToolRegistry()
+    pctx = PluginContext(settings=settings, env=env)
+    pm = plugin_manager or PluginManager()
+    pm.register_tools(registry, pctx)
+    warnings += pm.load_errors + pctx.warnings
+
+    p = settings.provider
+    client = model or ChatClient(
+        ClientConfig(
+            base_url=p.base_url,
+            model=p.model,
+            api_key=p.api_key,
+            stream=settings.stream,
+            temperature=settings.temperature,
+            extra_body=dict(p.extra_body),
+        )
+    )
+    header = {
+        "id": sid,
+        "root": str(root),
+        "cwd": str(cwd),
+        "provider": p.name,
+        "model": p.model,
+        "base_url": p.base_url,
+        "git": git_info(root),
+        "tools": registry.schemas(),
+        "settings": {"mode": settings.mode, "sandbox": sandbox.active, "network": settings.network},
+    }
+    writer = open_writer(path, header)
+    checkpoints = Checkpoints(root, sid) if git_root(cwd) else None
+    hooks = Hooks(settings.hooks, root, sid, str(path)) if settings.hooks else None
+    config = AgentConfig(
+        limits=settings.limits,
+        context_window=p.context_window,
+        compact_ratio=settings.compact_ratio,
+        input_cost_per_mtok=p.input_cost_per_mtok,
+        output_cost_per_mtok=p.output_cost_per_mtok,
+        send_reasoning=settings.send_reasoning,
+    )
+    agent = Agent(
+        client,
+        env,
+        registry,
+        Permissions.from_settings(settings),
+        writer,
+        config,
+        checkpoints=checkpoints,
+        hooks=hooks,
+        ui=ui,
+        sandbox_warning=sandbox.warning,
+    )
+    if traj is not None:
+        agent.messages = traj.messages()
+        agent.turns = traj.turns()
+        u = traj.usage()
+        agent.stats.steps, agent.stats.prompt_tokens = u["steps"], u["prompt_tokens"]
+        agent.stats.completion_tokens, agent.stats.cost_usd = u["completion_tokens"], u["cost_usd"]
+        agent.tests = list(traj.outcome().get("tests", []))  # labels accumulate across processes
+        writer.write("resume", n_messages=len(agent.messages))
+    else:
+        extra = ""
+        if hooks:
+            h = hooks.run("SessionStart", {"source": "startup"})
+            warnings += h.warnings
+            extra = h.context
+        agent.add_message({"role": "system", "content": context.system_prompt(root, cwd, sandbox.warning, extra)})
+    session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
+    session.closers = [*pctx.closers, writer.close, getattr(client, "close", lambda: None)]
+    return session

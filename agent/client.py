@@ -1,0 +1,343 @@
+"""The model client: OpenAI-compatible Chat Completions over httpx.
+
+One code path for `glm5 serve`, sglang, vLLM and hosted GLM-5 APIs. GLM-5 served with the GLM reasoning parser
+sends its thinking as `reasoning_content` (some servers say `reasoning`) beside `content` and `tool_calls`; the
+streamed deltas of all three are assembled here into one non-streamed-shaped response, which is what the
+trajectory keeps (with token ids and logprobs when the server sent them).
+
+Retries: timeouts, connection errors, 429 and 5xx are retried with exponential backoff (honouring Retry-After);
+any other 4xx is the caller's mistake and is raised at once. A 400 that says the context is too long becomes
+`ContextLengthError`, so the loop can compact and try again.
+
+Knows nothing of tools or the loop: it takes messages and tool schemas and returns a `ModelResponse`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+class APIError(Exception):
+    """The endpoint answered with an error we should not (or can no longer) retry."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class ContextLengthError(APIError):
+    """The request does not fit the model's context window."""
+
+
+class Cancelled(Exception):
+    """The caller asked to stop (Esc in the TUI) while a response was streaming."""
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "glm-5"
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    max_retries: int = 4
+    backoff_s: float = 1.0  # first retry waits about this long, then doubles
+    max_backoff_s: float = 30.0
+    stream: bool = True
+    temperature: float | None = None
+    max_tokens: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"logprobs": true} or chat_template_kwargs
+
+
+@dataclass
+class ModelResponse:
+    """One assistant turn, assembled. `raw` is the response in the non-streamed OpenAI shape."""
+
+    content: str
+    reasoning_content: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str | None
+    usage: dict[str, Any]
+    raw: dict[str, Any]
+    latency_s: float = 0.0
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message to append to the conversation (OpenAI format, reasoning kept)."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.reasoning_content:
+            msg["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            msg["tool_calls"] = self.tool_calls
+        return msg
+
+
+# Called with ("content" | "reasoning" | "tool_call", text) while a response streams in.
+DeltaCallback = Callable[[str, str], None]
+
+
+def _is_context_error(status: int, text: str) -> bool:
+    t = text.lower()
+    return status in (400, 413) and any(
+        s in t for s in ("context length", "context_length", "maximum context", "too long", "context window")
+    )
+
+
+class ChatClient:
+    """Talks to one endpoint. Thread-safe enough for one agent: one request at a time."""
+
+    def __init__(self, config: ClientConfig, transport: httpx.BaseTransport | None = None):
+        self.config = config
+        headers = {"Content-Type": "application/json"}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        self._http = httpx.Client(
+            base_url=config.base_url.rstrip("/"),
+            headers=headers,
+            timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
+            transport=transport,
+        )
+        self.cancel_event = threading.Event()
+        self.sleep = time.sleep  # tests replace it to keep backoff instant
+
+    def close(self) -> None:
+        self._http.close()
+
+    def query(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_delta: DeltaCallback | None = None,
+        **overrides: Any,
+    ) -> ModelResponse:
+        body: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        if self.config.temperature is not None:
+            body["temperature"] = self.config.temperature
+        if self.config.max_tokens is not None:
+            body["max_tokens"] = self.config.max_tokens
+        body.update(self.config.extra_body)
+        body.update(overrides)
+        stream = bool(body.pop("stream", self.config.stream))
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+
+        # The call runs on its own thread so that a cancel (Esc) returns at once, even while the server has not
+        # sent a byte yet; the abandoned call finishes or fails on its own and its deltas are dropped.
+        abandoned = threading.Event()
+
+        def guarded(kind: str, text: str) -> None:
+            if on_delta is not None and not abandoned.is_set():
+                on_delta(kind, text)
+
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["response"] = self._call(body, stream, guarded, abandoned)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = e
+
+        worker = threading.Thread(target=work, name="glm5-model-call", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.05)
+            if self.cancel_event.is_set() and worker.is_alive():
+                abandoned.set()
+                raise Cancelled()
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
+
+    def _call(self, body: dict[str, Any], stream: bool, on_delta: DeltaCallback, abandoned: threading.Event):
+        attempt = 0
+        while True:
+            t0 = time.monotonic()
+            try:
+                raw = self._post_stream(body, on_delta, abandoned) if stream else self._post(body)
+                return _to_response(raw, time.monotonic() - t0)
+            except _Retryable as e:
+                attempt += 1
+                if attempt > self.config.max_retries:
+                    raise APIError(f"{e} (gave up after {self.config.max_retries} retries)", e.status) from None
+                wait = e.retry_after
+                if wait is None:
+                    wait = min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempt - 1))
+                    wait *= 0.5 + random.random() / 2
+                if abandoned.is_set():
+                    raise Cancelled() from None
+                self.sleep(wait)
+
+    # -- transport ---------------------------------------------------------------------------------------------
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = self._http.post("/chat/completions", json=body)
+        except (httpx.TimeoutException, httpx.TransportError) as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from None
+        _check_status(r.status_code, r.text, r.headers)
+        try:
+            return r.json()
+        except json.JSONDecodeError:
+            raise APIError(f"endpoint returned non-JSON: {r.text[:200]!r}", r.status_code) from None
+
+    def _post_stream(self, body: dict[str, Any], on_delta: DeltaCallback, abandoned: threading.Event) -> dict[str, Any]:
+        asm = _Assembler()
+        try:
+            with self._http.stream("POST", "/chat/completions", json=body) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    _check_status(r.status_code, r.text, r.headers)
+                ctype = r.headers.get("content-type", "")
+                if "text/event-stream" not in ctype:  # server ignored stream=True
+                    r.read()
+                    return r.json()
+                for line in r.iter_lines():
+                    if abandoned.is_set() or self.cancel_event.is_set():
+                        raise Cancelled()
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if "error" in chunk and not chunk.get("choices"):
+                        raise APIError(f"stream error: {chunk['error']}")
+                    asm.add(chunk, on_delta)
+        except (httpx.TimeoutException, httpx.TransportError) as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from None
+        return asm.result()
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _check_status(status: int, text: str, headers: httpx.Headers) -> None:
+    if status < 400:
+        return
+    if status == 429 or status >= 500:
+        ra = headers.get("retry-after")
+        try:
+            retry_after = float(ra) if ra is not None else None
+        except ValueError:
+            retry_after = None
+        raise _Retryable(f"HTTP {status}: {text[:300]}", status, retry_after)
+    if _is_context_error(status, text):
+        raise ContextLengthError(f"HTTP {status}: {text[:300]}", status)
+    raise APIError(f"HTTP {status}: {text[:500]}", status)
+
+
+class _Assembler:
+    """Folds streamed chunks into one response in the non-streamed shape."""
+
+    def __init__(self) -> None:
+        self.meta: dict[str, Any] = {}
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.logprobs: list[Any] = []
+        self.token_ids: list[int] = []
+        self.extra: dict[str, Any] = {}
+
+    def add(self, chunk: dict[str, Any], on_delta: DeltaCallback | None) -> None:
+        for k in ("id", "model", "created", "system_fingerprint"):
+            if k in chunk and k not in self.meta:
+                self.meta[k] = chunk[k]
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        if "prompt_token_ids" in chunk:
+            self.extra["prompt_token_ids"] = chunk["prompt_token_ids"]
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                self.content.append(text)
+                if on_delta:
+                    on_delta("content", text)
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if thought:
+                self.reasoning.append(thought)
+                if on_delta:
+                    on_delta("reasoning", thought)
+            for tc in delta.get("tool_calls") or []:
+                slot = self.tool_calls.setdefault(
+                    tc.get("index", len(self.tool_calls)),
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                name = fn.get("name")
+                if name and name != slot["function"]["name"]:  # some servers repeat the name in every delta
+                    slot["function"]["name"] += name
+                if fn.get("arguments"):
+                    slot["function"]["arguments"] += fn["arguments"]
+                    if on_delta:
+                        on_delta("tool_call", fn["arguments"])
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            lp = choice.get("logprobs")
+            if lp and lp.get("content"):
+                self.logprobs.extend(lp["content"])
+            if choice.get("token_ids"):
+                self.token_ids.extend(choice["token_ids"])
+            if "prompt_token_ids" in choice:
+                self.extra["prompt_token_ids"] = choice["prompt_token_ids"]
+
+    def result(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.tool_calls:
+            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": self.finish_reason}
+        if self.logprobs:
+            choice["logprobs"] = {"content": self.logprobs}
+        if self.token_ids:
+            choice["token_ids"] = self.token_ids
+        raw = {"object": "chat.completion", **self.meta, "choices": [choice], "usage": self.usage, **self.extra}
+        return raw
+
+
+def _to_response(raw: dict[str, Any], latency: float) -> ModelResponse:
+    choices = raw.get("choices") or []
+    if not choices:
+        raise APIError(f"response has no choices: {json.dumps(raw)[:300]}")
+    msg = choices[0].get("message") or {}
+    tool_calls = []
+    for i, tc in enumerate(msg.get("tool_calls") or []):
+        fn = tc.get("function") or {}
+        args = fn.get("arguments")
+        if not isinstance(args, str):  # some servers send a parsed object
+            args = json.dumps(args if args is not None else {})
+        tool_calls.append(
+            {
+                "id": tc.get("id") or f"call_{i}_{int(time.time() * 1000)}",
+                "type": "function",
+                "function": {"name": fn.get("name", ""), "arguments": args},
+            }
+        )
+    return ModelResponse(
+        content=msg.get("content") or "",
+        reasoning_content=msg.get("reasoning_content") or msg.get("reasoning"),
+        tool_calls=tool_calls,
+        finish_reason=choices[0].get("finish_reason"),
+        usage=raw.get("usage") or {},
+        raw=raw,
+        latency_s=latency,
+    )

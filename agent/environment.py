@@ -1,0 +1,199 @@
+"""The environment: where the agent's actions happen. A local git repository, commands as subprocesses.
+
+As in mini-swe-agent, every command is its own `bash -c` process in a new session (no shell state carries over,
+so an interrupted or broken command cannot corrupt the next one); at the timeout the whole process group is
+killed and the partial output kept. Commands run inside the bubblewrap sandbox when it is available.
+Background jobs write to a log file the model can read later. Output longer than `inline_chars` is saved to a
+file and shown as head and tail.
+
+Knows nothing of models or permissions; the `bash` tool and the `!cmd` of the TUI both come through here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.sandbox import Sandbox
+
+
+@dataclass
+class CommandResult:
+    output: str  # stdout and stderr interleaved, possibly cut to head + tail
+    returncode: int | None  # None when killed at the timeout
+    timed_out: bool = False
+    full_output_path: str | None = None  # where the whole output went when it was cut
+    duration_s: float = 0.0
+
+
+@dataclass
+class BackgroundJob:
+    id: int
+    command: str
+    proc: subprocess.Popen
+    log_path: Path
+    started: float = field(default_factory=time.time)
+
+    def status(self) -> str:
+        rc = self.proc.poll()
+        return "running" if rc is None else f"exited {rc}"
+
+
+class Environment:
+    """A repository on the local machine. `root` is the repository, `cwd` where commands start."""
+
+    def __init__(
+        self,
+        root: Path,
+        cwd: Path | None = None,
+        sandbox: Sandbox | None = None,
+        scratch_dir: Path | None = None,
+        extra_dirs: tuple[str, ...] = (),
+        inline_chars: int = 30000,
+        default_timeout_s: float = 120.0,
+        max_timeout_s: float = 600.0,
+        env: dict[str, str] | None = None,
+    ):
+        self.root = Path(root).resolve()
+        self.cwd = Path(cwd).resolve() if cwd else self.root
+        self.sandbox = sandbox
+        self.scratch_dir = Path(scratch_dir) if scratch_dir else Path(tempfile.mkdtemp(prefix="glm5-"))
+        self.extra_dirs = tuple(Path(d).expanduser().resolve() for d in extra_dirs)
+        self.inline_chars = inline_chars
+        self.default_timeout_s = default_timeout_s
+        self.max_timeout_s = max_timeout_s
+        self.env = env
+        self.interrupt: threading.Event | None = None  # set by the interface (Esc): the running command is killed
+        self.jobs: dict[int, BackgroundJob] = {}
+        self._n_outputs = 0
+
+    # -- paths -------------------------------------------------------------------------------------------------
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        if not p.is_absolute():
+            p = self.cwd / p
+        return Path(os.path.normpath(p))
+
+    def is_allowed(self, path: Path) -> bool:
+        """Inside the repository, an allowed extra directory, or this session's scratch folder."""
+        p = Path(os.path.realpath(path))
+        for base in (self.root, Path(os.path.realpath(self.scratch_dir)), *self.extra_dirs):
+            if p == base or base in p.parents:
+                return True
+        return False
+
+    def display(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    # -- commands ----------------------------------------------------------------------------------------------
+
+    def _argv(self, command: str) -> list[str]:
+        argv = ["bash", "-c", command]
+        if self.sandbox is not None and self.sandbox.active:
+            argv = self.sandbox.wrap(argv, root=self.root, cwd=self.cwd, scratch=self.scratch_dir)
+        return argv
+
+    def execute(self, command: str, timeout_s: float | None = None) -> CommandResult:
+        timeout = min(float(timeout_s or self.default_timeout_s), self.max_timeout_s)
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        with tempfile.TemporaryFile(dir=self.scratch_dir) as out:
+            # A file, not a pipe: a command that leaves a child behind (`server &`) must not keep us waiting.
+            proc = subprocess.Popen(
+                self._argv(command),
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self.env,
+            )
+            timed_out = interrupted = False
+            rc: int | None = None
+            deadline = time.monotonic() + timeout
+            try:
+                while True:
+                    try:
+                        rc = proc.wait(timeout=0.05)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if self.interrupt is not None and self.interrupt.is_set():
+                            interrupted = True
+                        elif time.monotonic() >= deadline:
+                            timed_out = True
+                        else:
+                            continue
+                        _kill_group(proc)
+                        break
+            except KeyboardInterrupt:
+                _kill_group(proc)
+                raise
+            out.seek(0)
+            text = out.read().decode("utf-8", errors="replace")
+        res = CommandResult(output=text, returncode=rc, timed_out=timed_out, duration_s=time.monotonic() - t0)
+        if timed_out:
+            res.output += f"\n[command killed after {timeout:g}s timeout]"
+        if interrupted:
+            res.output += "\n[command killed: the user interrupted]"
+        return self.cut(res)
+
+    def cut(self, res: CommandResult) -> CommandResult:
+        """Long output: keep the whole of it in a file and show head and tail."""
+        if len(res.output) <= self.inline_chars:
+            return res
+        self._n_outputs += 1
+        path = self.scratch_dir / f"output-{self._n_outputs}.txt"
+        path.write_text(res.output, encoding="utf-8")
+        half = self.inline_chars // 2
+        elided = len(res.output) - 2 * half
+        res.output = (
+            f"{res.output[:half]}\n\n[... {elided} characters elided; the whole output is in {path} ...]\n\n"
+            f"{res.output[-half:]}"
+        )
+        res.full_output_path = str(path)
+        return res
+
+    def start_background(self, command: str) -> BackgroundJob:
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        job_id = len(self.jobs) + 1
+        log = self.scratch_dir / f"job-{job_id}.log"
+        with open(log, "wb") as f:
+            proc = subprocess.Popen(
+                self._argv(command),
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self.env,
+            )
+        job = BackgroundJob(job_id, command, proc, log)
+        self.jobs[job_id] = job
+        return job
+
+    def close(self) -> None:
+        """Kill background jobs still running."""
+        for job in self.jobs.values():
+            if job.proc.poll() is None:
+                _kill_group(job.proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,38 @@
+"""The tool registry: name -> tool, and the OpenAI `tools` list offered to the model.
+
+Filled by plugins (`plugins.registry`): the built-in tools and MCP tools register through the same hook a
+third-party plugin uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.tools.base import Tool, schema
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+
+    def register(self, tool: Tool) -> None:
+        if not tool.name or not tool.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"bad tool name {tool.name!r}: use letters, digits, _ and -")
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [schema(t) for t in self._tools.values()]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)

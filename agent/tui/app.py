@@ -1,0 +1,235 @@
+"""CodeApp: the interactive `glm5 code`.
+
+Streamed markdown answers (appended, never re-rendered whole), tool calls and diffs as they happen, approvals
+inline, Esc interrupts the model or the running command, `@file` mentions, `!cmd`, slash commands, and a status
+line with model, mode, tokens, cost and context use. The agent runs in a worker thread; the UI never blocks on it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Input, Markdown, Static
+
+from agent import commands
+from agent.client import APIError
+from agent.tui.bridge import TUIBridge
+from agent.tui.widgets import ApprovalBar, Notice, Reasoning, ToolCall, ToolOutput, UserLine
+from agent.ui import ApprovalRequest
+
+CSS = """
+#log { height: 1fr; padding: 0 1; }
+#approval { height: auto; display: none; padding: 0 1; background: $boost; }
+#approval-text { width: 1fr; padding: 1 0; }
+#status { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
+.user { margin-top: 1; }
+.tool { margin-top: 1; }
+.tool-output { padding-left: 2; color: $text-muted; }
+.reasoning { padding-left: 2; }
+Markdown { margin: 0; padding: 0; }
+"""
+
+
+class CodeApp(App):
+    CSS = CSS
+    TITLE = "glm5 code"
+    BINDINGS = [
+        Binding("escape", "interrupt", "interrupt", priority=True),
+        Binding("ctrl+d", "quit", "quit", priority=True),
+        Binding("shift+tab", "cycle_mode", "mode", priority=True),
+    ]
+
+    def __init__(self, session_factory: Callable[[Any], Any]):
+        super().__init__()
+        self.session_factory = session_factory
+        self.bridge = TUIBridge(self)
+        self.session: Any = None
+        self.busy = False
+        self.ui_thread = threading.get_ident()
+        self._md: Markdown | None = None
+        self._stream: Any = None
+        self._reasoning: Reasoning | None = None
+        self.exit_code = 0
+
+    # -- layout ------------------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(id="log")
+        yield ApprovalBar(id="approval")
+        yield Input(placeholder="Ask for a change. /help for commands, !cmd runs a command, @path attaches a file",
+                    id="prompt")  # fmt: skip
+        yield Static("", id="status")
+
+    def on_mount(self) -> None:
+        self.ui_thread = threading.get_ident()
+        self.session = self.session_factory(self.bridge)
+        for w in self.session.warnings:
+            self.notice(w)
+        if self.session.resumed:
+            self.notice(f"resumed session {self.session.id} ({len(self.session.agent.messages)} messages)")
+        self.refresh_status()
+        self.query_one("#prompt", Input).focus()
+
+    @property
+    def log_view(self) -> VerticalScroll:
+        return self.query_one("#log", VerticalScroll)
+
+    def add(self, widget: Any) -> None:
+        self.log_view.mount(widget)
+        self.log_view.scroll_end(animate=False)
+
+    def notice(self, text: str, error: bool = False) -> None:
+        self.add(Notice(text, error))
+
+    def refresh_status(self) -> None:
+        if self.session is None:
+            return
+        a = self.session.agent
+        state = "working… (Esc to interrupt)" if self.busy else "ready"
+        line = f"{a.model.config.model} · {a.permissions.mode} · {commands.cost_line(a)} · {state}"
+        self.query_one("#status", Static).update(Text(line))
+
+    # -- input -------------------------------------------------------------------------------------------------
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        event.input.value = ""
+        if not text:
+            return
+        if self.busy:
+            self.notice("the agent is working; Esc interrupts it")
+            return
+        self.add(UserLine(text))
+        if text.startswith("/"):
+            res = commands.handle(self.session, text)
+            if res.exit:
+                self.exit(0)
+                return
+            self.notice(res.text, error=res.error)
+            self.refresh_status()
+        elif text.startswith("!"):
+            self.start(lambda: self._shell(text[1:].strip()))
+        else:
+            task = commands.expand_mentions(self.session.agent, text)
+            self.start(lambda: self._turn(task))
+
+    def start(self, fn: Callable[[], None]) -> None:
+        self.busy = True
+        self.refresh_status()
+        self.run_worker(fn, thread=True, exclusive=True, group="agent")
+
+    def _shell(self, command: str) -> None:
+        try:
+            out = commands.run_shell(self.session.agent, command)
+            self.call_from_thread(self.add, Static(Text(out)))
+        finally:
+            self.call_from_thread(self._done)
+
+    def _turn(self, task: str) -> None:
+        try:
+            res = self.session.agent.run(task)
+            if res.exit_status != "submitted":
+                self.call_from_thread(self.notice, f"turn ended: {res.exit_status} {res.final}".strip())
+        except APIError as e:
+            self.call_from_thread(self.notice, f"model endpoint error: {e}", True)
+        except Exception as e:  # noqa: BLE001 - show it, keep the session alive
+            self.call_from_thread(self.notice, f"error: {type(e).__name__}: {e}", True)
+        finally:
+            self.call_from_thread(self._done)
+
+    def _done(self) -> None:
+        self.busy = False
+        self.refresh_status()
+        self.query_one("#prompt", Input).focus()
+
+    def action_cycle_mode(self) -> None:
+        """Shift+Tab: ask -> accept-edits -> plan -> auto -> ask."""
+        from agent.settings import MODES
+
+        perms = self.session.agent.permissions
+        perms.mode = MODES[(MODES.index(perms.mode) + 1) % len(MODES)]
+        self.refresh_status()
+
+    def agent_interrupted(self) -> bool:
+        return self.session is not None and self.session.agent.interrupt.is_set()
+
+    def action_interrupt(self) -> None:
+        if self.busy and self.session is not None:
+            self.session.agent.interrupt.set()
+            approval = self.query_one("#approval", ApprovalBar)
+            if approval.display:
+                approval.action_answer("no")
+            self.notice("interrupting…")
+
+    # -- agent events (UI thread) ------------------------------------------------------------------------------
+
+    async def stream_delta(self, kind: str, text: str) -> None:
+        if kind == "reasoning":
+            if self._reasoning is None:
+                self._reasoning = Reasoning()
+                self.add(self._reasoning)
+            self._reasoning.add(text)
+        elif kind == "content":
+            if self._stream is None:
+                self._md = Markdown()
+                await self.log_view.mount(self._md)  # mounted before the first write, or that write is lost
+                self._stream = Markdown.get_stream(self._md)
+            await self._stream.write(text)  # batched appends: no full re-render per token
+            self.log_view.scroll_end(animate=False)
+
+    async def end_stream(self, message: dict[str, Any]) -> None:
+        if self._stream is not None:
+            await self._stream.stop()
+        elif message.get("content"):  # not streamed (the server ignored stream=True)
+            self.add(Markdown(message["content"]))
+        self._md = self._reasoning = self._stream = None
+
+    def show_tool(self, name: str, arguments: dict[str, Any]) -> None:
+        self.add(ToolCall(name, arguments))
+
+    def show_tool_output(self, name: str, result: Any) -> None:
+        self.add(ToolOutput(name, result))
+
+    def ask_approval(self, req: ApprovalRequest) -> None:
+        from agent.tui.widgets import summarize_args
+
+        self.add(ToolCall(req.tool, req.arguments))
+        self.query_one("#approval", ApprovalBar).ask(
+            f"Allow {req.tool}: {summarize_args(req.arguments)[:300]}?  ({req.reason}; always adds {req.suggested_rule})"
+        )
+
+    def on_approval_bar_answered(self, event: ApprovalBar.Answered) -> None:
+        self.notice(f"{event.answer}")
+        self.bridge.answer(event.answer)
+        self.query_one("#prompt", Input).focus()
+
+    def on_unmount(self) -> None:
+        if self.session is not None:
+            a = self.session.agent
+            a.interrupt.set()
+            try:
+                a.finish("user_exit")
+            finally:
+                self.session.close()
+
+
+def run_tui(cwd: Path, settings: Any, resume: str | None = None, continue_latest: bool = False) -> int:
+    import sys
+
+    from agent.builder import build_session
+
+    app = CodeApp(lambda ui: session)
+    try:  # built before the screen opens, so a bad --resume is a plain error message
+        session = build_session(cwd, settings, app.bridge, resume=resume, continue_latest=continue_latest)
+    except (FileNotFoundError, ValueError) as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
+    app.run()
+    return app.exit_code

@@ -1,0 +1,56 @@
+"""The AgentUI of the TUI: the loop runs in a worker thread; every event is handed to the UI thread."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from typing import Any
+
+from agent.ui import NO, AgentUI, ApprovalRequest
+
+
+class TUIBridge(AgentUI):
+    def __init__(self, app: Any):
+        self.app = app
+        self._answer = NO
+        self._answered = threading.Event()
+
+    def _call(self, fn, *args) -> None:
+        if threading.get_ident() == self.app.ui_thread:
+            result = fn(*args)
+            if inspect.isawaitable(result):
+                asyncio.ensure_future(result)
+        else:  # blocks until the UI thread has run it, so events arrive in order
+            self.app.call_from_thread(fn, *args)
+
+    def on_delta(self, kind: str, text: str) -> None:
+        self._call(self.app.stream_delta, kind, text)
+
+    def on_message(self, message: dict[str, Any]) -> None:
+        if message.get("role") == "assistant":
+            self._call(self.app.end_stream, message)
+
+    def on_tool_start(self, name: str, arguments: dict[str, Any]) -> None:
+        self._call(self.app.show_tool, name, arguments)
+
+    def on_tool_end(self, name: str, result: Any) -> None:
+        self._call(self.app.show_tool_output, name, result)
+
+    def on_notice(self, text: str) -> None:
+        self._call(self.app.notice, text)
+
+    def on_usage(self, stats: dict[str, Any]) -> None:
+        self._call(self.app.refresh_status)
+
+    def approve(self, request: ApprovalRequest) -> str:
+        self._answered.clear()
+        self._call(self.app.ask_approval, request)
+        while not self._answered.wait(0.1):
+            if self.app.agent_interrupted():
+                return NO
+        return self._answer
+
+    def answer(self, answer: str) -> None:
+        self._answer = answer
+        self._answered.set()

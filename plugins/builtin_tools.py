@@ -1,0 +1,10 @@
+"""Built-in plugin: the agent's own tools (read, write, edit, glob, grep, bash, todo)."""
+
+from __future__ import annotations
+
+from agent.tools import builtin_tools
+
+
+def register_tools(register, context) -> None:
+    for tool in builtin_tools():
+        register(tool)
