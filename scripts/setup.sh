@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# Optional system tools the agent uses when present (ripgrep for grep, bubblewrap for the command sandbox).
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && ! { command -v rg && command -v bwrap; } >/dev/null 2>&1; then
+  { apt-get update -qq && apt-get install -y -qq ripgrep bubblewrap; } >/dev/null 2>&1 \
+    || echo "note: could not install ripgrep/bubblewrap; glm5 code falls back to Python grep and no sandbox"
+fi
 VENV=${GLM5_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
