@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from model.chat import render
 from model.chat_parse import StreamParser, accumulate
-from serve.http.errors import APIError, bad_request
+from serve.http.errors import bad_request
 from serve.http.generation import Generation, Result
 from serve.http.logprobs import chat_logprobs
 from serve.http.protocol import ChatCompletionRequest, NamedToolChoice, parse_body
@@ -212,7 +212,7 @@ async def chat_completions(state: ServerState, request: Request):
             if include_usage:
                 yield chunk([], usage(state, len(prompt.ids), [g.result for g in gens], prompt.thinking))
             yield DONE
-        except (APIError, ValueError, RuntimeError) as e:
+        except Exception as e:  # the stream has started: report in-band, never drop the connection silently
             yield error_event(e)
             yield DONE
         finally:

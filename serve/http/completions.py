@@ -11,7 +11,7 @@ import time
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from serve.http.errors import APIError, bad_request
+from serve.http.errors import bad_request
 from serve.http.generation import Generation
 from serve.http.logprobs import completion_logprobs
 from serve.http.protocol import CompletionRequest, parse_body
@@ -117,7 +117,7 @@ async def completions(state: ServerState, request: Request):
             if include_usage:
                 yield chunk([], usage())
             yield DONE
-        except (APIError, ValueError, RuntimeError) as e:
+        except Exception as e:  # the stream has started: report in-band, never drop the connection silently
             yield error_event(e)
             yield DONE
         finally:

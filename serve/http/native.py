@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve.engine.sampling_params import SamplingParams
-from serve.http.errors import APIError, bad_request
+from serve.http.errors import bad_request
 from serve.http.generation import Generation
 from serve.http.protocol import GenerateRequest, parse_body
 from serve.http.state import ServerState, new_id
@@ -79,7 +79,7 @@ async def generate(state: ServerState, request: Request):
             async for _ in merged([gen]):
                 yield sse(response_body(state, gen, req))
             yield DONE
-        except (APIError, ValueError, RuntimeError) as e:
+        except Exception as e:  # the stream has started: report in-band, never drop the connection silently
             yield error_event(e)
             yield DONE
         finally:

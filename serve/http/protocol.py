@@ -215,11 +215,16 @@ def parse_body(model: type[M], raw: bytes) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as e:
-        err = e.errors()[0]
+        errors = e.errors()
+        err = errors[0]
         if err["type"] == "json_invalid":
             raise bad_request(f"the request body is not valid JSON: {err['msg']}", code="invalid_json") from None
-        loc = ".".join(str(p) for p in err.get("loc", ()))
+        loc = ".".join(str(p) for p in err.get("loc", ()) if not _is_type_tag(p))
         msg = err["msg"]
+        if any(_is_type_tag(p) for p in err.get("loc", ())) and len(errors) > 1:
+            # A union field (e.g. `prompt`, `stop`, `tool_choice`): one error per member; say what was sent.
+            loc = str(err["loc"][0]) if err.get("loc") else loc
+            msg = f"has the wrong type or value (got {_json_kind(err.get('input'))})"
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         if err["type"] == "model_type":
@@ -228,3 +233,22 @@ def parse_body(model: type[M], raw: bytes) -> M:
         if err["type"] == "missing":
             text = f"{loc}: this field is required"
         raise bad_request(text, param=loc or None) from None
+
+
+def _is_type_tag(part) -> bool:
+    """pydantic names union members in error locations (`str`, `list[int]`, `function-after[...]`)."""
+    return isinstance(part, str) and (part in {"str", "int", "float", "bool", "dict"} or "[" in part)
+
+
+def _json_kind(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else type(value).__name__

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 
 import anyio
 
 from serve.http.errors import APIError
 from serve.http.generation import Generation, Step
+
+log = logging.getLogger("glm5.serve")
 
 DONE = "data: [DONE]\n\n"
 
@@ -27,6 +30,7 @@ def error_event(exc: BaseException) -> str:
     """An error inside an already-started stream: sglang / vLLM send an error object as an event."""
     if isinstance(exc, APIError):
         return sse(exc.body())
+    log.error("error inside a stream", exc_info=exc)
     return sse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body())
 
 

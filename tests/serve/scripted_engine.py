@@ -28,8 +28,9 @@ class Out:
 
 
 class ScriptedEngine:
-    def __init__(self, tokenizer, script="Hello there.", delay: float = 0.0, max_model_len: int = 256,
-                 num_blocks: int = 4096):
+    def __init__(
+        self, tokenizer, script="Hello there.", delay: float = 0.0, max_model_len: int = 256, num_blocks: int = 4096
+    ):
         self.tokenizer = tokenizer
         self.script = script  # str, or callable(prompt_ids, params) -> str
         self.delay = delay
@@ -44,9 +45,14 @@ class ScriptedEngine:
 
     def metrics(self) -> dict:
         used = sum(self.live.values())
-        return {"num_running": len(self.live), "num_waiting": 0, "kv_cache_usage": used / self.num_blocks,
-                "num_free_blocks": self.num_blocks - used, "num_total_blocks": self.num_blocks,
-                "prefix_cache_hit_rate": 0.0}
+        return {
+            "num_running": len(self.live),
+            "num_waiting": 0,
+            "kv_cache_usage": used / self.num_blocks,
+            "num_free_blocks": self.num_blocks - used,
+            "num_total_blocks": self.num_blocks,
+            "prefix_cache_hit_rate": 0.0,
+        }
 
     def abort(self, request_id: str) -> None:
         self.aborted.add(request_id)

@@ -1,0 +1,313 @@
+"""The HTTP app driven by the official `openai` client (sync, async, streaming, tools, logprobs), over a real
+uvicorn server on loopback, with the scripted engine choosing what the "model" writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+
+from model.tokenizer import Tokenizer
+from serve.http.app import create_app
+from serve.http.settings import ServerSettings
+from tests.serve.scripted_engine import ScriptedEngine
+from tests.serve.server_thread import ServerThread
+
+MODEL = "glm-5-test"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+CALL = (
+    "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+    "<arg_value>3</arg_value></tool_call>"
+)
+
+
+def script(tok):
+    """What the scripted model writes, chosen by the prompt's text."""
+
+    def write(prompt_ids, params):
+        prompt = tok.decode(prompt_ids)
+        if prompt.endswith("<tool_call>get_weather"):
+            return "<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>"
+        if prompt.endswith("<tool_call>"):
+            return "get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"
+        last_user = prompt.rsplit("<|user|>", 1)[-1]
+        if "weather" in last_user:
+            return "The user wants weather.</think>Let me check." + CALL
+        if "stop" in last_user:
+            return "One two. STOP three four"
+        if "long" in last_user:
+            return " ".join(["word"] * 200)
+        if prompt.endswith("<think>"):
+            return "Six times seven.</think>The answer is 42."
+        return "The answer is 42."
+
+    return write
+
+
+@pytest.fixture(scope="module")
+def server():
+    tok = Tokenizer.shipped()
+    engine = ScriptedEngine(tok, script(tok), max_model_len=512)
+    with ServerThread(create_app(engine, tok, ServerSettings(MODEL))) as s:
+        s.wait_healthy()
+        s.engine, s.tok = engine, tok
+        yield s
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def ask(text):
+    return [{"role": "user", "content": text}]
+
+
+def last_prompt(server) -> str:
+    return server.tok.decode(server.engine.seen[-1][0])
+
+
+def test_chat_splits_reasoning_and_counts_usage(client, server):
+    r = client.chat.completions.create(model=MODEL, messages=ask("what is 6 x 7?"))
+    msg = r.choices[0].message
+    assert msg.content == "The answer is 42." and msg.model_extra["reasoning_content"] == "Six times seven."
+    assert r.choices[0].finish_reason == "stop" and r.object == "chat.completion" and r.model == MODEL
+    assert r.usage.prompt_tokens == len(server.engine.seen[-1][0])
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert 0 < r.usage.completion_tokens_details.reasoning_tokens < r.usage.completion_tokens
+    assert last_prompt(server).endswith("<|assistant|><think>")
+
+
+def test_thinking_off_through_chat_template_kwargs(client, server):
+    r = client.chat.completions.create(
+        model=MODEL, messages=ask("what is 6 x 7?"), extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
+    assert last_prompt(server).endswith("<|assistant|></think>")
+    assert r.choices[0].message.content == "The answer is 42."
+    assert r.choices[0].message.model_extra.get("reasoning_content") is None
+    assert r.usage.completion_tokens_details.reasoning_tokens == 0
+
+
+def test_tool_call_non_streaming(client, server):
+    r = client.chat.completions.create(model=MODEL, messages=ask("weather in Paris?"), tools=TOOLS)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Let me check."
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris", "days": 3}
+    assert "# Tools" in last_prompt(server) and '"name": "get_weather"' in last_prompt(server)
+
+
+def test_tool_call_streaming_deltas(client):
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=ask("weather in Paris?"),
+        tools=TOOLS,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    first = chunks[0].choices[0].delta
+    assert first.role == "assistant" and first.content == ""
+    tool_deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert tool_deltas[0].id and tool_deltas[0].function.name == "get_weather"  # id and name first
+    assert all(td.id is None and not td.function.name for td in tool_deltas[1:])  # then argument fragments
+    assert len(tool_deltas) > 2
+    args = "".join(td.function.arguments or "" for td in tool_deltas)
+    assert json.loads(args) == {"city": "Paris", "days": 3}
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["tool_calls"]
+    reasoning = "".join(c.choices[0].delta.model_extra.get("reasoning_content") or "" for c in chunks if c.choices)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert reasoning == "The user wants weather." and content == "Let me check."
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0  # usage last
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_tool_choice_none_keeps_calls_as_text(client, server):
+    r = client.chat.completions.create(model=MODEL, messages=ask("weather in Paris?"), tools=TOOLS, tool_choice="none")
+    assert "# Tools" not in last_prompt(server)
+    assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
+    assert "<tool_call>get_weather" in r.choices[0].message.content
+
+
+def test_tool_choice_named_and_required_force_a_call(client, server):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = client.chat.completions.create(model=MODEL, messages=ask("hi"), tools=TOOLS, tool_choice=named)
+    assert last_prompt(server).endswith("<|assistant|></think><tool_call>get_weather")
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Rome"}
+    assert r.choices[0].finish_reason == "tool_calls"
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ask("hi"), tools=TOOLS, tool_choice="required", stream=True
+    )
+    deltas = [tc for c in stream for tc in (c.choices[0].delta.tool_calls or [])]
+    assert last_prompt(server).endswith("</think><tool_call>")
+    assert deltas[0].function.name == "get_weather"
+    assert json.loads("".join(d.function.arguments or "" for d in deltas)) == {"city": "Oslo"}
+
+
+def test_n_choices_stream_and_not(client):
+    r = client.chat.completions.create(model=MODEL, messages=ask("what is 6 x 7?"), n=3, seed=5)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert all(c.message.content == "The answer is 42." for c in r.choices)
+    text = {0: "", 1: ""}
+    for c in client.chat.completions.create(model=MODEL, messages=ask("x"), n=2, stream=True):
+        for ch in c.choices:
+            text[ch.index] += ch.delta.content or ""
+    assert text == {0: "The answer is 42.", 1: "The answer is 42."}
+
+
+def test_seed_and_sampling_reach_the_engine(client, server):
+    client.chat.completions.create(
+        model=MODEL, messages=ask("x"), n=2, seed=11, temperature=0.5, top_p=0.9, extra_body={"top_k": 5}
+    )
+    params = [p for _, p in server.engine.seen[-2:]]
+    assert sorted(p.seed for p in params) == [11, 12]
+    assert all(p.temperature == 0.5 and p.top_p == 0.9 and p.top_k == 5 for p in params)
+
+
+def test_logprobs_and_top_logprobs(client):
+    r = client.chat.completions.create(model=MODEL, messages=ask("x"), logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert all(len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob == e.logprob for e in content)
+    assert content[0].logprob == -0.125 and content[1].logprob == -0.375
+    streamed = [
+        e
+        for c in client.chat.completions.create(model=MODEL, messages=ask("x"), logprobs=True, stream=True)
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]
+    assert [e.logprob for e in streamed] == [e.logprob for e in content]
+
+
+def test_stop_strings_stream_and_not(client):
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=ask("please stop"),
+        stop=["STOP"],
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    assert r.choices[0].message.content == "One two." and r.choices[0].finish_reason == "stop"
+    pieces = [
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=MODEL,
+            messages=ask("please stop"),
+            stop="STOP",
+            stream=True,
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+        )
+        if c.choices
+    ]
+    assert "".join(pieces) == "One two." and not any("ST" in p for p in pieces)
+
+
+def test_max_tokens_and_max_completion_tokens(client):
+    for kwargs in ({"max_tokens": 5}, {"max_completion_tokens": 7}):
+        r = client.chat.completions.create(model=MODEL, messages=ask("say something long"), **kwargs)
+        assert r.choices[0].finish_reason == "length"
+        assert r.usage.completion_tokens == next(iter(kwargs.values()))
+
+
+def test_async_client_concurrent_streams(server):
+    async def main():
+        c = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+        async def one(i):
+            out = ""
+            async for ch in await c.chat.completions.create(model=MODEL, messages=ask(f"q{i}"), stream=True):
+                out += (ch.choices[0].delta.content or "") if ch.choices else ""
+            return out
+
+        results = await asyncio.gather(*(one(i) for i in range(8)))
+        r = await c.chat.completions.create(model=MODEL, messages=ask("x"))
+        await c.close()
+        return results, r
+
+    results, r = asyncio.run(main())
+    assert results == ["The answer is 42."] * 8 and r.choices[0].message.content == "The answer is 42."
+
+
+def test_completions_text_batch_echo_logprobs(client, server):
+    r = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=50, logprobs=2)
+    assert r.choices[0].text == "The answer is 42." and r.choices[0].finish_reason == "stop"
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == r.usage.completion_tokens
+    assert lp.text_offset[0] == 0 and all(len(t) == 2 for t in lp.top_logprobs)
+    ids = server.tok.encode("Once upon")
+    r2 = client.completions.create(model=MODEL, prompt=[ids, server.tok.encode("Twice")], n=2, max_tokens=3, echo=True)
+    assert [c.index for c in r2.choices] == [0, 1, 2, 3]
+    assert r2.choices[0].text.startswith("Once upon") and r2.choices[2].text.startswith("Twice")
+    assert all(c.finish_reason == "length" for c in r2.choices) and r2.usage.completion_tokens == 12
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model=MODEL, prompt="x", stream=True, max_tokens=50)
+        if c.choices
+    )
+    assert streamed == "The answer is 42."
+
+
+def test_models_routes(server, client):
+    models = client.models.list().data
+    assert [m.id for m in models] == [MODEL] and models[0].model_extra["max_model_len"] == 512
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4")
+
+
+def test_generate_token_in_token_out(server):
+    ids = server.tok.encode("Once upon a time")
+    r = httpx.post(
+        server.url + "/generate",
+        json={"input_ids": ids, "return_logprob": True, "sampling_params": {"max_new_tokens": 4, "temperature": 0}},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert len(body["output_ids"]) == 4 and body["meta_info"]["finish_reason"] == {"type": "length"}
+    assert [tid for _, tid in body["meta_info"]["output_token_logprobs"]] == body["output_ids"]
+    assert body["meta_info"]["weight_version"] == "scripted-1" and body["meta_info"]["prompt_tokens"] == len(ids)
+    assert server.engine.seen[-1][0] == ids
+    with httpx.stream(
+        "POST",
+        server.url + "/generate",
+        json={"input_ids": ids, "stream": True, "sampling_params": {"max_new_tokens": 3}},
+    ) as s:
+        events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:") and "[DONE]" not in line]
+    assert [len(e["output_ids"]) for e in events] == [1, 2, 3]
+
+
+def test_metrics_exposition(server, client):
+    client.chat.completions.create(model=MODEL, messages=ask("x"))
+    text = httpx.get(server.url + "/metrics").text
+    for name in (
+        "glm5:time_to_first_token_seconds_bucket",
+        "glm5:inter_token_latency_seconds_count",
+        "glm5:e2e_request_latency_seconds_sum",
+        "glm5:num_running_reqs",
+        "glm5:num_queue_reqs",
+        "glm5:token_usage",
+        "glm5:cache_hit_rate",
+        "glm5:generation_tokens_total",
+    ):
+        assert name in text, name
+    count = next(line for line in text.splitlines() if line.startswith("glm5:e2e_request_latency_seconds_count"))
+    assert int(count.rsplit(" ", 1)[1]) >= 1
