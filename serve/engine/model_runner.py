@@ -74,6 +74,9 @@ class ModelRunner:
         )
         self.kv = KVCache(self.cfg, num_blocks, engine_cfg.block_size, self.dtype, self.device)
         self.sampler = Sampler()
+        # Latents (c_kv + k_pe of one token in one layer) read by batched decode attention: with DSA this
+        # grows with index_topk, not with the context. Benchmarks and tests read it.
+        self.decode_latents_read = 0
 
     # ---- step preparation -------------------------------------------------------------------------
 
@@ -177,6 +180,7 @@ class ModelRunner:
             slots_BK[b, : len(s)] = s
             valid_BK[b, : len(s)] = True
         c_BKC, pe_BKR = c_flat[slots_BK], pe_flat[slots_BK]
+        self.decode_latents_read += sum(len(s) for s in selected)
         w = attn._kv_b_weight()  # [H, Dn + Dv, C]
         w_uk, w_uv = w[:, : attn.dn], w[:, attn.dn :]
         q_abs_BHC = torch.einsum("bhd,hdc->bhc", q_nope_BHD, w_uk)
