@@ -169,3 +169,11 @@ class BlockManager:
             # If an identical block exists already (two equal prompts computed side by side), keep the first.
             self.hash_to_block.setdefault(h, block.block_id)
         seq.num_committed_blocks, seq.last_block_hash = max(num_full, seq.num_committed_blocks), h
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block (new weights make them stale). Blocks in use stay allocated but are
+        no longer found by hits; their sequences re-register nothing already committed."""
+        self.hash_to_block.clear()
+        for block in self.blocks:
+            block.hash = None
+            block.token_ids = ()
