@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -36,24 +37,29 @@ async def one_token(state: ServerState, timeout: float) -> None:
         raise RuntimeError(f"warm-up produced {len(result.token_ids)} tokens ({result.finish_reason})")
 
 
-async def warm_up(state: ServerState) -> None:
+async def warm_up(state: ServerState, on_ready: Callable[[], None] | None) -> None:
     try:
         await one_token(state, state.settings.warmup_timeout_s)
         state.ready = True
         log.info("warm-up generation succeeded; the server is ready")
+        if on_ready is not None:
+            on_ready()
     except Exception as e:  # /health keeps answering 503 and says why
         state.warmup_error = f"{type(e).__name__}: {e}"
         log.exception("warm-up generation failed")
 
 
-def create_app(engine: AsyncEngine, tokenizer, settings: ServerSettings) -> FastAPI:
+def create_app(
+    engine: AsyncEngine, tokenizer, settings: ServerSettings, on_ready: Callable[[], None] | None = None
+) -> FastAPI:
+    """The app over `engine`; `tokenizer` needs encode / decode / eos_token_ids (model.tokenizer.Tokenizer)."""
     state = ServerState(engine, tokenizer, settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
         task = None
         if settings.warmup:
-            task = asyncio.create_task(warm_up(state))
+            task = asyncio.create_task(warm_up(state, on_ready))
         else:
             state.ready = True
         yield

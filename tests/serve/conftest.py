@@ -16,3 +16,16 @@ def find_free_port() -> int:
 @pytest.fixture
 def free_port() -> int:
     return find_free_port()
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A real checkpoint directory: the `tiny` preset with random weights, and glm5's shipped tokenizer files."""
+    from model.config import preset
+    from model.modeling import GLM5ForCausalLM
+    from model.tokenizer import save_tokenizer_files
+
+    path = tmp_path_factory.mktemp("tiny-glm5")
+    GLM5ForCausalLM.from_config(preset("tiny"), seed=0).save_pretrained(path)
+    save_tokenizer_files(path)
+    return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from model.config import preset
 from model.modeling import GLM5ForCausalLM
 

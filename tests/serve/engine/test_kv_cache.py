@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model.config import memory_bytes, preset
 
+from model.config import memory_bytes, preset
 from serve.engine.config import EngineConfig
 from serve.engine.engine import LLMEngine
 from serve.engine.kv_cache import KVCache
