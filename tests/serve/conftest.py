@@ -29,3 +29,16 @@ def tiny_checkpoint(tmp_path_factory):
     GLM5ForCausalLM.from_config(preset("tiny"), seed=0).save_pretrained(path)
     save_tokenizer_files(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_checkpoint):
+    """The real embedded engine over the tiny checkpoint (context 512, 16 sequences at once), shared by the
+    HTTP tests: (EmbeddedEngine, Tokenizer)."""
+    from rich.console import Console
+
+    from serve.http.server import load_engine
+
+    engine, tok = load_engine(tiny_checkpoint, None, False, 16, 512, Console(quiet=True))
+    yield engine, tok
+    engine.shutdown()

@@ -20,19 +20,12 @@ MODEL = "tiny"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_checkpoint):
-    from rich.console import Console
-
-    from serve.http.server import load_engine
-
-    engine, tok = load_engine(tiny_checkpoint, None, False, 16, 512, Console(quiet=True))
-    try:
-        with ServerThread(create_app(engine, tok, ServerSettings(MODEL, max_in_flight=128))) as s:
-            s.wait_healthy()
-            s.engine, s.tok = engine, tok
-            yield s
-    finally:
-        engine.shutdown()
+def server(tiny_engine):
+    engine, tok = tiny_engine
+    with ServerThread(create_app(engine, tok, ServerSettings(MODEL, max_in_flight=128))) as s:
+        s.wait_healthy()
+        s.engine, s.tok = engine, tok
+        yield s
 
 
 @pytest.fixture
