@@ -17,7 +17,7 @@ from glm5cli.app import app
 from tests.serve.conftest import find_free_port, tiny_checkpoint  # noqa: F401  (a fixture)
 
 
-def test_serve_embedded_process(tiny_checkpoint):
+def test_serve_embedded_process(tiny_checkpoint):  # noqa: F811 (the imported fixture)
     port = find_free_port()
     proc = subprocess.Popen(
         [
