@@ -113,6 +113,8 @@ def create_app(
         if not state.ready:
             detail = state.warmup_error or "warming up"
             return JSONResponse({"status": "starting", "detail": detail}, status_code=503)
+        if not getattr(engine, "healthy", True):
+            return JSONResponse({"status": "unhealthy", "detail": "the engine has stopped"}, status_code=503)
         return {"status": "ok"}
 
     @app.get("/health_generate")

@@ -5,6 +5,7 @@ Prompt. Messages and tools are rendered with GLM-5's template (model/chat.py); `
 - "auto" (the default with tools): the model decides; its `<tool_call>` blocks become `tool_calls`.
 - "none": the tools are left out of the prompt and nothing is parsed as a call (vLLM's behaviour with
   `--exclude-tools-when-tool-choice-none`).
+- `parallel_tool_calls: false` keeps only the first call.
 - "required" / a named function: there is no grammar-constrained decoding here, so the call is forced by
   prefilling the assistant turn: thinking is closed (`</think>`) and the turn starts with `<tool_call>` (plus the
   name, for a named function). The prefilled text is fed to the parser like generated text, so the client sees an
@@ -95,6 +96,14 @@ def finish_reason(reason: str | None, called_tools: bool) -> str:
     return reason or "stop"
 
 
+def _first_call_only(delta: dict) -> dict | None:
+    """`parallel_tool_calls: false`: drop every call after the first (None when nothing is left to send)."""
+    if "tool_calls" not in delta:
+        return delta
+    calls = [c for c in delta["tool_calls"] if c["index"] == 0]
+    return {**delta, "tool_calls": calls} if calls else None
+
+
 def _merge_reasoning(delta: dict, separate: bool) -> dict:
     if separate or "reasoning_content" not in delta:
         return delta
@@ -130,6 +139,8 @@ async def chat_completions(state: ServerState, request: Request):
         for i, res in enumerate(results):
             parser = StreamParser(prompt.parser_tools, prompt.thinking)
             deltas = parser.feed(prompt.prefill + res.text) + parser.finish()
+            if req.parallel_tool_calls is False:
+                deltas = [d for d in map(_first_call_only, deltas) if d is not None]
             msg = accumulate(deltas).to_message()
             if not req.separate_reasoning and msg.get("reasoning_content"):
                 msg["content"] = msg.pop("reasoning_content") + (msg["content"] or "")
@@ -183,6 +194,8 @@ async def chat_completions(state: ServerState, request: Request):
                 deltas = parser.feed(step.text) if step.text else []
                 if step.finish_reason is not None:
                     deltas += parser.finish()
+                if req.parallel_tool_calls is False:
+                    deltas = [d for d in map(_first_call_only, deltas) if d is not None]
                 for d in deltas:
                     lp = None
                     if req.logprobs and pending_lps[i]:

@@ -24,6 +24,12 @@ class EmbeddedEngine:
     def weights_version(self) -> int:
         return self.core.weights_version
 
+    @property
+    def healthy(self) -> bool:
+        """False once the engine thread has died (every request would fail): /health turns 503."""
+        thread = getattr(self.llm, "_thread", None)
+        return getattr(self.llm, "_error", None) is None and (thread is None or thread.is_alive())
+
     def generate(self, prompt_token_ids: list[int], params, request_id: str) -> AsyncIterator:
         return self.llm.generate(list(prompt_token_ids), params, request_id)
 

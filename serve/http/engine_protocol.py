@@ -41,6 +41,8 @@ class AsyncEngine(Protocol):
         """Stop a request and free its KV blocks (may be a coroutine function)."""
         ...
 
+    # Optional: `healthy` (bool property); when present and False, /health answers 503.
+
     def metrics(self) -> dict[str, float]:
         """Gauges and counters; the app reads the keys it knows: num_running, num_waiting, kv_cache_usage,
         prefix_cache_hit_rate, num_free_blocks, num_total_blocks, spec_accepted_tokens, spec_draft_tokens."""

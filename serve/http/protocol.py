@@ -26,7 +26,6 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: bool = False
-    continuous_usage_stats: bool = False
 
 
 class FunctionDefinition(_Body):

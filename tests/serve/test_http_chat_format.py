@@ -221,3 +221,27 @@ def test_stop_strings_stream_and_not(client):
         if c.choices
     ]
     assert "".join(pieces) == "One two." and not any("ST" in p for p in pieces)
+
+
+def test_parallel_tool_calls_false_keeps_the_first(server, client):
+    engine = server.engine
+    original = engine.script
+    engine.script = lambda ids, params: CALL + CALL.replace("Paris", "Lima")
+    try:
+        both = client.chat.completions.create(model=MODEL, messages=ask("x"), tools=TOOLS)
+        assert [json.loads(c.function.arguments)["city"] for c in both.choices[0].message.tool_calls] == [
+            "Paris",
+            "Lima",
+        ]
+        one = client.chat.completions.create(model=MODEL, messages=ask("x"), tools=TOOLS, parallel_tool_calls=False)
+        assert [json.loads(c.function.arguments)["city"] for c in one.choices[0].message.tool_calls] == ["Paris"]
+        streamed = [
+            tc
+            for c in client.chat.completions.create(
+                model=MODEL, messages=ask("x"), tools=TOOLS, parallel_tool_calls=False, stream=True
+            )
+            for tc in (c.choices[0].delta.tool_calls or [])
+        ]
+        assert {tc.index for tc in streamed} == {0}
+    finally:
+        engine.script = original
