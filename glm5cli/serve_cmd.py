@@ -33,6 +33,7 @@ def serve(
     max_num_seqs: int | None = typer.Option(None, help="Most requests decoded at once."),
     max_queue: int = typer.Option(256, help="Most requests waiting; more get 429 (embedded engine)."),
     max_model_len: int | None = typer.Option(None, help="Context length (default: the checkpoint's)."),
+    kv_cache_gib: float | None = typer.Option(None, help="KV-cache memory for the embedded engine, GiB."),
     engine: EngineChoice = typer.Option(EngineChoice.embedded, help="embedded, or an external engine to launch."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the sglang/vLLM command and exit."),
     nnodes: int = typer.Option(1, help="Nodes in a multi-node sglang/vLLM launch."),
@@ -73,6 +74,7 @@ def serve(
             max_num_seqs=max_num_seqs,
             max_queue=max_queue,
             max_model_len=max_model_len,
+            kv_cache_gib=kv_cache_gib,
         )
         raise typer.Exit(code)
 

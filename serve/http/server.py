@@ -24,6 +24,7 @@ def load_engine(
     max_num_seqs: int | None,
     max_model_len: int | None,
     console: Console,
+    kv_cache_gib: float | None = None,
 ):
     """Build the embedded engine over `model_dir`, showing what it is doing while the weights load."""
     import torch
@@ -44,6 +45,8 @@ def load_engine(
         kwargs["max_num_seqs"] = max_num_seqs
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
+    if kv_cache_gib:
+        kwargs["kv_cache_gib"] = kv_cache_gib
     if speculative:
         kwargs["speculative" if "speculative" in fields else "num_speculative_tokens"] = (
             "mtp" if "speculative" in fields else 1
@@ -74,6 +77,7 @@ def run_embedded(
     max_num_seqs: int | None,
     max_queue: int,
     max_model_len: int | None,
+    kv_cache_gib: float | None = None,
 ) -> int:
     import uvicorn
 
@@ -81,7 +85,7 @@ def run_embedded(
     from serve.http.settings import ServerSettings
 
     console = Console(stderr=True)
-    engine, tokenizer = load_engine(model_dir, quant, speculative, max_num_seqs, max_model_len, console)
+    engine, tokenizer = load_engine(model_dir, quant, speculative, max_num_seqs, max_model_len, console, kv_cache_gib)
     if tokenizer is None:
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")
     name = served_model_name or model_dir.resolve().name

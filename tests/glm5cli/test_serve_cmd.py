@@ -11,12 +11,14 @@ import time
 
 import httpx
 import openai
+import pytest
 from typer.testing import CliRunner
 
 from glm5cli.app import app
 from tests.serve.conftest import find_free_port, tiny_checkpoint  # noqa: F401  (a fixture)
 
 
+@pytest.mark.slow
 def test_serve_embedded_process(tiny_checkpoint):  # noqa: F811 (the imported fixture)
     port = find_free_port()
     proc = subprocess.Popen(

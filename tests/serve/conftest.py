@@ -39,6 +39,6 @@ def tiny_engine(tiny_checkpoint):
 
     from serve.http.server import load_engine
 
-    engine, tok = load_engine(tiny_checkpoint, None, False, 16, 512, Console(quiet=True))
+    engine, tok = load_engine(tiny_checkpoint, None, False, 16, 512, Console(quiet=True), kv_cache_gib=0.05)
     yield engine, tok
     engine.shutdown()

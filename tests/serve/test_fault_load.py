@@ -18,8 +18,8 @@ from tests.serve.server_thread import ServerThread
 
 MODEL = "tiny"
 CLIENTS = 64
-DISTINCT = 16
-MAX_TOKENS = 24
+DISTINCT = 8
+MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +70,10 @@ def test_64_clients_a_quarter_hang_up(server):
     async def main():
         limits = httpx.Limits(max_connections=CLIENTS + 8)
         async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as c:
-            t_start = time.monotonic()
             alone = [await stream_one(c, i, None) for i in range(DISTINCT)]
             t0 = time.monotonic()
             together = await asyncio.gather(*(stream_one(c, i, cut.get(i)) for i in range(CLIENTS)))
-            took = time.monotonic() - t0
-            print(f"alone {t0 - t_start:.1f}s together {took:.1f}s")
-            return alone, together, took
+            return alone, together, time.monotonic() - t0
 
     alone, together, took = asyncio.run(main())
     for i, got in enumerate(together):
