@@ -228,6 +228,8 @@ class GLM5Config:
                 kwargs[key] = tuple(value) if isinstance(value, list) else value
             elif key not in _IGNORED_KEYS:
                 extra[key] = value
+        if "rope_parameters" not in raw and raw.get("rope_theta") is not None:  # older files: theta at top level
+            kwargs["rope_parameters"] = {"rope_theta": float(raw["rope_theta"]), "rope_type": "default"}
         if "dtype" not in kwargs and isinstance(raw.get("torch_dtype"), str):
             kwargs["dtype"] = raw["torch_dtype"]
         for key in sorted(set(extra) - _reported_unknown):
