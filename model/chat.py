@@ -15,7 +15,8 @@ through transformers' `apply_chat_template`:
 There is no end-of-message token: the model ends its turn by emitting the next role tag (`<|user|>` or
 `<|observation|>`, both eos) or `<|endoftext|>`. For training, that tag is attributed to the assistant message
 and marked generated; a conversation whose last message is an assistant turn gets a closing `<|endoftext|>`
-(`close_final_turn=True`, the default of `render_for_training`; `render` never adds it).
+(`close_final_turn=True`, the default of `render_for_training`; `render` never adds it). An assistant turn
+followed by a system or another assistant message has no end token (neither tag is an eos token).
 
 Prefix stability. Rendering messages[:k] (without generation prompt, ignoring the closing `<|endoftext|>`) gives a
 prefix of rendering messages -- except where the template breaks it on purpose:
@@ -124,7 +125,7 @@ def tool_call_function(call: Any, index: int, j: int) -> tuple[str, dict]:
     return name, dict(args)
 
 
-def _reasoning_and_content(m: Mapping, index: int) -> tuple[str, str]:
+def reasoning_and_content(m: Mapping, index: int) -> tuple[str, str]:
     content = message_text(m.get("content"), index)
     reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
     if isinstance(reasoning, str):
@@ -169,6 +170,9 @@ def normalize_messages(messages: Sequence[Any]) -> list[dict]:
 
 
 def tools_block(tools: Sequence[Mapping]) -> str:
+    for i, t in enumerate(tools):
+        if not isinstance(t, Mapping):
+            raise ValueError(f"tools[{i}]: not an object")
     return TOOLS_HEADER + "".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tools) + TOOLS_FOOTER
 
 
@@ -215,7 +219,7 @@ def render_segments(
         elif role == "tool":
             segs.append(Segment(f"<tool_response>{message_text(m.get('content'), i)}</tool_response>", i, False))
         else:
-            reasoning, content = _reasoning_and_content(m, i)
+            reasoning, content = reasoning_and_content(m, i)
             if (not clear_thinking or i > last_user) and reasoning:
                 segs.append(Segment("<think>", i, False))  # the thinking generation prompt ends with it
                 segs.append(Segment(reasoning.strip() + "</think>", i, True))
@@ -285,6 +289,6 @@ def render_completion(message: Mapping, enable_thinking: bool = True) -> str:
     msgs = _check([message])
     if msgs[0]["role"] != "assistant":
         raise ValueError("message 0: render_completion takes an assistant message")
-    reasoning, content = _reasoning_and_content(message, 0)
+    reasoning, content = reasoning_and_content(message, 0)
     head = reasoning.strip() + "</think>" if enable_thinking else ""
     return head + content.strip() + tool_calls_text(message, 0)

@@ -74,20 +74,25 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def string_params(tools: Sequence[Mapping] | None) -> dict[str, set[str]] | None:
-    """Tool name -> names of its parameters whose schema type is string. None when no tools were given."""
+def string_params(tools: Sequence[Any] | None) -> dict[str, set[str]] | None:
+    """Tool name -> names of its parameters whose schema type is string. None when no tools were given.
+    Takes OpenAI tool dicts (or objects with `model_dump()`, e.g. a server's request models); a malformed
+    entry declares no tool rather than raising."""
     if tools is None:
         return None
     out: dict[str, set[str]] = {}
     for tool in tools:
+        if callable(getattr(tool, "model_dump", None)):
+            tool = tool.model_dump()
         f = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
             continue
-        props = (f.get("parameters") or {}).get("properties") or {}
+        params = f.get("parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
         names = set()
         for key, schema in props.items() if isinstance(props, Mapping) else ():
             t = schema.get("type") if isinstance(schema, Mapping) else None
-            if t == "string" or (isinstance(t, list) and set(t) - {"null"} == {"string"}):
+            if t == "string" or t == ["string"]:
                 names.add(key)
         out[f["name"]] = names
     return out
@@ -147,6 +152,10 @@ class StreamParser:
         self._fresh = True  # nothing but whitespace seen yet
         self._n_calls = 0
         self._finished = False
+        # The call being read: its raw text (kept until the name proves valid), name, current key and value.
+        self._call: dict = {}
+        self._raw = self._name = self._key = self._value = ""
+        self._streaming = False  # the current value is string-typed and sent as it arrives
 
     @property
     def has_tool_calls(self) -> bool:
@@ -366,6 +375,7 @@ def _coalesce(deltas: list[dict]) -> list[dict]:
             and "tool_calls" in d
             and "tool_calls" in prev
             and "id" not in d["tool_calls"][0]
+            and "id" not in prev["tool_calls"][0]
             and d["tool_calls"][0]["index"] == prev["tool_calls"][0]["index"]
         ):
             p = prev["tool_calls"][0]

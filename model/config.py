@@ -228,6 +228,8 @@ class GLM5Config:
                 kwargs[key] = tuple(value) if isinstance(value, list) else value
             elif key not in _IGNORED_KEYS:
                 extra[key] = value
+        if "rope_parameters" not in raw and raw.get("rope_theta") is not None:  # older files: theta at top level
+            kwargs["rope_parameters"] = {"rope_theta": float(raw["rope_theta"]), "rope_type": "default"}
         if "dtype" not in kwargs and isinstance(raw.get("torch_dtype"), str):
             kwargs["dtype"] = raw["torch_dtype"]
         for key in sorted(set(extra) - _reported_unknown):
@@ -420,8 +422,11 @@ def memory_bytes(cfg: GLM5Config) -> dict[str, int]:
     }
 
 
-def gib(n_bytes: int) -> float:
-    return n_bytes / 2**30
+def human_bytes(n_bytes: int) -> str:
+    for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= div:
+            return f"{n_bytes / div:.2f} {unit}"
+    return f"{n_bytes} B"
 
 
 def human_count(n: int) -> str:

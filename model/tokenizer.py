@@ -90,6 +90,10 @@ class Tokenizer:
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special_ids
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return self._special_ids
+
     # ---- text ----
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
@@ -114,7 +118,7 @@ def tokenizer_config(tokenizer: Tokenizer) -> dict:
     """`tokenizer_config.json` in the form transformers' `AutoTokenizer` loads (the chat template is the
     separate `chat_template.jinja` file, which transformers picks up from the same directory)."""
     added = {}
-    for tid in sorted(tokenizer._special_ids):
+    for tid in sorted(tokenizer.special_ids):
         added[str(tid)] = {
             "content": tokenizer.id_to_token(tid),
             "lstrip": False,
