@@ -39,6 +39,7 @@ def serve(
     disable_ignore_eos: bool = typer.Option(False, "--disable-ignore-eos", help="Let requests stop at EOS."),
     warmup_requests: int = typer.Option(1, help="Requests sent (and not measured) before the run."),
     seed: int = typer.Option(0, help="Seed for prompts and arrival times."),
+    goodput: str | None = typer.Option(None, help="SLOs for goodput, in ms: 'ttft:500 tpot:50 e2el:2000'."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of a table."),
     output_file: Path | None = typer.Option(None, help="Append the summary as one JSON line to this file."),
 ) -> None:
@@ -46,8 +47,14 @@ def serve(
     import asyncio
 
     from serve.bench.dataset import random_dataset, shared_prefix_dataset
+    from serve.bench.metrics import parse_slos
     from serve.bench.report import append_jsonl, summary_table
     from serve.bench.runner import BenchConfig, BenchError, run_benchmark
+
+    try:
+        slos = parse_slos(goodput)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
 
     if dataset == "random":
         requests = random_dataset(num_prompts, random_input_len, random_output_len, random_range_ratio, seed)
@@ -72,6 +79,7 @@ def serve(
         ignore_eos=not disable_ignore_eos,
         warmup_requests=warmup_requests,
         seed=seed,
+        slos=tuple(slos.items()),
     )
     try:
         summary = asyncio.run(run_benchmark(config, requests))

@@ -119,7 +119,15 @@ def serve(
         fail(str(e), code=EXIT_USAGE)
 
     if dry_run:
-        typer.echo(command.display())
+        if nnodes > 1 and node_rank == 0:
+            # One command per node, so the whole launch can be read (or pasted into a job script) at once.
+            from dataclasses import replace
+
+            for rank in range(nnodes):
+                typer.echo(f"# node {rank}")
+                typer.echo(build(replace(topo, node_rank=rank), opts, program).display())
+        else:
+            typer.echo(command.display())
         raise typer.Exit(0)
     if program is None:
         try:
@@ -138,6 +146,7 @@ def serve(
     server = ExternalServer(
         command,
         health_url=f"http://{health_host}:{port}/health",
+        health_headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         log=lambda line: console.out(f"{engine.value}| {line}", highlight=False),
         on_ready=lambda: err_console.print(
             f"[bold green]ready[/] http://{host}:{port}/v1 (model {served_model_name or os.path.basename(model)})"

@@ -3,6 +3,7 @@
 - TTFT: request start -> first generated text.     - ITL: every gap between successive text chunks.
 - TPOT: (latency - TTFT) / (output tokens - 1), per request with more than one output token.
 - E2E latency: request start -> last byte.          - Concurrency: sum of request latencies / wall time.
+- Goodput: completed requests per second that met every SLO given (`--goodput ttft:500 tpot:50 e2el:2000`, ms).
 Times are reported in milliseconds; throughputs per second of wall time (the benchmark's duration).
 """
 
@@ -38,11 +39,37 @@ def describe(values_s: list[float]) -> dict[str, float]:
     return out
 
 
-def summarize(results: list[RequestResult], duration_s: float) -> dict:
+SLO_KEYS = ("ttft", "tpot", "e2el")
+
+
+def parse_slos(spec: str | None) -> dict[str, float]:
+    """`"ttft:500 tpot:50"` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds), vLLM's `--goodput` syntax."""
+    slos: dict[str, float] = {}
+    for part in (spec or "").replace(",", " ").split():
+        key, _, value = part.partition(":")
+        if key not in SLO_KEYS:
+            raise ValueError(f"--goodput {part!r}: the metric must be one of {', '.join(SLO_KEYS)}")
+        try:
+            slos[key] = float(value)
+        except ValueError:
+            raise ValueError(f"--goodput {part!r}: expected METRIC:MILLISECONDS") from None
+    return slos
+
+
+def _tpot(r: RequestResult) -> float:
+    return (r.latency - r.ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
+
+
+def meets(r: RequestResult, slos: dict[str, float]) -> bool:
+    values = {"ttft": r.ttft, "tpot": _tpot(r), "e2el": r.latency}
+    return all(values[k] * 1000 <= limit for k, limit in slos.items())
+
+
+def summarize(results: list[RequestResult], duration_s: float, slos: dict[str, float] | None = None) -> dict:
     ok = [r for r in results if r.success]
     total_in = sum(r.prompt_tokens for r in ok)
     total_out = sum(r.output_tokens for r in ok)
-    tpots = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    tpots = [_tpot(r) for r in ok if r.output_tokens > 1]
     duration = max(duration_s, 1e-9)
     summary = {
         "completed": len(ok),
@@ -57,6 +84,9 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
         "concurrency": sum(r.latency for r in ok) / duration,
         "errors": sorted({r.error for r in results if not r.success})[:10],
     }
+    if slos:
+        summary["slos_ms"] = dict(slos)
+        summary["request_goodput"] = sum(meets(r, slos) for r in ok) / duration
     for name, values in (
         ("ttft", [r.ttft for r in ok]),
         ("itl", [gap for r in ok for gap in r.itl]),

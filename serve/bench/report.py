@@ -32,6 +32,9 @@ def summary_table(summary: dict) -> Table:
         ("Total token throughput (tok/s)", f"{summary['total_token_throughput']:.2f}"),
         ("Concurrency", f"{summary['concurrency']:.2f}"),
     ]
+    if "request_goodput" in summary:
+        slos = " ".join(f"{k}<={v:g}ms" for k, v in summary["slos_ms"].items())
+        rows.append((f"Request goodput (req/s, {slos})", f"{summary['request_goodput']:.2f}"))
     for name, value in rows:
         table.add_row(name, value)
     for key, title in METRICS:

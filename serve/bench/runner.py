@@ -28,6 +28,7 @@ class BenchConfig:
     warmup_requests: int = 1
     seed: int = 0
     timeout_s: float = 600.0
+    slos: tuple[tuple[str, float], ...] = ()  # goodput SLOs in ms: (("ttft", 500.0), ...)
 
 
 class BenchError(RuntimeError):
@@ -86,7 +87,7 @@ async def run_benchmark(config: BenchConfig, requests: list[BenchRequest]) -> di
             tasks.append(asyncio.create_task(one(req)))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
-    summary = summarize(list(results), duration)
+    summary = summarize(list(results), duration, dict(config.slos))
     summary.update(
         {
             "base_url": config.base_url,

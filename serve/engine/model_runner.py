@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from model.rope import apply_rope
 from torch.profiler import record_function
 
+from model.rope import apply_rope
 from serve.engine.config import EngineConfig
 from serve.engine.fused_weights import FusedLayer, fuse_layer
 from serve.engine.kv_cache import KVCache

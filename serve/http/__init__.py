@@ -14,6 +14,7 @@ Module map:
 - chat.py             /v1/chat/completions: render (GLM-5 template, tools, tool_choice, thinking), parse
                       reasoning and tool calls (GLM-5's glm45 / glm47 formats), stream or assemble.
 - completions.py      /v1/completions.
+- tokenize.py         /v1/tokenize and /v1/detokenize.
 - native.py           /generate: token ids in; ids, logprobs and the weights' version out (for RL).
 - metrics.py          Prometheus text exposition: latency histograms, token counters, engine gauges.
 - app.py              `create_app(engine, tokenizer, settings)`: routes, auth, /health (503 until the warm-up

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from serve.engine.sampling_params import SamplingParams
-from serve.http import chat, completions, native
+from serve.http import chat, completions, native, tokenize
 from serve.http.auth import BearerAuth
 from serve.http.engine_protocol import AsyncEngine, EngineBusy
 from serve.http.errors import APIError, install_error_handlers
@@ -86,6 +86,14 @@ def create_app(
     @app.post("/generate")
     async def _generate(request: Request):
         return await native.generate(state, request)
+
+    @app.post("/v1/tokenize")
+    async def _tokenize(request: Request):
+        return await tokenize.tokenize(state, request)
+
+    @app.post("/v1/detokenize")
+    async def _detokenize(request: Request):
+        return await tokenize.detokenize(state, request)
 
     def model_card() -> dict:
         name = settings.served_model_name

@@ -11,6 +11,9 @@ Prompt. Messages and tools are rendered with GLM-5's template (model/chat.py); `
   name, for a named function). The prefilled text is fed to the parser like generated text, so the client sees an
   ordinary call. The model still writes the arguments.
 
+`reasoning_effort`: "none" turns thinking off (OpenAI's meaning); the other levels leave it on (GLM-5's template
+has no budget knob; its `max` / `high` differ only in the serving stack's thinking budget, which we do not cap).
+
 Parsing. GLM-5's output goes through `model.chat_parse.StreamParser` (the `glm45` reasoning and `glm47` tool-call
 formats): reasoning comes out as `reasoning_content`, calls as OpenAI tool-call deltas (id and name first, then
 argument fragments), and a turn that called tools finishes with "tool_calls" instead of "stop".
@@ -49,6 +52,8 @@ class ChatPrompt:
 def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
     kwargs = req.chat_template_kwargs
     thinking = state.settings.enable_thinking
+    if req.reasoning_effort == "none":
+        thinking = False  # OpenAI's "no reasoning"; GLM-5's own levels (max, high) all think
     if kwargs and kwargs.enable_thinking is not None:
         thinking = kwargs.enable_thinking
     clear = True if not kwargs or kwargs.clear_thinking is None else kwargs.clear_thinking

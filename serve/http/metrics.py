@@ -74,6 +74,14 @@ ENGINE_GAUGES = {
 }
 
 
+# Engine counters (cumulative): metrics() key -> (exposed name, help).
+ENGINE_COUNTERS = {
+    "num_preemptions": ("glm5:num_preemptions_total", "Requests preempted (KV cache full) and recomputed."),
+    "spec_draft_tokens": ("glm5:spec_draft_tokens_total", "Speculative draft tokens proposed."),
+    "spec_accepted_tokens": ("glm5:spec_accepted_tokens_total", "Speculative draft tokens accepted."),
+}
+
+
 class ServerMetrics:
     def __init__(self, model_name: str):
         self.model_name = model_name
@@ -121,9 +129,16 @@ class ServerMetrics:
                 )
             scalar("glm5:requests_rejected_total", "counter", "Requests refused with 429.", self.rejected)
             scalar("glm5:requests_in_flight", "gauge", "Requests admitted by the HTTP app.", in_flight)
+            engine_metrics = dict(engine_metrics)
+            drafted = engine_metrics.get("spec_draft_tokens")
+            if drafted and "spec_accept_rate" not in engine_metrics:
+                engine_metrics["spec_accept_rate"] = engine_metrics.get("spec_accepted_tokens", 0) / drafted
             for key, (name, help_text) in ENGINE_GAUGES.items():
-                if key in engine_metrics and engine_metrics[key] is not None:
+                if engine_metrics.get(key) is not None:
                     scalar(name, "gauge", help_text, float(engine_metrics[key]))
+            for key, (name, help_text) in ENGINE_COUNTERS.items():
+                if engine_metrics.get(key) is not None:
+                    scalar(name, "counter", help_text, float(engine_metrics[key]))
             for hist in (self.ttft, self.itl, self.e2e):
                 lines.extend(hist.render(labels))
         return "\n".join(lines) + "\n"

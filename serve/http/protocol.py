@@ -97,7 +97,7 @@ class ChatCompletionRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0)
     chat_template_kwargs: ChatTemplateKwargs | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
     separate_reasoning: bool = True
     response_format: dict[str, Any] | None = None
 
@@ -150,6 +150,24 @@ def check_tool(i: int, tool: Tool) -> str:
     if not isinstance(required, list) or any(not isinstance(r, str) for r in required):
         raise ValueError(f"tools[{i}].function.parameters.required must be a list of names")
     return f.name
+
+
+class TokenizeRequest(_Body):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+
+    @model_validator(mode="after")
+    def _one_input(self):
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("send exactly one of prompt or messages")
+        return self
+
+
+class DetokenizeRequest(_Body):
+    model: str | None = None
+    tokens: list[int]
 
 
 class CompletionRequest(_Sampling):

@@ -32,6 +32,7 @@ class ExternalServer:
         startup_timeout: float = 3600.0,  # a 744B checkpoint can take tens of minutes to load
         poll_interval: float = 1.0,
         grace_period: float = 30.0,
+        health_headers: dict[str, str] | None = None,
     ):
         self.command = command
         self.health_url = health_url if command.serves_http else None
@@ -40,6 +41,7 @@ class ExternalServer:
         self.startup_timeout = startup_timeout
         self.poll_interval = poll_interval
         self.grace_period = grace_period
+        self.health_headers = health_headers or {}
         self.proc: subprocess.Popen | None = None
         self.ready = threading.Event()
         self._stopping = threading.Event()
@@ -94,7 +96,7 @@ class ExternalServer:
     def _wait_healthy(self) -> None:
         assert self.proc is not None and self.health_url
         deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(timeout=5.0) as client:
+        with httpx.Client(timeout=5.0, headers=self.health_headers) as client:
             while self.proc.poll() is None and not self._stopping.is_set():
                 try:
                     if client.get(self.health_url).status_code == 200:

@@ -48,3 +48,21 @@ def test_datasets_lengths_and_sharing():
     assert chat["stream_options"] == {"include_usage": True} and chat["ignore_eos"] is True
     plain = build_body(gsp[0], "completions", "m", stream=False, ignore_eos=False)
     assert plain["prompt"].startswith(gsp[0].system) and "stream_options" not in plain and "ignore_eos" not in plain
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    import pytest
+
+    from serve.bench.metrics import parse_slos
+
+    fast = RequestResult(True, ttft=0.1, latency=0.5, prompt_tokens=1, output_tokens=5)  # tpot 100 ms
+    slow = RequestResult(True, ttft=0.9, latency=1.0, prompt_tokens=1, output_tokens=5)
+    slos = parse_slos("ttft:500 tpot:150")
+    assert slos == {"ttft": 500.0, "tpot": 150.0}
+    s = summarize([fast, slow], duration_s=2.0, slos=slos)
+    assert s["request_goodput"] == 0.5 and s["slos_ms"] == slos
+    assert "request_goodput" not in summarize([fast], 1.0)
+    with pytest.raises(ValueError, match="one of ttft"):
+        parse_slos("latency:3")
+    with pytest.raises(ValueError, match="METRIC:MILLISECONDS"):
+        parse_slos("ttft:fast")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import openai
 import pytest
 
@@ -245,3 +246,36 @@ def test_parallel_tool_calls_false_keeps_the_first(server, client):
         assert {tc.index for tc in streamed} == {0}
     finally:
         engine.script = original
+
+
+def test_reasoning_effort_none_turns_thinking_off(client, server):
+    r = client.chat.completions.create(model=MODEL, messages=ask("what is 6 x 7?"), reasoning_effort="none")
+    assert last_prompt(server).endswith("<|assistant|></think>") and r.choices[0].message.content == "The answer is 42."
+    client.chat.completions.create(model=MODEL, messages=ask("x"), extra_body={"reasoning_effort": "max"})
+    assert last_prompt(server).endswith("<|assistant|><think>")
+    with pytest.raises(openai.BadRequestError, match="reasoning_effort"):
+        client.chat.completions.create(model=MODEL, messages=ask("x"), extra_body={"reasoning_effort": "extreme"})
+
+
+def test_tokenize_and_detokenize(server):
+    msgs = ask("what is 6 x 7?")
+    r = httpx.post(server.url + "/v1/tokenize", json={"model": MODEL, "messages": msgs}).json()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    usage = client.chat.completions.create(model=MODEL, messages=msgs).usage
+    assert r["count"] == len(r["tokens"]) == usage.prompt_tokens and r["max_model_len"] == 512
+    back = httpx.post(server.url + "/v1/detokenize", json={"tokens": r["tokens"]}).json()
+    assert back["prompt"].startswith("[gMASK]<sop>") and back["prompt"].endswith("<|assistant|><think>")
+    plain = httpx.post(server.url + "/v1/tokenize", json={"prompt": "hello"}).json()
+    assert plain["tokens"] == server.tok.encode("hello")
+    bad = httpx.post(server.url + "/v1/tokenize", json={"prompt": "a", "messages": msgs})
+    assert bad.status_code == 400 and "exactly one" in bad.json()["error"]["message"]
+    assert httpx.post(server.url + "/v1/detokenize", json={"tokens": [-1]}).status_code == 400
+
+
+def test_engine_counters_and_speculative_acceptance_in_metrics(server):
+    from serve.http.metrics import ServerMetrics
+
+    text = ServerMetrics("m").render({"num_preemptions": 3, "spec_draft_tokens": 40, "spec_accepted_tokens": 30}, 0)
+    assert 'glm5:num_preemptions_total{model_name="m"} 3' in text
+    assert "# TYPE glm5:spec_draft_tokens_total counter" in text
+    assert 'glm5:spec_accept_rate{model_name="m"} 0.75' in text

@@ -276,3 +276,17 @@ def test_cli_launches_runs_and_forwards_ctrl_c(free_port):
     text = "".join(seen)
     assert "--tool-call-parser glm47" in text  # the command it ran was printed
     assert "sglang| standin got SIGINT" in text and "SGLANG_ENABLE_SPEC_V2=1" in text
+
+
+def test_cli_dry_run_prints_every_node_of_a_multinode_launch():
+    from typer.testing import CliRunner
+
+    from glm5cli.app import app
+
+    args = ["serve", "zai-org/GLM-5", "--engine", "vllm", "--dry-run", "--nnodes", "2", "--dist-init-addr", "h0:5000"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == "# node 0" and lines[2] == "# node 1"
+    assert "--node-rank 0" in lines[1] and "--headless" not in lines[1]
+    assert "--node-rank 1" in lines[3] and lines[3].endswith("--headless")
