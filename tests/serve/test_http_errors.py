@@ -261,3 +261,84 @@ def test_health_is_503_until_the_warm_up_generation_succeeds():
         time.sleep(0.3)
         r = httpx.get(s.url + "/health")
         assert r.status_code == 503 and "EngineBusy" in r.json()["detail"]
+
+
+def random_json(rng, depth=0):
+    kinds = ["int", "float", "str", "bool", "null"] + (["list", "dict"] if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "int":
+        return rng.choice([0, -1, 1, 7, 10**12, -(10**12)])
+    if kind == "float":
+        return rng.choice([0.0, -0.5, 1.5, 1e308, 3.14])
+    if kind == "str":
+        return rng.choice(["", "x", "gpt-4", MODEL, "user", "function", "\u0000", "🙂" * 3])
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    if kind == "list":
+        return [random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    keys = [
+        "model",
+        "messages",
+        "prompt",
+        "max_tokens",
+        "n",
+        "tools",
+        "tool_choice",
+        "stream",
+        "stop",
+        "logprobs",
+        "top_logprobs",
+        "input_ids",
+        "sampling_params",
+        "role",
+        "content",
+        "temperature",
+        "seed",
+        "echo",
+    ]
+    return {rng.choice(keys): random_json(rng, depth + 1) for _ in range(rng.randint(0, 5))}
+
+
+def test_random_bodies_never_crash_the_server(server):
+    """Fuzz: every route answers random JSON with a well-formed response: a 4xx OpenAI error object, or a success."""
+    import random
+
+    rng = random.Random(3)
+    paths = ["/v1/chat/completions", "/v1/completions", "/generate", "/v1/tokenize", "/v1/detokenize"]
+    seen = {200: 0, 400: 0}
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        for i in range(150):
+            body = random_json(rng)
+            if isinstance(body, dict) and rng.random() < 0.5:  # often a nearly valid request, one field broken
+                base = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+                body = {**base, **body}
+            r = c.post(rng.choice(paths), content=json.dumps(body))
+            assert r.status_code in (200, 400), (i, body, r.status_code, r.text[:300])
+            seen[r.status_code] += 1
+            if r.status_code == 400:
+                err = r.json()["error"]
+                assert err["message"] and err["type"] == "invalid_request_error"
+    assert seen[200] >= 10 and seen[400] >= 50, seen  # both valid and broken requests were exercised
+    assert httpx.get(server.url + "/health").status_code == 200
+    assert server.engine.live == {}
+
+
+def test_health_turns_503_when_the_engine_thread_dies():
+    from serve.http.engine_adapter import EmbeddedEngine
+
+    class Core:
+        max_model_len, weights_version = 64, 0
+
+    class DeadLLM:
+        engine, _error, _thread = Core(), RuntimeError("CUDA error"), None
+
+    assert EmbeddedEngine(DeadLLM()).healthy is False
+    tok = Tokenizer.shipped()
+    engine = ScriptedEngine(tok, "ok")
+    with ServerThread(create_app(engine, tok, ServerSettings(MODEL))) as s:
+        s.wait_healthy()
+        engine.healthy = False
+        r = httpx.get(s.url + "/health")
+        assert r.status_code == 503 and r.json()["status"] == "unhealthy"
