@@ -311,16 +311,18 @@ def test_random_bodies_never_crash_the_server(server):
     with httpx.Client(base_url=server.url, timeout=30) as c:
         for i in range(150):
             body = random_json(rng)
-            if isinstance(body, dict) and rng.random() < 0.5:  # often a nearly valid request, one field broken
-                base = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-                body = {**base, **body}
+            if isinstance(body, dict) and body and rng.random() < 0.6:  # a valid request with one field replaced
+                base = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "prompt": "hi",
+                        "input_ids": [1, 2], "max_tokens": 2}
+                key = rng.choice(list(body))
+                body = {**base, key: body[key]}
             r = c.post(rng.choice(paths), content=json.dumps(body))
             assert r.status_code in (200, 400), (i, body, r.status_code, r.text[:300])
             seen[r.status_code] += 1
             if r.status_code == 400:
                 err = r.json()["error"]
                 assert err["message"] and err["type"] == "invalid_request_error"
-    assert seen[200] >= 10 and seen[400] >= 50, seen  # both valid and broken requests were exercised
+    assert seen[200] >= 1 and seen[400] >= 100, seen  # valid and (mostly) broken requests were exercised
     assert httpx.get(server.url + "/health").status_code == 200
     assert server.engine.live == {}
 
