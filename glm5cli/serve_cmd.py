@@ -35,7 +35,9 @@ def serve(
     max_model_len: int | None = typer.Option(None, help="Context length (default: the checkpoint's)."),
     kv_cache_gib: float | None = typer.Option(None, help="KV-cache memory for the embedded engine, GiB."),
     engine: EngineChoice = typer.Option(EngineChoice.embedded, help="embedded, or an external engine to launch."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the sglang/vLLM command and exit."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the sglang/vLLM command (every node's, with --nnodes > 1) and exit."
+    ),
     nnodes: int = typer.Option(1, help="Nodes in a multi-node sglang/vLLM launch."),
     node_rank: int = typer.Option(0, help="This node's rank (0 serves the API)."),
     dist_init_addr: str | None = typer.Option(None, help="HOST:PORT of node 0 (multi-node)."),

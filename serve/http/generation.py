@@ -16,6 +16,7 @@ import anyio
 
 from serve.engine.sampling_params import SamplingParams
 from serve.http.detokenizer import IncrementalDetokenizer, StopStrings
+from serve.http.errors import bad_request
 from serve.http.state import ServerState, new_id
 
 
@@ -66,7 +67,16 @@ class Generation:
         ttft, gaps, last = None, [], None
         agen = state.engine.generate(self.prompt_ids, self.params, self.request_id)
         try:
-            async for out in agen:
+            while True:
+                try:
+                    out = await agen.__anext__()
+                except StopAsyncIteration:
+                    break
+                except ValueError as e:
+                    if res.token_ids:
+                        raise
+                    # The engine refused the request when adding it (its own checks): the client's fault, a 400.
+                    raise bad_request(f"the engine refused the request: {e}") from None
                 now = time.perf_counter()
                 new_ids = list(out.token_ids[len(res.token_ids) :])
                 new_lps = list((out.logprobs or [])[len(res.logprobs) :]) if self.params.logprobs is not None else []

@@ -198,3 +198,25 @@ def test_completions_batch_and_echo(client, server):
     assert r.choices[0].text.startswith("Once upon") and r.choices[2].text.startswith("Twice")
     assert r.choices[0].text == r.choices[1].text  # greedy: both samples of a prompt agree
     assert r.usage.prompt_tokens == len(ids) + len(server.tok.encode("Twice"))
+
+
+def test_tools_and_logprobs_through_the_real_engine(client):
+    """A random model writes no tool call, but the path (template with tools, parser, streaming) must hold."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+            },
+        }
+    ]
+    r = greedy_chat(client, "list the files", tools=tools, max_tokens=12, logprobs=True)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert len(r.choices[0].logprobs.content) == r.usage.completion_tokens
+    chunks = list(
+        greedy_chat(
+            client, "list the files", tools=tools, max_tokens=12, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens

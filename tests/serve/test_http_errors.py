@@ -312,8 +312,13 @@ def test_random_bodies_never_crash_the_server(server):
         for i in range(150):
             body = random_json(rng)
             if isinstance(body, dict) and body and rng.random() < 0.6:  # a valid request with one field replaced
-                base = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "prompt": "hi",
-                        "input_ids": [1, 2], "max_tokens": 2}
+                base = {
+                    "model": MODEL,
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "prompt": "hi",
+                    "input_ids": [1, 2],
+                    "max_tokens": 2,
+                }
                 key = rng.choice(list(body))
                 body = {**base, key: body[key]}
             r = c.post(rng.choice(paths), content=json.dumps(body))
@@ -344,3 +349,17 @@ def test_health_turns_503_when_the_engine_thread_dies():
         engine.healthy = False
         r = httpx.get(s.url + "/health")
         assert r.status_code == 503 and r.json()["status"] == "unhealthy"
+
+
+def test_a_request_the_engine_refuses_is_a_400(server):
+    engine = server.engine
+
+    def refuse(ids, params):
+        raise ValueError("prompt uses a reserved token")
+
+    original = engine.script
+    engine.script = refuse
+    try:
+        expect_400(post(server, chat()), "the engine refused the request", "reserved token")
+    finally:
+        engine.script = original
