@@ -80,9 +80,14 @@ class Indexer(nn.Module):
         S = k_BSD.shape[1]
         if S <= self.topk:
             return None
+        # Queries with fewer than K visible keys (q_idx < K) select all of them: keys 0..K-1, of which the
+        # future ones are masked again by attention. Only the later rows need scores.
+        first = int((q_idx_T < self.topk).sum())
+        out = [torch.arange(self.topk, device=k_BSD.device).expand(B, first, self.topk)]
+        # Scores over all S keys (not just the causal part): top-k is decided by tiny score differences, and
+        # a GEMM over another key count rounds differently and flips near-ties (measured: 1e-2 logit changes).
         chunk = max(1, _SCORE_ELEMS // (n_heads * S))
-        out = []
-        for t0 in range(0, T, chunk):
+        for t0 in range(first, T, chunk):
             sl = slice(t0, t0 + chunk)
             s = self.scores(q_BTID[:, sl], x_BTD[:, sl], k_BSD)
             future = torch.arange(S, device=s.device)[None, :] > q_idx_T[sl, None]

@@ -88,7 +88,7 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r}: token id {bad[0]} is outside the vocabulary (size {vocab})")
         seq = Sequence(request_id, ids, params, arrival=next(self._arrival))
         self.scheduler.add(seq)  # raises if the prompt cannot fit
-        detok = Detokenizer(self.tokenizer, ids) if self.tokenizer is not None else None
+        detok = Detokenizer(self.tokenizer, ids, params.skip_special_tokens) if self.tokenizer is not None else None
         self.requests[request_id] = _Request(seq, detok)
         self._prompt_tokens += len(ids)
         return request_id
@@ -118,7 +118,8 @@ class LLMEngine:
             req = self.requests[seq.request_id]
             if req.detok is None:
                 continue
-            new = req.detok.add([seq.token_ids[-1]])
+            stopped_by_token = seq.is_finished and isinstance(seq.stop_reason, int)
+            new = "" if stopped_by_token else req.detok.add([seq.token_ids[-1]])
             if seq.is_finished:
                 new += req.detok.flush()
             p = seq.params

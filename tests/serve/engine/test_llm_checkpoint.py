@@ -42,3 +42,22 @@ def test_bf16_engine_runs_and_stays_close_to_fp32(checkpoint):
 def test_unknown_dtype_is_rejected(checkpoint):
     with pytest.raises(ValueError, match="dtype must be one of"):
         LLM(checkpoint, dtype="float8")
+
+
+def test_stop_token_stays_in_ids_but_not_in_text_and_special_tokens_on_request(checkpoint):
+    llm = LLM(checkpoint, dtype="float32", num_kv_blocks=64, block_size=4)
+    tok = llm.tokenizer
+    prompt = [8136, 8149, 40, 41, 42, 43]  # <|assistant|><think> and some text ids
+    free = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))[0]
+    stop_id = free.token_ids[3]
+    first = free.token_ids.index(stop_id)
+    out = llm.generate(
+        prompt, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, stop_token_ids=[stop_id])
+    )[0]
+    assert (out.finish_reason, out.stop_reason) == ("stop", stop_id)
+    assert out.token_ids == free.token_ids[: first + 1]
+    assert out.text == tok.decode(free.token_ids[:first], skip_special_tokens=True)
+    raw = llm.generate(
+        prompt, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, skip_special_tokens=False)
+    )[0]
+    assert raw.text == tok.decode(raw.token_ids, skip_special_tokens=False)
