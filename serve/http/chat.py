@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from model.chat import render
 from model.chat_parse import StreamParser, accumulate
@@ -38,7 +38,7 @@ from serve.http.generation import Generation, Result
 from serve.http.logprobs import chat_logprobs
 from serve.http.protocol import ChatCompletionRequest, NamedToolChoice, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
-from serve.http.streaming import DONE, drain, error_event, merged, sse
+from serve.http.streaming import DONE, drain, error_event, event_stream, merged, sse
 
 
 @dataclass(frozen=True)
@@ -236,4 +236,4 @@ async def chat_completions(state: ServerState, request: Request):
         finally:
             ticket.release()
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return event_stream(events(), ticket)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from serve.http.errors import bad_request
 from serve.http.generation import Generation
 from serve.http.logprobs import completion_logprobs
 from serve.http.protocol import CompletionRequest, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
-from serve.http.streaming import DONE, drain, error_event, merged, sse
+from serve.http.streaming import DONE, drain, error_event, event_stream, merged, sse
 
 
 def prompt_ids(state: ServerState, prompt: str | list[int], index: int) -> list[int]:
@@ -123,4 +123,4 @@ async def completions(state: ServerState, request: Request):
         finally:
             ticket.release()
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return event_stream(events(), ticket)

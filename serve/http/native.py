@@ -10,14 +10,14 @@ objects, as sglang does.
 from __future__ import annotations
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from serve.engine.sampling_params import SamplingParams
 from serve.http.errors import bad_request
 from serve.http.generation import Generation
 from serve.http.protocol import GenerateRequest, parse_body
 from serve.http.state import ServerState, new_id
-from serve.http.streaming import DONE, drain, error_event, merged, sse
+from serve.http.streaming import DONE, drain, error_event, event_stream, merged, sse
 
 
 def response_body(state: ServerState, gen: Generation, req: GenerateRequest) -> dict:
@@ -85,4 +85,4 @@ async def generate(state: ServerState, request: Request):
         finally:
             ticket.release()
 
-    return StreamingResponse(events(), media_type="text/event-stream")
+    return event_stream(events(), ticket)

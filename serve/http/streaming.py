@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator, Sequence
 
 import anyio
+from fastapi.responses import StreamingResponse
 
 from serve.http.errors import APIError
 from serve.http.generation import Generation, Step
@@ -20,6 +22,14 @@ from serve.http.generation import Generation, Step
 log = logging.getLogger("glm5.serve")
 
 DONE = "data: [DONE]\n\n"
+
+
+def event_stream(events, ticket) -> StreamingResponse:
+    """An SSE response over `events` that gives the request's slots back however it ends. The generator's own
+    `finally` does that when it runs; if the client vanishes before Starlette starts iterating, the generator is
+    never run, so a finalizer on it is the safety net (Ticket.release is idempotent)."""
+    weakref.finalize(events, ticket.release)
+    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def sse(obj: dict) -> str:

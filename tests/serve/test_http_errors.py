@@ -363,3 +363,26 @@ def test_a_request_the_engine_refuses_is_a_400(server):
         expect_400(post(server, chat()), "the engine refused the request", "reserved token")
     finally:
         engine.script = original
+
+
+def test_a_stream_never_started_still_gives_its_slots_back():
+    import gc
+
+    from serve.http.state import ServerState
+    from serve.http.streaming import event_stream
+
+    tok = Tokenizer.shipped()
+    state = ServerState(ScriptedEngine(tok), tok, ServerSettings(MODEL, max_in_flight=2))
+    ticket = state.admit(2)
+
+    async def events():
+        try:
+            yield "data: [DONE]\n\n"
+        finally:
+            ticket.release()
+
+    response = event_stream(events(), ticket)
+    assert state.in_flight == 2
+    del response  # the client vanished before the body was iterated: the generator never ran
+    gc.collect()
+    assert state.in_flight == 0
