@@ -102,6 +102,9 @@ class Generation:
                 if finish is not None:
                     res.finish_reason = finish
                     done = out.finish_reason is not None
+                    stop_id = getattr(out, "stop_reason", None)
+                    if res.stop_reason is None and stop_id in self.params.stop_token_ids:
+                        res.stop_reason = stop_id  # a requested stop token id, as vLLM reports it (eos: None)
                     yield Step(text, new_ids, new_lps, finish)
                     return
                 yield Step(text, new_ids, new_lps)

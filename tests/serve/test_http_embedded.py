@@ -220,3 +220,17 @@ def test_tools_and_logprobs_through_the_real_engine(client):
         )
     )
     assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+
+
+def test_stop_token_ids_end_the_completion(client, server):
+    prompt = server.tok.encode("The quick brown fox")
+    out = httpx.post(
+        server.url + "/generate",
+        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 12, "temperature": 0}},
+    ).json()["output_ids"]
+    stop_id = out[4]
+    cut = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=12, temperature=0, extra_body={"stop_token_ids": [stop_id]}
+    )
+    assert cut.choices[0].finish_reason == "stop" and cut.choices[0].model_extra["stop_reason"] == stop_id
+    assert cut.usage.completion_tokens == out.index(stop_id) + 1
