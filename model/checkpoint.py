@@ -128,7 +128,9 @@ def load_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, dev
         expected[name] = (t.shape, torch.float32 if name.endswith(_FP32_SUFFIXES) else dtype)
     state = read_state_dict(path, expected)
     model.load_state_dict(state, strict=True, assign=True)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    model.tie_experts()  # loading assigned fresh per-expert tensors: stack them again for the grouped GEMMs
+    return model
 
 
 def _parse_size(size: int | str) -> int:
@@ -140,12 +142,19 @@ def _parse_size(size: int | str) -> int:
     return int(float(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)])
 
 
+def _own_storage(t: torch.Tensor) -> torch.Tensor:
+    """safetensors refuses tensors that share memory: copy views (e.g. tied expert weights) out."""
+    if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size():
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def save_pretrained(model, path: str | Path, max_shard_size: int | str = "5GB") -> None:
     """Write config.json, generation_config.json and the weights (one file, or shards + index)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg: GLM5Config = model.config
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: _own_storage(v.detach().cpu()) for k, v in model.state_dict().items()}
     dtypes = {v.dtype for k, v in state.items() if not k.endswith(_FP32_SUFFIXES)}
     cfg = cfg.replace(dtype=str(dtypes.pop()).removeprefix("torch.") if len(dtypes) == 1 else cfg.dtype)
     cfg.save(path)

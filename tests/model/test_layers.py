@@ -84,9 +84,13 @@ def test_moe_grouped_path_equals_plain_loop_and_bias_only_selects():
     cfg = tiny(n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=3)
     moe = randomize(MoE(cfg))
     x = torch.randn(3, 10, cfg.hidden_size)
-    fast = moe(x)
-    moe.impl = "dense_loop"
-    assert torch.allclose(fast, moe(x), atol=1e-5)
+    out = {}
+    for impl in ("stacked", "grouped", "dense_loop"):
+        moe.impl = impl
+        with torch.no_grad():
+            out[impl] = moe(x)
+    assert torch.allclose(out["stacked"], out["dense_loop"], atol=1e-5)
+    assert torch.allclose(out["grouped"], out["dense_loop"], atol=1e-5)
     w, idx = moe.gate(x.view(-1, cfg.hidden_size))
     assert ((idx // 4) == (idx[:, :1] // 4)).all()  # group-limited: all picks in one group of 4
     assert torch.allclose(w.sum(-1), torch.full((30,), cfg.routed_scaling_factor))
@@ -114,3 +118,30 @@ def test_incremental_greedy_decode_equals_full_recompute():
             full = model(seq)
             assert torch.allclose(logits[:, -1], full[:, -1], atol=1e-4)
         assert cache.length == seq.shape[1] and cache.layers[1].index_k is None  # 'shared' layer: no index keys
+
+
+def test_stacked_experts_follow_weight_changes_or_step_aside():
+    cfg = tiny()
+    moe = randomize(MoE(cfg))
+    moe.tie_experts()  # randomize wrote in place, so the tie already held; re-tying is harmless
+    x = torch.randn(12, cfg.hidden_size)
+    with torch.no_grad():
+        assert moe._stacked_ok()
+        moe.experts[3].up_proj.weight.mul_(2.0)  # in place (as an optimizer step): the stack sees it
+        assert moe._stacked_ok()
+        moe.impl = "auto"
+        fast = moe(x)
+        moe.impl = "dense_loop"
+        assert torch.allclose(fast, moe(x), atol=1e-5)
+        moe.experts[3].up_proj.weight = torch.nn.Parameter(torch.zeros(cfg.moe_intermediate_size, cfg.hidden_size))
+        assert not moe._stacked_ok()  # a replaced weight breaks the tie: 'auto' takes the module path
+        moe.impl = "auto"
+        fast = moe(x)
+        moe.impl = "dense_loop"
+        assert torch.allclose(fast, moe(x), atol=1e-5)
+    assert not moe.double()._stacked_ok()  # .to(dtype) also breaks it
+    moe.experts[0].gate_proj.weight.requires_grad_(True)
+    assert moe.tie_experts() is None and not moe._stacked_ok()  # with grad enabled: the module path
+    with torch.no_grad():
+        assert moe._stacked_ok()
+    assert moe.experts[0].gate_proj.weight.requires_grad
