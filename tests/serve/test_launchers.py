@@ -241,8 +241,9 @@ def test_cli_without_the_package_says_how_to_install():
     assert result.exit_code == 1 and 'pip install "glm5[sglang]"' in " ".join(result.output.split())
 
 
-def test_cli_launches_runs_and_forwards_ctrl_c(free_port):
-    """The whole `glm5 serve --engine sglang` process: prints its command, streams the log, waits, forwards SIGINT."""
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_cli_launches_runs_and_forwards_ctrl_c(free_port, engine):
+    """The whole `glm5 serve --engine ...` process: prints its command, streams the log, waits, forwards SIGINT."""
     program = f"{sys.executable} {STANDIN}"
     proc = subprocess.Popen(
         [
@@ -252,7 +253,7 @@ def test_cli_launches_runs_and_forwards_ctrl_c(free_port):
             "serve",
             "zai-org/GLM-5-FP8",
             "--engine",
-            "sglang",
+            engine,
             "--port",
             str(free_port),
             "--engine-program",
@@ -275,7 +276,11 @@ def test_cli_launches_runs_and_forwards_ctrl_c(free_port):
     assert proc.wait(timeout=10) == 0, "".join(seen)
     text = "".join(seen)
     assert "--tool-call-parser glm47" in text  # the command it ran was printed
-    assert "sglang| standin got SIGINT" in text and "SGLANG_ENABLE_SPEC_V2=1" in text
+    assert f"{engine}| standin got SIGINT" in text
+    if engine == "sglang":
+        assert "SGLANG_ENABLE_SPEC_V2=1" in text and "--speculative-algorithm EAGLE" in text
+    else:
+        assert "--speculative-config.method mtp" in text and "--enable-auto-tool-choice" in text
 
 
 def test_cli_dry_run_prints_every_node_of_a_multinode_launch():
