@@ -1,10 +1,157 @@
-"""`glm5 serve`: the OpenAI-compatible server."""
+"""`glm5 serve`: the OpenAI-compatible server (embedded engine), or sglang / vLLM started with GLM-5's flags."""
 
 from __future__ import annotations
 
-from glm5cli.common import not_built
+import os
+import shlex
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from glm5cli.common import EXIT_USAGE, console, err_console, fail
 
 
-def serve() -> None:
+class EngineChoice(str, Enum):
+    embedded = "embedded"
+    sglang = "sglang"
+    vllm = "vllm"
+
+
+def serve(
+    model: str = typer.Argument(..., help="Checkpoint directory (or, with --engine sglang|vllm, a hub id)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    api_key: str | None = typer.Option(
+        None, "--api-key", envvar="GLM5_API_KEY", help="Require this bearer token (env GLM5_API_KEY)."
+    ),
+    served_model_name: str | None = typer.Option(None, help="Model name clients send (default: the directory name)."),
+    quant: str | None = typer.Option(None, help="Quantize weights at load: int4 (embedded engine only)."),
+    speculative: str | None = typer.Option(
+        None, help="mtp: draft with GLM-5's MTP layer; off: none. Default: mtp for sglang/vllm, off embedded."
+    ),
+    max_num_seqs: int | None = typer.Option(None, help="Most requests decoded at once."),
+    max_queue: int = typer.Option(256, help="Most requests waiting; more get 429 (embedded engine)."),
+    max_model_len: int | None = typer.Option(None, help="Context length (default: the checkpoint's)."),
+    kv_cache_gib: float | None = typer.Option(None, help="KV-cache memory for the embedded engine, GiB."),
+    engine: EngineChoice = typer.Option(EngineChoice.embedded, help="embedded, or an external engine to launch."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the sglang/vLLM command (every node's, with --nnodes > 1) and exit."
+    ),
+    nnodes: int = typer.Option(1, help="Nodes in a multi-node sglang/vLLM launch."),
+    node_rank: int = typer.Option(0, help="This node's rank (0 serves the API)."),
+    dist_init_addr: str | None = typer.Option(None, help="HOST:PORT of node 0 (multi-node)."),
+    gpus_per_node: int = typer.Option(8, help="GPUs on each node."),
+    tp: int | None = typer.Option(None, help="Tensor parallel size (default: all GPUs)."),
+    dp: int = typer.Option(1, help="Data parallel size."),
+    ep: int = typer.Option(1, help="Expert parallel size."),
+    dp_attention: bool = typer.Option(False, "--dp-attention", help="Data-parallel attention (high concurrency)."),
+    precision: str = typer.Option("auto", help="auto (read the checkpoint), fp8 or bf16."),
+    gpu_memory_gib: float = typer.Option(141.0, help="Memory per GPU, to check the weights fit (H200: 141)."),
+    engine_program: str | None = typer.Option(
+        None, help="Run this instead of the engine's own entry point (e.g. a container wrapper)."
+    ),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="Extra argument passed to sglang/vLLM (repeat)."),
+) -> None:
     """Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API."""
-    not_built("serve")
+    if engine is EngineChoice.embedded:
+        if dry_run:
+            fail("--dry-run prints an sglang/vLLM command; add --engine sglang or --engine vllm", code=EXIT_USAGE)
+        from serve.http.server import run_embedded
+
+        if speculative not in (None, "off", "mtp"):
+            fail(f"--speculative {speculative!r}: expected mtp or off", code=EXIT_USAGE)
+        if quant not in (None, "int4"):
+            fail(f"--quant {quant!r}: only int4 is supported", code=EXIT_USAGE)
+        if not Path(model).is_dir():
+            fail(f"{model} is not a checkpoint directory", hint="glm5 model init --preset tiny --out DIR makes one")
+        code = run_embedded(
+            model_dir=Path(model),
+            host=host,
+            port=port,
+            api_key=api_key,
+            served_model_name=served_model_name,
+            quant=quant,
+            speculative=speculative == "mtp",
+            max_num_seqs=max_num_seqs,
+            max_queue=max_queue,
+            max_model_len=max_model_len,
+            kv_cache_gib=kv_cache_gib,
+        )
+        raise typer.Exit(code)
+
+    from serve.launchers.common import EngineNotInstalled, ServerOptions, require_installed
+    from serve.launchers.process import ExternalServer
+    from serve.launchers.sglang import sglang_command
+    from serve.launchers.topology import Topology, TopologyError, checkpoint_bytes, checkpoint_precision
+    from serve.launchers.vllm import vllm_command
+
+    if quant:
+        fail("--quant applies to the embedded engine; sglang/vLLM read the checkpoint's own quantization")
+    if precision == "auto":
+        precision = checkpoint_precision(model)
+    spec = None if speculative == "off" else (speculative or "mtp")
+    opts = ServerOptions(
+        model=model,
+        host=host,
+        port=port,
+        served_model_name=served_model_name,
+        api_key=api_key,
+        max_num_seqs=max_num_seqs,
+        extra_args=tuple(engine_arg),
+    )
+    try:
+        topo = Topology(
+            nnodes=nnodes,
+            gpus_per_node=gpus_per_node,
+            node_rank=node_rank,
+            dist_init_addr=dist_init_addr,
+            tp=tp,
+            dp=dp,
+            ep=ep,
+            dp_attention=dp_attention,
+            precision=precision,
+            speculative=spec,
+        ).validate()
+        topo.check_fits(checkpoint_bytes(model), gpu_memory_gib)
+        program = tuple(shlex.split(engine_program)) if engine_program else None
+        build = sglang_command if engine is EngineChoice.sglang else vllm_command
+        command = build(topo, opts, program)
+    except TopologyError as e:
+        fail(str(e), code=EXIT_USAGE)
+
+    if dry_run:
+        if nnodes > 1 and node_rank == 0:
+            # One command per node, so the whole launch can be read (or pasted into a job script) at once.
+            from dataclasses import replace
+
+            for rank in range(nnodes):
+                typer.echo(f"# node {rank}")
+                typer.echo(build(replace(topo, node_rank=rank), opts, program).display())
+        else:
+            typer.echo(command.display())
+        raise typer.Exit(0)
+    if program is None:
+        try:
+            require_installed(engine.value, engine.value)
+        except EngineNotInstalled as e:
+            from rich.markup import escape
+
+            fail(escape(str(e)))
+    err_console.print(
+        f"[bold]starting {engine.value}[/] ({topo.nnodes} node(s) x {topo.gpus_per_node} GPUs, "
+        f"{topo.precision}, tp={topo.tp_size} dp={topo.dp} ep={topo.ep}"
+        f"{' dp-attention' if topo.dp_attention else ''}{', MTP' if spec else ''})"
+    )
+    err_console.print(f"[dim]$[/] {command.display()}", highlight=False, soft_wrap=True)
+    health_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    server = ExternalServer(
+        command,
+        health_url=f"http://{health_host}:{port}/health",
+        health_headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
+        log=lambda line: console.out(f"{engine.value}| {line}", highlight=False),
+        on_ready=lambda: err_console.print(
+            f"[bold green]ready[/] http://{host}:{port}/v1 (model {served_model_name or os.path.basename(model)})"
+        ),
+    )
+    raise typer.Exit(server.run())

@@ -1,0 +1,37 @@
+"""Runtime knobs of the embedded engine (not the model's architecture: that is model/config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How big the batch and the KV cache are, and which attention path the runner takes.
+
+    The cache holds `num_kv_blocks` blocks of `block_size` tokens; when `num_kv_blocks` is None it is sized
+    from `kv_cache_gib`. `max_model_len` None means "whatever fits in the cache".
+    `attn_impl`: "fast" (fused projections, batched sparse decode; see model_runner.py) or "plain" (the
+    model's own modules, one sequence at a time: the reference the fast path is tested against).
+    """
+
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_gib: float = 1.0
+    enable_prefix_caching: bool = True
+    max_model_len: int | None = None
+    attn_impl: str = "fast"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.attn_impl not in ("plain", "fast"):
+            raise ValueError(f"attn_impl must be 'plain' or 'fast', got {self.attn_impl!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib must be > 0, got {self.kv_cache_gib}")

@@ -1,0 +1,182 @@
+"""The engine loop: `step()` = schedule -> run the model -> postprocess (tokens, stop rules, text).
+
+The engine owns the scheduler, the block manager and the model runner, turns prompts into sequences,
+and turns sequences into `RequestOutput`s. It is synchronous and single-threaded; `LLM` drives it to
+completion for offline use, `AsyncLLM` runs it in a background thread for the server.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from serve.engine.block_manager import BlockManager
+from serve.engine.config import EngineConfig
+from serve.engine.detokenizer import Detokenizer
+from serve.engine.model_runner import ModelRunner
+from serve.engine.request_output import RequestOutput
+from serve.engine.sampling_params import SamplingParams
+from serve.engine.scheduler import Scheduler
+from serve.engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float  # fraction of KV blocks held by live sequences
+    prefix_cache_hit_rate: float  # prompt tokens found in the prefix cache / prompt tokens admitted
+    num_preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    num_steps: int
+    weights_version: int
+
+
+class _Request:
+    __slots__ = ("seq", "detok")
+
+    def __init__(self, seq: Sequence, detok: Detokenizer | None):
+        self.seq, self.detok = seq, detok
+
+
+class LLMEngine:
+    def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, device: str = "cpu"):
+        self.config = config or EngineConfig()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.runner = ModelRunner(model, self.config, device)
+        kv = self.runner.kv
+        cfg = model.config
+        max_len = self.config.max_model_len or min(cfg.max_position_embeddings, kv.num_blocks * kv.block_size)
+        if tokenizer is not None and getattr(tokenizer, "eos_token_ids", None):
+            eos = tuple(tokenizer.eos_token_ids)
+        else:
+            eos = cfg.eos_ids
+        self.block_manager = BlockManager(kv.num_blocks, kv.block_size, self.config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            self.block_manager,
+            max_num_seqs=self.config.max_num_seqs,
+            max_num_batched_tokens=self.config.max_num_batched_tokens,
+            eos_token_ids=eos,
+            max_model_len=max_len,
+        )
+        self.max_model_len = max_len
+        self.requests: dict[str, _Request] = {}
+        self.weights_version = 0
+        self._arrival = itertools.count()
+        self._ids = itertools.count()
+        self._prompt_tokens = self._generation_tokens = self._steps = 0
+
+    # ---- requests ---------------------------------------------------------------------------------
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, request_id: str | None = None):
+        """Queue a request; it joins the running batch at the next step. Returns its id."""
+        params = params or SamplingParams()
+        request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already running")
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this engine has no tokenizer: give prompts as token id lists")
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+        vocab = self.model.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"request {request_id!r}: token id {bad[0]} is outside the vocabulary (size {vocab})")
+        seq = Sequence(request_id, ids, params, arrival=next(self._arrival))
+        self.scheduler.add(seq)  # raises if the prompt cannot fit
+        detok = Detokenizer(self.tokenizer, ids, params.skip_special_tokens) if self.tokenizer is not None else None
+        self.requests[request_id] = _Request(seq, detok)
+        self._prompt_tokens += len(ids)
+        return request_id
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Stop a request now and free its blocks; None if it is unknown or already finished."""
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return None
+        self.scheduler.abort(request_id)
+        return self._output(req)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    # ---- the loop ---------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """One forward pass. Returns an output for every request that got a token or finished."""
+        chunks = self.scheduler.schedule()
+        sampled = self.runner.run(chunks)
+        self._steps += 1
+        updated = self.scheduler.postprocess(chunks, sampled)
+        self._generation_tokens += len(updated)
+        for seq in updated:
+            req = self.requests[seq.request_id]
+            if req.detok is None:
+                continue
+            stopped_by_token = seq.is_finished and isinstance(seq.stop_reason, int)
+            new = "" if stopped_by_token else req.detok.add([seq.token_ids[-1]])
+            if seq.is_finished:
+                new += req.detok.flush()
+            p = seq.params
+            if p.stop and new:
+                stop = req.detok.find_stop(p.stop, len(new), p.include_stop_str_in_output)
+                if stop is not None:
+                    if seq.is_finished:  # EOS / max_tokens came with the same token: the stop string wins
+                        seq.finish_reason, seq.stop_reason = "stop", stop
+                    else:
+                        self.scheduler.finish(seq, "stop", stop)
+        outputs = []
+        got_token = {s.request_id for s in updated}
+        for rid, req in list(self.requests.items()):
+            if rid in got_token or req.seq.is_finished:
+                outputs.append(self._output(req))
+            if req.seq.is_finished:
+                del self.requests[rid]
+        return outputs
+
+    def _output(self, req: _Request) -> RequestOutput:
+        s = req.seq
+        return RequestOutput(
+            request_id=s.request_id,
+            prompt_token_ids=s.prompt_token_ids,
+            token_ids=s.output_token_ids,
+            text=req.detok.text if req.detok is not None else "",
+            logprobs=list(s.logprobs),
+            finish_reason=s.finish_reason,
+            stop_reason=s.stop_reason,
+            num_cached_tokens=s.num_cached_tokens,
+            weights_version=self.weights_version,
+        )
+
+    # ---- weights and metrics ------------------------------------------------------------------------
+
+    def update_weights(self, state_dict: dict) -> int:
+        """Load new weights in place (RL swaps policies between rollouts) and bump `weights_version`.
+
+        The prefix cache is dropped: its entries were computed by the old weights. Running requests
+        keep their KV entries; a caller that needs clean on-policy rollouts swaps between batches."""
+        missing = set(state_dict) - set(dict(self.model.named_parameters()))
+        if missing:
+            raise KeyError(f"update_weights: not parameters of the model: {sorted(missing)[:5]}")
+        self.model.load_state_dict(state_dict, strict=False)
+        self.block_manager.reset_prefix_cache()
+        self.weights_version += 1
+        return self.weights_version
+
+    def metrics(self) -> EngineMetrics:
+        return EngineMetrics(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_cache_usage=self.block_manager.usage,
+            prefix_cache_hit_rate=self.block_manager.prefix_hit_rate,
+            num_preemptions=self.scheduler.num_preemptions,
+            prompt_tokens_total=self._prompt_tokens,
+            generation_tokens_total=self._generation_tokens,
+            num_steps=self._steps,
+            weights_version=self.weights_version,
+        )

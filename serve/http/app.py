@@ -1,0 +1,145 @@
+"""`create_app(engine, tokenizer, settings)`: the FastAPI app, with every route a thin call into its module.
+
+Startup runs one warm-up generation in the background (sglang does the same); until it succeeds /health answers
+503, so a load balancer or `glm5 serve --engine` wrapper only sends traffic to a server that has produced a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from serve.engine.sampling_params import SamplingParams
+from serve.http import chat, completions, native, tokenize
+from serve.http.auth import BearerAuth
+from serve.http.engine_protocol import AsyncEngine, EngineBusy
+from serve.http.errors import APIError, install_error_handlers
+from serve.http.generation import Generation
+from serve.http.settings import ServerSettings
+from serve.http.state import ServerState
+
+log = logging.getLogger("glm5.serve")
+
+
+async def one_token(state: ServerState, timeout: float) -> None:
+    """Generate one token from a one-token prompt; raises if the engine cannot."""
+    params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    prompt = state.tokenizer.encode("hello")[:1] or [0]
+    gen = Generation(state, prompt, params)
+    result = await asyncio.wait_for(gen.run(), timeout)
+    if len(result.token_ids) != 1:
+        raise RuntimeError(f"warm-up produced {len(result.token_ids)} tokens ({result.finish_reason})")
+
+
+async def warm_up(state: ServerState, on_ready: Callable[[], None] | None) -> None:
+    try:
+        await one_token(state, state.settings.warmup_timeout_s)
+        state.ready = True
+        log.info("warm-up generation succeeded; the server is ready")
+        if on_ready is not None:
+            on_ready()
+    except Exception as e:  # /health keeps answering 503 and says why
+        state.warmup_error = f"{type(e).__name__}: {e}"
+        log.exception("warm-up generation failed")
+
+
+def create_app(
+    engine: AsyncEngine, tokenizer, settings: ServerSettings, on_ready: Callable[[], None] | None = None
+) -> FastAPI:
+    """The app over `engine`; `tokenizer` needs encode / decode / eos_token_ids (model.tokenizer.Tokenizer)."""
+    state = ServerState(engine, tokenizer, settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        task = None
+        if settings.warmup:
+            task = asyncio.create_task(warm_up(state, on_ready))
+        else:
+            state.ready = True
+        yield
+        if task is not None and not task.done():
+            task.cancel()
+
+    app = FastAPI(title="glm5 serve", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.glm5 = state
+    install_error_handlers(app)
+
+    @app.exception_handler(EngineBusy)
+    async def _busy(_request: Request, exc: EngineBusy):
+        state.metrics.rejected += 1
+        return APIError(429, f"the engine's queue is full ({exc}); retry later", code="server_busy").response()
+
+    @app.post("/v1/chat/completions")
+    async def _chat(request: Request):
+        return await chat.chat_completions(state, request)
+
+    @app.post("/v1/completions")
+    async def _completions(request: Request):
+        return await completions.completions(state, request)
+
+    @app.post("/generate")
+    async def _generate(request: Request):
+        return await native.generate(state, request)
+
+    @app.post("/v1/tokenize")
+    async def _tokenize(request: Request):
+        return await tokenize.tokenize(state, request)
+
+    @app.post("/v1/detokenize")
+    async def _detokenize(request: Request):
+        return await tokenize.detokenize(state, request)
+
+    def model_card() -> dict:
+        name = settings.served_model_name
+        return {
+            "id": name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "glm5",
+            "root": name,
+            "max_model_len": state.max_model_len,
+        }
+
+    @app.get("/v1/models")
+    async def _models():
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model:path}")
+    async def _model(model: str):
+        if model != settings.served_model_name:
+            raise APIError(404, f"model {model!r} is not served here", param="model", code="model_not_found")
+        return model_card()
+
+    @app.get("/health")
+    async def _health():
+        if not state.ready:
+            detail = state.warmup_error or "warming up"
+            return JSONResponse({"status": "starting", "detail": detail}, status_code=503)
+        if not getattr(engine, "healthy", True):
+            return JSONResponse({"status": "unhealthy", "detail": "the engine has stopped"}, status_code=503)
+        return {"status": "ok"}
+
+    @app.get("/health_generate")
+    async def _health_generate():
+        if not state.ready:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        try:
+            await one_token(state, settings.health_generate_timeout_s)
+        except Exception as e:
+            return JSONResponse({"status": "unhealthy", "detail": f"{type(e).__name__}: {e}"}, status_code=503)
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def _metrics():
+        text = state.metrics.render(state.engine_metrics(), state.in_flight)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    if settings.api_key:
+        app.add_middleware(BearerAuth, api_key=settings.api_key)
+    return app

@@ -1,0 +1,239 @@
+"""/v1/chat/completions: GLM-5's chat format in, OpenAI chat completions out (whole or streamed).
+
+Prompt. Messages and tools are rendered with GLM-5's template (model/chat.py); `chat_template_kwargs`
+`enable_thinking` (default on) and `clear_thinking` pass through. `tool_choice`:
+- "auto" (the default with tools): the model decides; its `<tool_call>` blocks become `tool_calls`.
+- "none": the tools are left out of the prompt and nothing is parsed as a call (vLLM's behaviour with
+  `--exclude-tools-when-tool-choice-none`).
+- `parallel_tool_calls: false` keeps only the first call.
+- "required" / a named function: there is no grammar-constrained decoding here, so the call is forced by
+  prefilling the assistant turn: thinking is closed (`</think>`) and the turn starts with `<tool_call>` (plus the
+  name, for a named function). The prefilled text is fed to the parser like generated text, so the client sees an
+  ordinary call. The model still writes the arguments.
+
+`reasoning_effort`: "none" turns thinking off (OpenAI's meaning); the other levels leave it on (GLM-5's template
+has no budget knob; its `max` / `high` differ only in the serving stack's thinking budget, which we do not cap).
+
+Parsing. GLM-5's output goes through `model.chat_parse.StreamParser` (the `glm45` reasoning and `glm47` tool-call
+formats): reasoning comes out as `reasoning_content`, calls as OpenAI tool-call deltas (id and name first, then
+argument fragments), and a turn that called tools finishes with "tool_calls" instead of "stop".
+
+Streaming follows sglang's order per choice: a first chunk with `role: assistant, content: ""`, then deltas, then
+an empty delta carrying `finish_reason`; with `stream_options.include_usage`, a last chunk with `choices: []` and
+the usage; then `[DONE]`. Logprobs ride on the chunk that carries their text (or the final one).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from model.chat import render
+from model.chat_parse import StreamParser, accumulate
+from serve.http.errors import bad_request
+from serve.http.generation import Generation, Result
+from serve.http.logprobs import chat_logprobs
+from serve.http.protocol import ChatCompletionRequest, NamedToolChoice, parse_body
+from serve.http.state import ServerState, choice_seed, new_id
+from serve.http.streaming import DONE, drain, error_event, event_stream, merged, sse
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    ids: list[int]
+    prefill: str  # text put at the start of the assistant turn (forced tool calls); fed to the parser first
+    thinking: bool  # the generation prompt opened a think block
+    parser_tools: list[dict] | None  # tools the parser accepts as calls ([] = none: calls stay text)
+
+
+def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
+    kwargs = req.chat_template_kwargs
+    thinking = state.settings.enable_thinking
+    if req.reasoning_effort == "none":
+        thinking = False  # OpenAI's "no reasoning"; GLM-5's own levels (max, high) all think
+    if kwargs and kwargs.enable_thinking is not None:
+        thinking = kwargs.enable_thinking
+    clear = True if not kwargs or kwargs.clear_thinking is None else kwargs.clear_thinking
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    choice = req.tool_choice or ("auto" if tools else "none")
+    prefill = ""
+    if choice == "none":
+        template_tools, parser_tools = None, []
+    else:
+        template_tools, parser_tools = tools, tools
+        if choice == "required" or isinstance(choice, NamedToolChoice):
+            thinking = False
+            prefill = "<tool_call>" + (choice.function.name if isinstance(choice, NamedToolChoice) else "")
+    try:
+        text = render(req.messages, template_tools, True, thinking, clear)
+    except (ValueError, TypeError, KeyError) as e:
+        raise bad_request(f"messages: {e}", param="messages") from None
+    ids = state.tokenizer.encode(text + prefill)
+    return ChatPrompt(ids, prefill, thinking, parser_tools)
+
+
+def reasoning_tokens(state: ServerState, result: Result, thinking: bool) -> int:
+    """Generated tokens up to and including `</think>` (all of them if the think block never closed)."""
+    if not thinking:
+        return 0
+    end = state.tokenizer.token_to_id("</think>") if hasattr(state.tokenizer, "token_to_id") else None
+    ids = result.token_ids
+    return ids.index(end) + 1 if end in ids else len(ids)
+
+
+def usage(state: ServerState, prompt_len: int, results: list[Result], thinking: bool) -> dict:
+    completion = sum(len(r.token_ids) for r in results)
+    return {
+        "prompt_tokens": prompt_len,
+        "completion_tokens": completion,
+        "total_tokens": prompt_len + completion,
+        "prompt_tokens_details": {"cached_tokens": max((r.cached_tokens for r in results), default=0)},
+        "completion_tokens_details": {"reasoning_tokens": sum(reasoning_tokens(state, r, thinking) for r in results)},
+    }
+
+
+def finish_reason(reason: str | None, called_tools: bool) -> str:
+    if reason == "stop" and called_tools:
+        return "tool_calls"
+    return reason or "stop"
+
+
+def _first_call_only(delta: dict) -> dict | None:
+    """`parallel_tool_calls: false`: drop every call after the first (None when nothing is left to send)."""
+    if "tool_calls" not in delta:
+        return delta
+    calls = [c for c in delta["tool_calls"] if c["index"] == 0]
+    return {**delta, "tool_calls": calls} if calls else None
+
+
+def _merge_reasoning(delta: dict, separate: bool) -> dict:
+    if separate or "reasoning_content" not in delta:
+        return delta
+    return {"content": delta["reasoning_content"]}
+
+
+async def chat_completions(state: ServerState, request: Request):
+    req = parse_body(ChatCompletionRequest, await request.body())
+    state.check_model(req.model)
+    if req.n > state.settings.max_n:
+        raise bad_request(f"n is {req.n}; at most {state.settings.max_n}", param="n")
+    if req.top_logprobs is not None and req.top_logprobs > state.settings.max_top_logprobs:
+        raise bad_request(f"top_logprobs is at most {state.settings.max_top_logprobs}", param="top_logprobs")
+    prompt = build_prompt(state, req)
+    limit_param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+    max_tokens = state.max_new_tokens(len(prompt.ids), req.completion_limit, "messages", limit_param)
+    top_n = req.top_logprobs or 0
+    logprobs = top_n if req.logprobs else None
+    params = [state.sampling_params(req, max_tokens, choice_seed(req.seed, i), logprobs) for i in range(req.n)]
+    ticket = state.admit(req.n)
+    rid = new_id("chatcmpl")
+    gens = [Generation(state, prompt.ids, p, req.stop_strings, f"{rid}-{i}") for i, p in enumerate(params)]
+    created = int(time.time())
+    model = state.settings.served_model_name
+
+    if not req.stream:
+        try:
+            await drain(request, gens)
+        finally:
+            ticket.release()
+        results = [g.result for g in gens]
+        choices = []
+        for i, res in enumerate(results):
+            parser = StreamParser(prompt.parser_tools, prompt.thinking)
+            deltas = parser.feed(prompt.prefill + res.text) + parser.finish()
+            if req.parallel_tool_calls is False:
+                deltas = [d for d in map(_first_call_only, deltas) if d is not None]
+            msg = accumulate(deltas).to_message()
+            if not req.separate_reasoning and msg.get("reasoning_content"):
+                msg["content"] = msg.pop("reasoning_content") + (msg["content"] or "")
+            choice = {
+                "index": i,
+                "message": msg,
+                "finish_reason": finish_reason(res.finish_reason, parser.has_tool_calls),
+            }
+            choice["logprobs"] = chat_logprobs(state.tokenizer, res.logprobs, top_n) if req.logprobs else None
+            if res.stop_reason is not None:
+                choice["stop_reason"] = res.stop_reason
+            choices.append(choice)
+        body = {
+            "id": rid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "usage": usage(state, len(prompt.ids), results, prompt.thinking),
+        }
+        return JSONResponse(body)
+
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    def chunk(choices: list[dict], use=None) -> str:
+        body = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
+        if include_usage:
+            body["usage"] = use
+        return sse(body)
+
+    async def events():
+        try:
+            parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]
+            pending_lps: list[list] = [[] for _ in gens]
+            for i, parser in enumerate(parsers):
+                yield chunk(
+                    [
+                        {
+                            "index": i,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+                for d in parser.feed(prompt.prefill) if prompt.prefill else []:
+                    yield chunk([{"index": i, "delta": d, "logprobs": None, "finish_reason": None}])
+            async for i, step in merged(gens):
+                parser = parsers[i]
+                pending_lps[i] += step.logprobs
+                deltas = parser.feed(step.text) if step.text else []
+                if step.finish_reason is not None:
+                    deltas += parser.finish()
+                if req.parallel_tool_calls is False:
+                    deltas = [d for d in map(_first_call_only, deltas) if d is not None]
+                for d in deltas:
+                    lp = None
+                    if req.logprobs and pending_lps[i]:
+                        lp, pending_lps[i] = chat_logprobs(state.tokenizer, pending_lps[i], top_n), []
+                    yield chunk(
+                        [
+                            {
+                                "index": i,
+                                "delta": _merge_reasoning(d, req.separate_reasoning),
+                                "logprobs": lp,
+                                "finish_reason": None,
+                            }
+                        ]
+                    )
+                if step.finish_reason is not None:
+                    lp = chat_logprobs(state.tokenizer, pending_lps[i], top_n) if req.logprobs else None
+                    pending_lps[i] = []
+                    final = {
+                        "index": i,
+                        "delta": {},
+                        "logprobs": lp,
+                        "finish_reason": finish_reason(step.finish_reason, parser.has_tool_calls),
+                    }
+                    if gens[i].result.stop_reason is not None:
+                        final["stop_reason"] = gens[i].result.stop_reason
+                    yield chunk([final])
+            if include_usage:
+                yield chunk([], usage(state, len(prompt.ids), [g.result for g in gens], prompt.thinking))
+            yield DONE
+        except Exception as e:  # the stream has started: report in-band, never drop the connection silently
+            yield error_event(e)
+            yield DONE
+        finally:
+            ticket.release()
+
+    return event_stream(events(), ticket)

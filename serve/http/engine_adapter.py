@@ -1,0 +1,47 @@
+"""The embedded engine (`serve.engine.AsyncLLM`) as the app's `AsyncEngine`.
+
+AsyncLLM already has the shape the app needs (an async generator of cumulative outputs per request, abort,
+metrics); this adds what the app reads off the engine itself (context length, weights version, block counts)
+and turns its metrics dataclass into the dict of gauges /metrics exposes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+
+
+class EmbeddedEngine:
+    def __init__(self, async_llm):
+        self.llm = async_llm
+        self.core = async_llm.engine  # the LLMEngine: max_model_len, weights_version, block_manager
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.core.max_model_len)
+
+    @property
+    def weights_version(self) -> int:
+        return self.core.weights_version
+
+    @property
+    def healthy(self) -> bool:
+        """False once the engine thread has died (every request would fail): /health turns 503."""
+        thread = getattr(self.llm, "_thread", None)
+        return getattr(self.llm, "_error", None) is None and (thread is None or thread.is_alive())
+
+    def generate(self, prompt_token_ids: list[int], params, request_id: str) -> AsyncIterator:
+        return self.llm.generate(list(prompt_token_ids), params, request_id)
+
+    def abort(self, request_id: str) -> None:
+        self.llm.abort(request_id)
+
+    def metrics(self) -> dict:
+        m = asdict(self.llm.metrics())
+        bm = self.core.block_manager
+        m["num_free_blocks"] = bm.num_free_blocks
+        m["num_total_blocks"] = bm.num_blocks
+        return m
+
+    def shutdown(self) -> None:
+        self.llm.shutdown()

@@ -1,0 +1,134 @@
+"""One engine request as a stream of `Step`s: new tokens, their logprobs, the text they complete, and the finish.
+
+This is where a request meets the engine: it decodes text incrementally, cuts stop strings (and aborts the
+engine request when one appears, so its KV blocks are freed at once), records the latency metrics, and -- if the
+consumer goes away (client disconnect, task cancelled) -- aborts the engine request in a cancellation-shielded
+cleanup, whatever state the stream was in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import anyio
+
+from serve.engine.sampling_params import SamplingParams
+from serve.http.detokenizer import IncrementalDetokenizer, StopStrings
+from serve.http.errors import bad_request
+from serve.http.state import ServerState, new_id
+
+
+@dataclass
+class Step:
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+@dataclass
+class Result:
+    """What a finished generation adds up to."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class Generation:
+    def __init__(
+        self,
+        state: ServerState,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        stops: list[str] = (),
+        request_id: str | None = None,
+    ):
+        self.state = state
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.request_id = request_id or new_id("req")
+        skip = set(state.eos_ids) | set(params.stop_token_ids)
+        self.detok = IncrementalDetokenizer(state.tokenizer, skip_ids=skip)
+        self.stops = StopStrings(stops)
+        self.result = Result(prompt_tokens=len(prompt_ids))
+        self.arrival = time.perf_counter()
+
+    async def steps(self) -> AsyncIterator[Step]:
+        """Yield Steps until the request finishes; the last one has `finish_reason` set."""
+        state, res = self.state, self.result
+        done = False
+        ttft, gaps, last = None, [], None
+        agen = state.engine.generate(self.prompt_ids, self.params, self.request_id)
+        try:
+            while True:
+                try:
+                    out = await agen.__anext__()
+                except StopAsyncIteration:
+                    break
+                except ValueError as e:
+                    if res.token_ids:
+                        raise
+                    # The engine refused the request when adding it (its own checks): the client's fault, a 400.
+                    raise bad_request(f"the engine refused the request: {e}") from None
+                now = time.perf_counter()
+                new_ids = list(out.token_ids[len(res.token_ids) :])
+                new_lps = list((out.logprobs or [])[len(res.logprobs) :]) if self.params.logprobs is not None else []
+                res.cached_tokens = getattr(out, "num_cached_tokens", res.cached_tokens) or res.cached_tokens
+                if new_ids:
+                    if ttft is None:
+                        ttft = now - self.arrival
+                    elif last is not None:
+                        gaps.append((now - last) / len(new_ids))
+                    last = now
+                res.token_ids += new_ids
+                res.logprobs += new_lps
+                text = self.stops.feed(self.detok.add(new_ids))
+                finish = out.finish_reason
+                if self.stops.hit is not None:
+                    finish, res.stop_reason = "stop", self.stops.hit
+                elif finish is not None:
+                    text += self.stops.feed(self.detok.flush())
+                    text += self.stops.flush() if self.stops.hit is None else ""
+                    if self.stops.hit is not None:
+                        finish, res.stop_reason = "stop", self.stops.hit
+                res.text += text
+                if finish is not None:
+                    res.finish_reason = finish
+                    done = out.finish_reason is not None
+                    stop_id = getattr(out, "stop_reason", None)
+                    if res.stop_reason is None and stop_id in self.params.stop_token_ids:
+                        res.stop_reason = stop_id  # a requested stop token id, as vLLM reports it (eos: None)
+                    yield Step(text, new_ids, new_lps, finish)
+                    return
+                yield Step(text, new_ids, new_lps)
+            # The engine ended the stream without a finish reason: treat it as an abort.
+            res.finish_reason = "abort"
+            done = True
+            yield Step(finish_reason="abort")
+        finally:
+            with anyio.CancelScope(shield=True):
+                if not done:
+                    await state.abort(self.request_id)
+                    res.finish_reason = res.finish_reason or "abort"
+                await agen.aclose()
+                if res.finish_reason is not None:
+                    state.metrics.record_request(
+                        ttft,
+                        gaps,
+                        time.perf_counter() - self.arrival,
+                        len(self.prompt_ids),
+                        len(res.token_ids),
+                        res.finish_reason,
+                    )
+
+    async def run(self) -> Result:
+        async for _ in self.steps():
+            pass
+        return self.result

@@ -1,0 +1,46 @@
+"""Token logprobs in the two OpenAI wire formats.
+
+Chat: `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}]}`.
+Completions (legacy): `{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}`.
+Token strings are each id decoded alone; `bytes` is that string's UTF-8 (a byte-level piece of a multi-byte
+character decodes to U+FFFD alone, as in vLLM).
+"""
+
+from __future__ import annotations
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    return tokenizer.decode([token_id])
+
+
+def chat_logprobs(tokenizer, entries, top_n: int) -> dict:
+    content = []
+    for e in entries:
+        tok = token_text(tokenizer, e.token_id)
+        top = sorted((e.top or {}).items(), key=lambda kv: -kv[1])[:top_n]
+        content.append(
+            {
+                "token": tok,
+                "logprob": float(e.logprob),
+                "bytes": list(tok.encode()),
+                "top_logprobs": [
+                    {"token": (t := token_text(tokenizer, tid)), "logprob": float(lp), "bytes": list(t.encode())}
+                    for tid, lp in top
+                ],
+            }
+        )
+    return {"content": content}
+
+
+def completion_logprobs(tokenizer, entries, top_n: int, offset: int = 0) -> dict:
+    tokens, lps, tops, offsets = [], [], [], []
+    pos = offset
+    for e in entries:
+        tok = token_text(tokenizer, e.token_id)
+        tokens.append(tok)
+        lps.append(float(e.logprob))
+        top = sorted((e.top or {}).items(), key=lambda kv: -kv[1])[:top_n]
+        tops.append({token_text(tokenizer, tid): float(lp) for tid, lp in top} if top_n else None)
+        offsets.append(pos)
+        pos += len(tok)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}

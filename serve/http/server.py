@@ -1,0 +1,108 @@
+"""`run_embedded(...)`: what `glm5 serve MODEL_DIR` does: load the checkpoint with a progress display, build the
+app, and run uvicorn until interrupted. The engine thread is shut down on the way out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+
+def checkpoint_summary(model_dir: Path) -> str:
+    files = sorted(model_dir.glob("*.safetensors"))
+    size = sum(f.stat().st_size for f in files)
+    return f"{len(files)} file(s), {size / 2**30:.2f} GiB"
+
+
+def load_engine(
+    model_dir: Path,
+    quant: str | None,
+    speculative: bool,
+    max_num_seqs: int | None,
+    max_model_len: int | None,
+    console: Console,
+    kv_cache_gib: float | None = None,
+):
+    """Build the embedded engine over `model_dir`, showing what it is doing while the weights load."""
+    import torch
+
+    from serve.engine import LLM, AsyncLLM, EngineConfig
+    from serve.http.engine_adapter import EmbeddedEngine
+
+    fields = set(EngineConfig.__dataclass_fields__)
+    if quant == "int4":
+        try:
+            from model.quant import quantize_int4  # noqa: F401
+        except ImportError:
+            raise SystemExit("--quant int4: INT4 weights are not available in this build of glm5") from None
+    if speculative and "speculative" not in fields and "num_speculative_tokens" not in fields:
+        raise SystemExit("--speculative mtp: the embedded engine in this build has no MTP speculative decoding")
+    kwargs = {}
+    if max_num_seqs:
+        kwargs["max_num_seqs"] = max_num_seqs
+    if max_model_len:
+        kwargs["max_model_len"] = max_model_len
+    if kv_cache_gib:
+        kwargs["kv_cache_gib"] = kv_cache_gib
+    if speculative:
+        kwargs["speculative" if "speculative" in fields else "num_speculative_tokens"] = (
+            "mtp" if "speculative" in fields else 1
+        )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    t0 = time.monotonic()
+    with console.status(f"loading {model_dir} ({checkpoint_summary(model_dir)}) onto {device}...", spinner="dots"):
+        llm = LLM(model_dir, device=device, **kwargs)
+        if quant == "int4":
+            from model.quant import quantize_int4
+
+            quantize_int4(llm.engine.model)
+    console.print(
+        f"[green]loaded[/] {model_dir} in {time.monotonic() - t0:.1f}s on {device}; "
+        f"context {llm.engine.max_model_len} tokens, KV blocks {llm.engine.block_manager.num_blocks}"
+    )
+    return EmbeddedEngine(AsyncLLM(llm.engine)), llm.tokenizer
+
+
+def run_embedded(
+    model_dir: Path,
+    host: str,
+    port: int,
+    api_key: str | None,
+    served_model_name: str | None,
+    quant: str | None,
+    speculative: bool,
+    max_num_seqs: int | None,
+    max_queue: int,
+    max_model_len: int | None,
+    kv_cache_gib: float | None = None,
+) -> int:
+    import uvicorn
+
+    from serve.http.app import create_app
+    from serve.http.settings import ServerSettings
+
+    console = Console(stderr=True)
+    engine, tokenizer = load_engine(model_dir, quant, speculative, max_num_seqs, max_model_len, console, kv_cache_gib)
+    if tokenizer is None:
+        raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")
+    name = served_model_name or model_dir.resolve().name
+    running = max_num_seqs or engine.core.config.max_num_seqs
+    settings = ServerSettings(served_model_name=name, api_key=api_key, max_in_flight=running + max_queue)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    def ready() -> None:
+        console.print(
+            f"[bold green]ready[/] http://{host}:{port}/v1  model [bold]{name}[/]"
+            + ("  (API key required)" if api_key else "")
+        )
+
+    app = create_app(engine, tokenizer, settings, on_ready=ready)
+    console.print(f"warming up (one generation) at http://{host}:{port} ...")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        engine.shutdown()
+    return 0

@@ -1,0 +1,21 @@
+"""Server settings: what the HTTP app is told at startup (not the engine's knobs, which live in EngineConfig)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    served_model_name: str
+    api_key: str | None = None
+    # Requests (each choice of `n` counts) the app lets into the engine at once: running plus waiting. Past it, 429.
+    max_in_flight: int = 256
+    # Thinking is on by default in GLM-5 (`chat_template_kwargs.enable_thinking` turns it off per request).
+    enable_thinking: bool = True
+    # A warm-up generation must succeed before /health says 200.
+    warmup: bool = True
+    warmup_timeout_s: float = 600.0
+    health_generate_timeout_s: float = 30.0
+    max_n: int = 16
+    max_top_logprobs: int = 20

@@ -1,0 +1,13 @@
+"""Launchers for external engines: `glm5 serve --engine sglang|vllm` when one machine's embedded engine is not enough.
+
+Module map:
+- topology.py  `Topology`: nodes x GPUs, parallelism (TP / EP / DP, dp-attention), precision, MTP speculation;
+               reads the checkpoint's precision and checks there are enough GPUs for it.
+- sglang.py    `sglang_command(topology, ...)`: the `python -m sglang.launch_server` argv with GLM-5's flags.
+- vllm.py      `vllm_command(topology, ...)`: the `vllm serve` argv with GLM-5's flags.
+- process.py   `ExternalServer`: runs that argv as a child process, streams its log, waits for its /health,
+               forwards SIGINT / SIGTERM, and returns its exit code.
+
+Life of a launch: CLI flags -> Topology -> argv (printed; `--dry-run` stops here) -> ExternalServer.run().
+Neither engine is ever imported by glm5: we only ask `importlib.util.find_spec` whether it is installed.
+"""

@@ -1,0 +1,55 @@
+"""What both engine launchers share: the server-level options, the built command, and the install check."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+from dataclasses import dataclass, field
+
+# GLM-5's parsers in both engines (sglang `Glm47MoeDetector`, "for GLM-4.7 and GLM-5"; vLLM `glm47_moe`).
+TOOL_CALL_PARSER = "glm47"
+REASONING_PARSER = "glm45"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Options that are the same whichever engine runs: where it listens and what it calls itself."""
+
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: str | None = None
+    api_key: str | None = None
+    max_num_seqs: int | None = None
+    mem_fraction: float = 0.85
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineCommand:
+    """An argv plus the environment it needs; `display()` is what we print (API key masked)."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    serves_http: bool = True  # False on the worker nodes of a multi-node launch (no API there)
+
+    def display(self) -> str:
+        argv = list(self.argv)
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--api-key":
+                argv[i + 1] = "***"
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return (prefix + " " if prefix else "") + shlex.join(argv)
+
+
+class EngineNotInstalled(RuntimeError):
+    """The engine's Python package is missing; the message says how to install it."""
+
+
+def require_installed(package: str, extra: str) -> None:
+    """Raise EngineNotInstalled unless `package` can be imported. Looks it up without importing it."""
+    if importlib.util.find_spec(package) is None:
+        raise EngineNotInstalled(
+            f'{package} is not installed in this Python environment. Install it with: pip install "glm5[{extra}]" '
+            f"(it needs CUDA GPUs; see the {package} documentation for your platform)"
+        )

@@ -1,0 +1,70 @@
+"""The vLLM command line for GLM-5: `vllm serve MODEL` with the recipe's flags.
+
+From zai-org/GLM-5's README and vLLM's docs (reference/serving-and-benchmarks.md A2): vLLM multiplies
+`--tensor-parallel-size` by `--data-parallel-size`, so sglang-style dp-attention (attention DP inside one TP group,
+experts sharded) becomes TP = tp/dp, DP = dp with `--enable-expert-parallel`. MTP is
+`--speculative-config.method mtp` with as many speculative tokens as sglang's EAGLE steps. Multi-node: plain TP
+uses the multiprocessing backend's `--nnodes --node-rank --master-addr --master-port`; DP spreads ranks with
+`--data-parallel-size-local --data-parallel-address --data-parallel-rpc-port --data-parallel-start-rank`. Nodes
+other than 0 run `--headless` (no API server).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from serve.launchers.common import REASONING_PARSER, TOOL_CALL_PARSER, EngineCommand, ServerOptions
+from serve.launchers.topology import Topology, TopologyError
+
+
+def default_program() -> tuple[str, ...]:
+    """The `vllm` console script beside this interpreter, else on PATH, else the name alone."""
+    beside = Path(sys.executable).with_name("vllm")
+    return (str(beside) if beside.exists() else shutil.which("vllm") or "vllm", "serve")
+
+
+def vllm_command(topo: Topology, opts: ServerOptions, program: tuple[str, ...] | None = None) -> EngineCommand:
+    """The argv and environment that start vLLM for `topo` (validated first)."""
+    topo.validate()
+    if topo.dp_attention:
+        tp, dp = topo.tp_size // topo.dp, topo.dp
+    else:
+        tp, dp = topo.tp_size, topo.dp
+    argv = list(program or default_program())
+    argv += [opts.model, "--host", opts.host, "--port", str(opts.port)]
+    argv += ["--tensor-parallel-size", str(tp)]
+    if dp > 1:
+        argv += ["--data-parallel-size", str(dp)]
+    if topo.dp_attention or topo.ep > 1:
+        argv += ["--enable-expert-parallel"]
+    argv += ["--tool-call-parser", TOOL_CALL_PARSER, "--reasoning-parser", REASONING_PARSER]
+    argv += ["--enable-auto-tool-choice"]
+    if topo.speculative == "mtp":
+        argv += ["--speculative-config.method", "mtp"]
+        argv += ["--speculative-config.num_speculative_tokens", str(topo.spec_steps)]
+    argv += ["--gpu-memory-utilization", f"{opts.mem_fraction:g}"]
+    if opts.served_model_name:
+        argv += ["--served-model-name", opts.served_model_name]
+    if opts.api_key:
+        argv += ["--api-key", opts.api_key]
+    if opts.max_num_seqs:
+        argv += ["--max-num-seqs", str(opts.max_num_seqs)]
+    if topo.nnodes > 1:
+        if dp > 1:
+            if dp % topo.nnodes:
+                raise TopologyError(
+                    f"vLLM spreads data-parallel ranks evenly: dp={dp} must divide by {topo.nnodes} nodes"
+                )
+            local = dp // topo.nnodes
+            argv += ["--data-parallel-size-local", str(local), "--data-parallel-address", topo.master_host]
+            argv += ["--data-parallel-rpc-port", str(topo.master_port)]
+            argv += ["--data-parallel-start-rank", str(topo.node_rank * local)]
+        else:
+            argv += ["--nnodes", str(topo.nnodes), "--node-rank", str(topo.node_rank)]
+            argv += ["--master-addr", topo.master_host, "--master-port", str(topo.master_port)]
+        if topo.node_rank > 0:
+            argv += ["--headless"]
+    argv += list(opts.extra_args)
+    return EngineCommand(tuple(argv), {}, serves_http=topo.node_rank == 0)

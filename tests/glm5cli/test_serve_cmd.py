@@ -1,0 +1,76 @@
+"""`glm5 serve MODEL_DIR` as a user runs it: a real process that loads a tiny checkpoint, answers the openai
+client once warm, and exits cleanly on Ctrl-C. Plus the flag checks that need no model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+from typer.testing import CliRunner
+
+from glm5cli.app import app
+from tests.serve.conftest import find_free_port, tiny_checkpoint  # noqa: F401  (a fixture)
+
+
+@pytest.mark.slow
+def test_serve_embedded_process(tiny_checkpoint):  # noqa: F811 (the imported fixture)
+    port = find_free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "glm5cli",
+            "serve",
+            str(tiny_checkpoint),
+            "--port",
+            str(port),
+            "--served-model-name",
+            "tiny",
+            "--max-model-len",
+            "256",
+            "--api-key",
+            "k",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        deadline = time.monotonic() + 90
+        status = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/health").status_code
+            except httpx.HTTPError:
+                status = None
+            if status == 200:
+                break
+            time.sleep(0.2)
+        assert status == 200, "server never became healthy"
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        assert r.usage.completion_tokens <= 4 and client.models.list().data[0].model_extra["max_model_len"] == 256
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, out
+    assert "loaded" in out and "ready" in out and f"http://127.0.0.1:{port}/v1" in out
+
+
+def test_serve_flag_errors(tmp_path):
+    runner = CliRunner(env={"COLUMNS": "300"})
+    r = runner.invoke(app, ["serve", str(tmp_path / "missing")])
+    assert r.exit_code == 1 and "not a checkpoint directory" in r.output
+    r = runner.invoke(app, ["serve", str(tmp_path), "--dry-run"])
+    assert r.exit_code == 2 and "--engine sglang" in r.output
+    r = runner.invoke(app, ["serve", str(tmp_path), "--quant", "int8"])
+    assert r.exit_code == 2 and "int4" in r.output
+    r = runner.invoke(app, ["serve", "m", "--engine", "vllm", "--quant", "int4"])
+    assert r.exit_code == 1 and "embedded engine" in r.output

@@ -1,0 +1,138 @@
+"""The engine against the plain model: greedy equality (batched, prefix cache, preemption, sparse), logprobs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from serve import LLM, SamplingParams
+from serve.engine.config import EngineConfig
+from serve.engine.engine import LLMEngine
+from tests.serve.engine.conftest import plain_greedy, random_prompts
+
+MAX_TOKENS = 8
+GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=3)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model):
+    # Lengths on both sides of index_topk (16) and of block boundaries; 41 > 16: sparse from the first token.
+    prompts = random_prompts([5, 23, 11, 41], tiny_model.config.vocab_size, seed=1)
+    return prompts, [plain_greedy(tiny_model, p, MAX_TOKENS) for p in prompts]
+
+
+def check_against_reference(outs, reference):
+    prompts, refs = reference
+    for out, prompt, (ref_tokens, ref_logprobs) in zip(outs, prompts, refs, strict=True):
+        assert out.prompt_token_ids == prompt
+        assert out.token_ids == ref_tokens
+        assert out.finish_reason == "length"
+        for lp, ref in zip(out.logprobs, ref_logprobs, strict=True):
+            assert lp.logprob == pytest.approx(ref[lp.token_id].item(), abs=1e-4)
+            top = ref.topk(3)
+            assert list(lp.top) == top.indices.tolist()
+            assert list(lp.top.values()) == pytest.approx(top.values.tolist(), abs=1e-4)
+
+
+@pytest.mark.parametrize("attn_impl", ["fast", "plain"])
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_batch_of_different_lengths_matches_plain_greedy(tiny_model, reference, attn_impl, prefix_caching):
+    llm = LLM(
+        tiny_model,
+        block_size=4,
+        num_kv_blocks=128,
+        max_num_batched_tokens=32,  # the 41-token prompt is prefilled in two chunks
+        attn_impl=attn_impl,
+        enable_prefix_caching=prefix_caching,
+    )
+    check_against_reference(llm.generate(reference[0], GREEDY), reference)
+    assert not llm.engine.has_unfinished and llm.engine.block_manager.num_free_blocks == 128
+
+
+def test_preemption_with_a_tiny_cache_still_matches(tiny_model, reference):
+    # 24 blocks of 4 = 96 slots for ~80 prompt + 32 output tokens: sequences get preempted and recomputed.
+    llm = LLM(tiny_model, block_size=4, num_kv_blocks=24, max_num_batched_tokens=64)
+    outs = llm.generate(reference[0], GREEDY)
+    assert llm.engine.metrics().num_preemptions > 0
+    check_against_reference(outs, reference)
+
+
+def test_shared_prefix_is_reused_and_gives_the_same_tokens(tiny_model):
+    system = random_prompts([24], tiny_model.config.vocab_size, seed=7)[0]
+    a, b = system + [11, 12, 13], system + [21, 22]
+    llm = LLM(tiny_model, block_size=4, num_kv_blocks=64)
+    first = llm.generate(a, GREEDY)[0]
+    second = llm.generate(b, GREEDY)[0]
+    assert first.num_cached_tokens == 0
+    assert second.num_cached_tokens == 24  # 6 full blocks of the shared system prompt skipped their prefill
+    assert llm.engine.metrics().prefix_cache_hit_rate > 0
+    assert second.token_ids == plain_greedy(tiny_model, b, MAX_TOKENS)[0]
+
+
+def test_requests_joining_a_running_batch_match(tiny_model, reference):
+    prompts, refs = reference
+    engine = LLMEngine(tiny_model, config=EngineConfig(block_size=4, num_kv_blocks=128))
+    finished = {}
+    engine.add_request(prompts[0], GREEDY, request_id="0")
+    for step in range(40):
+        if step < len(prompts) - 1:
+            engine.add_request(prompts[step + 1], GREEDY, request_id=str(step + 1))
+        for out in engine.step():
+            if out.finished:
+                finished[out.request_id] = out.token_ids
+        if not engine.has_unfinished:
+            break
+    assert [finished[str(i)] for i in range(len(prompts))] == [r[0] for r in refs]
+
+
+def test_fast_path_agrees_with_the_plain_path(tiny_model):
+    """The fast path (fused projections; sparse prefill and one padded absorbed-MLA call over gathered
+    top-k latents for the decodes) against the plain path (the model's own modules and attention on each
+    sequence's gathered context): logits of a prefill step and of a decode step, to rounding."""
+    prompts = random_prompts([40, 9, 30], tiny_model.config.vocab_size, seed=3)
+    logits = {}
+    for impl in ("plain", "fast"):
+        engine = LLMEngine(tiny_model, config=EngineConfig(block_size=4, num_kv_blocks=64, attn_impl=impl))
+        for p in prompts:
+            engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=3))
+        chunks = engine.scheduler.schedule()  # prefill of all three; 40 and 30 > index_topk: sparse
+        prefill = engine.runner.forward(engine.runner.prepare(chunks))
+        engine.scheduler.postprocess(chunks, engine.runner.sampler(prefill, [c.seq for c in chunks]))
+        chunks = engine.scheduler.schedule()  # a decode step for the three
+        assert all(c.num_tokens == 1 for c in chunks)
+        logits[impl] = (prefill, engine.runner.forward(engine.runner.prepare(chunks)))
+    for fast, plain in zip(logits["fast"], logits["plain"], strict=True):
+        torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_seeded_sampling_is_independent_of_the_batch(tiny_model):
+    prompts = random_prompts([12, 20, 7], tiny_model.config.vocab_size, seed=5)
+    mine = SamplingParams(temperature=1.0, top_p=0.9, seed=42, max_tokens=6, ignore_eos=True)
+    alone = LLM(tiny_model, num_kv_blocks=64, block_size=4).generate(prompts[0], mine)[0]
+    others = [SamplingParams(temperature=1.0, seed=s, max_tokens=6, ignore_eos=True) for s in (1, 2)]
+    crowd = LLM(tiny_model, num_kv_blocks=64, block_size=4).generate(prompts, [mine] + others)
+    assert crowd[0].token_ids == alone.token_ids
+    assert crowd[1].token_ids != crowd[0].token_ids
+
+
+def test_bad_prompts_are_rejected(tiny_model):
+    llm = LLM(tiny_model, num_kv_blocks=8, block_size=4)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.generate([[1, 2, tiny_model.config.vocab_size]])
+    with pytest.raises(ValueError, match="no tokenizer"):
+        llm.generate("hello")
+    with pytest.raises(ValueError, match="do not fit"):
+        llm.generate([list(range(40))])
+
+
+def test_update_weights_bumps_the_version_and_drops_the_prefix_cache(tiny_model):
+    llm = LLM(tiny_model, num_kv_blocks=32, block_size=4)
+    p = list(range(1, 20))
+    llm.generate(p, GREEDY)
+    name = "model.norm.weight"
+    version = llm.engine.update_weights({name: tiny_model.get_parameter(name).detach().clone()})
+    assert version == 1 and llm.engine.block_manager.hash_to_block == {}
+    out = llm.generate(p, GREEDY)[0]
+    assert out.num_cached_tokens == 0 and out.weights_version == 1
+    with pytest.raises(KeyError, match="not parameters"):
+        llm.engine.update_weights({"nope": torch.zeros(1)})
