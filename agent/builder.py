@@ -19,7 +19,7 @@ from agent.loop import Agent, AgentConfig
 from agent.permissions import Permissions
 from agent.sandbox import Sandbox
 from agent.session import find_session, git_info, new_id, open_writer, scratch_dir, sessions_dir
-from agent.settings import Settings
+from agent.settings import DEFAULT_CONTEXT_WINDOW, Settings
 from agent.tools.registry import ToolRegistry
 from agent.trajectory import Trajectory
 from agent.ui import AgentUI
@@ -106,9 +106,12 @@ def build_session(
     writer = open_writer(path, header)
     checkpoints = Checkpoints(root, sid) if git_root(cwd) else None
     hooks = Hooks(settings.hooks, root, sid, str(path)) if settings.hooks else None
+    window = p.context_window
+    if window is None and isinstance(client, ChatClient):
+        window = client.served_context_window()
     config = AgentConfig(
         limits=settings.limits,
-        context_window=p.context_window,
+        context_window=window or DEFAULT_CONTEXT_WINDOW,
         compact_ratio=settings.compact_ratio,
         input_cost_per_mtok=p.input_cost_per_mtok,
         output_cost_per_mtok=p.output_cost_per_mtok,

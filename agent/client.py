@@ -110,6 +110,20 @@ class ChatClient:
     def close(self) -> None:
         self._http.close()
 
+    def served_context_window(self) -> int | None:
+        """The context length the server reports for our model in `/models` (`max_model_len`, as glm5 serve,
+        vLLM and sglang publish it), or None when it does not say or cannot be reached."""
+        try:
+            r = self._http.get("/models", timeout=5.0)
+            data = r.json().get("data", []) if r.status_code == 200 else []
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        for entry in data:
+            if isinstance(entry, dict) and entry.get("id") == self.config.model:
+                n = entry.get("max_model_len")
+                return int(n) if isinstance(n, int) and n > 0 else None
+        return None
+
     def query(
         self,
         messages: list[dict[str, Any]],

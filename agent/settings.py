@@ -12,7 +12,7 @@ but never drop a global `deny`.
     base_url = "http://127.0.0.1:8000/v1"
     model = "glm-5"
     api_key_env = "GLM5_API_KEY"       # the *name* of the variable holding the key; keys never live in files
-    context_window = 131072
+    context_window = 131072            # tokens; when absent, the server's /models max_model_len (else 131072)
     input_cost_per_mtok = 0.0          # USD per million tokens, for the cost display and the cost limit
     output_cost_per_mtok = 0.0
     extra_body = { logprobs = true }   # merged into every request body (token ids / logprobs for training)
@@ -48,6 +48,9 @@ BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
 }
 
 
+DEFAULT_CONTEXT_WINDOW = 131072
+
+
 class SettingsError(ValueError):
     """A settings file or value is wrong; the message names the file and the key."""
 
@@ -58,7 +61,7 @@ class Provider:
     base_url: str
     model: str
     api_key_env: str | None = None
-    context_window: int = 131072
+    context_window: int | None = None  # None: ask the server (`/models` max_model_len), else DEFAULT_CONTEXT_WINDOW
     input_cost_per_mtok: float = 0.0
     output_cost_per_mtok: float = 0.0
     extra_body: tuple[tuple[str, object], ...] = ()  # sent with every request, e.g. logprobs or return_token_ids
@@ -175,7 +178,7 @@ def load_settings(root: Path | None = None, flags: dict[str, Any] | None = None)
             base_url=str(p["base_url"]),
             model=str(p["model"]),
             api_key_env=p.get("api_key_env"),
-            context_window=int(p.get("context_window", 131072)),
+            context_window=int(p["context_window"]) if p.get("context_window") is not None else None,
             input_cost_per_mtok=float(p.get("input_cost_per_mtok", 0.0)),
             output_cost_per_mtok=float(p.get("output_cost_per_mtok", 0.0)),
             extra_body=tuple(sorted((p.get("extra_body") or {}).items())),
