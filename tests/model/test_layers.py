@@ -118,6 +118,11 @@ def test_incremental_greedy_decode_equals_full_recompute():
             full = model(seq)
             assert torch.allclose(logits[:, -1], full[:, -1], atol=1e-4)
         assert cache.length == seq.shape[1] and cache.layers[1].index_k is None  # 'shared' layer: no index keys
+        # roll back 3 tokens (as after rejected drafts) and feed others: same as computing from scratch
+        cache.truncate(seq.shape[1] - 3)
+        other = torch.randint(0, cfg.vocab_size, (2, 3))
+        again = model(other, cache=cache)
+        assert torch.allclose(again, model(torch.cat([seq[:, :-3], other], 1))[:, -3:], atol=1e-4)
 
 
 def test_stacked_experts_follow_weight_changes_or_step_aside():
