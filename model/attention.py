@@ -17,7 +17,9 @@ q_nope . (W_UK c) = (q_nope W_UK) . c, and sum_s p_s (W_UV c_s) = W_UV (sum_s p_
 (or define `dense_weight()`), or the caller must use the expanded path, which only calls the module.
 
 Causality is by order in the sequence: key s is visible to query t iff s <= q_idx[t] (q_idx = the queries'
-indices, cache length + 0..T-1). Positions only drive RoPE.
+indices, cache length + 0..T-1). q_idx is [T] for a batch of equal lengths, or [B, T] per sequence: in a
+ragged decode batch, keys past a sequence's own index (padding) are then invisible to it. Positions only drive
+RoPE. attention_dropout is not applied (it is 0 for GLM-5).
 
 Shapes: B batch, T new tokens, S keys, H heads, Dn qk_nope_head_dim, Dv v_head_dim, R qk_rope_head_dim,
 C kv_lora_rank, Q q_lora_rank, D hidden, K top-k.
@@ -83,7 +85,7 @@ class MLA(nn.Module):
     def attend_expanded(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
         """Dense attention over expanded per-head keys; top-k (if any) applied as a mask. -> [B, T, H, Dv].
 
-        q_nope [B,T,H,Dn], q_pe [B,T,H,R], c_kv [B,S,C], k_pe [B,S,R], q_idx [T], topk_idx [B,T,K] or None.
+        q_nope [B,T,H,Dn], q_pe [B,T,H,R], c_kv [B,S,C], k_pe [B,S,R], q_idx [T] or [B,T], topk_idx [B,T,K] or None.
         """
         B, S, _ = c_kv.shape
         H = self.n_heads
@@ -96,9 +98,9 @@ class MLA(nn.Module):
         outs = []
         for t0 in range(0, T, _QUERY_BLOCK):
             t1 = min(t0 + _QUERY_BLOCK, T)
-            s_end = min(S, int(q_idx[t1 - 1]) + 1)
-            allowed = torch.arange(s_end, device=c_kv.device)[None, :] <= q_idx[t0:t1, None]  # [t, s]
-            allowed = allowed[None]
+            s_end = min(S, int(q_idx[..., t1 - 1].max()) + 1)
+            allowed = torch.arange(s_end, device=c_kv.device) <= q_idx[..., t0:t1, None]  # [t, s] or [B, t, s]
+            allowed = allowed if allowed.dim() == 3 else allowed[None]
             if topk_idx is not None:
                 chosen = torch.zeros(B, t1 - t0, S, dtype=torch.bool, device=c_kv.device)
                 allowed = allowed & chosen.scatter_(-1, topk_idx[:, t0:t1], True)[..., :s_end]  # [B, t, s]
@@ -119,8 +121,8 @@ class MLA(nn.Module):
         q_abs = torch.einsum("bthd,hdc->bthc", q_nope, w_uk)  # [B, T, H, C]
         if topk_idx is None:
             scores = torch.einsum("bthc,bsc->bths", q_abs, c_kv) + torch.einsum("bthr,bsr->bths", q_pe, k_pe)
-            visible = torch.arange(c_kv.shape[1], device=c_kv.device)[None, :] <= q_idx[:, None]  # [T, S]
-            scores = scores.float().mul_(self.scale).masked_fill_(~visible[None, :, None], float("-inf"))
+            visible = torch.arange(c_kv.shape[1], device=c_kv.device) <= q_idx[..., None]  # [(B,) T, S]
+            scores = scores.float().mul_(self.scale).masked_fill_(~visible[..., None, :], float("-inf"))
             o_lat = torch.einsum("bths,bsc->bthc", scores.softmax(-1).to(c_kv.dtype), c_kv)
         else:
             B, T, K = topk_idx.shape
@@ -134,7 +136,7 @@ class MLA(nn.Module):
                 idx = topk_idx[:, t0 : t0 + chunk]  # [B, t, K]
                 sel = kv.index_select(0, (idx + offset).flatten()).view(*idx.shape, -1)  # [B, t, K, C+R]: row copies
                 s = torch.matmul(q_cat[:, t0 : t0 + chunk], sel.transpose(-1, -2))  # [B, t, H, K]
-                visible = idx <= q_idx[t0 : t0 + chunk, None]  # re-mask: rows with < K visible keys
+                visible = idx <= q_idx[..., t0 : t0 + chunk, None]  # re-mask: rows with < K visible keys
                 s = s.float().mul_(self.scale).masked_fill_(~visible[:, :, None], float("-inf"))
                 parts.append(torch.matmul(s.softmax(-1).to(c_kv.dtype), sel[..., : self.kv_lora_rank]))
             o_lat = torch.cat(parts, dim=1)

@@ -126,7 +126,9 @@ class MoE(nn.Module):
             return False
         gu, dn = self._gate_up, self._down
         for e, ex in enumerate(self.experts):
-            if not (type(ex.gate_proj) is nn.Linear and type(ex.up_proj) is nn.Linear and type(ex.down_proj) is nn.Linear):
+            if not (
+                type(ex.gate_proj) is nn.Linear and type(ex.up_proj) is nn.Linear and type(ex.down_proj) is nn.Linear
+            ):
                 return False
             g, u, d = ex.gate_proj.weight, ex.up_proj.weight, ex.down_proj.weight
             if g.data_ptr() != gu[e].data_ptr() or u.data_ptr() != gu[e, self.inter :].data_ptr():

@@ -118,6 +118,11 @@ def test_incremental_greedy_decode_equals_full_recompute():
             full = model(seq)
             assert torch.allclose(logits[:, -1], full[:, -1], atol=1e-4)
         assert cache.length == seq.shape[1] and cache.layers[1].index_k is None  # 'shared' layer: no index keys
+        # roll back 3 tokens (as after rejected drafts) and feed others: same as computing from scratch
+        cache.truncate(seq.shape[1] - 3)
+        other = torch.randint(0, cfg.vocab_size, (2, 3))
+        again = model(other, cache=cache)
+        assert torch.allclose(again, model(torch.cat([seq[:, :-3], other], 1))[:, -3:], atol=1e-4)
 
 
 def test_stacked_experts_follow_weight_changes_or_step_aside():
@@ -145,3 +150,20 @@ def test_stacked_experts_follow_weight_changes_or_step_aside():
     with torch.no_grad():
         assert moe._stacked_ok()
     assert moe.experts[0].gate_proj.weight.requires_grad
+
+
+def test_ragged_decode_batch_with_per_sequence_indices():
+    # Two sequences of 30 and 19 tokens in one padded cache: per-row q_idx hides the padding from the shorter.
+    cfg = tiny()
+    mla = randomize(MLA(cfg))
+    x, cos, sin, _ = _inputs(cfg, B=2, T=30)
+    c_kv, k_pe = mla.project_kv(x, cos, sin)
+    q_nope, q_pe, qr = mla.project_q(x[:, -1:], cos[:, -1:], sin[:, -1:])
+    q_idx = torch.tensor([[29], [18]])
+    ix = mla.indexer
+    topk = ix.select(ix.queries(qr, cos[:, -1:], sin[:, -1:]), x[:, -1:], ix.keys(x, cos, sin), q_idx)
+    assert (topk[1] <= 18).all()  # never a padded key
+    for impl in (mla.attend_absorbed, mla.attend_expanded):
+        both = impl(q_nope, q_pe, c_kv, k_pe, q_idx, topk)
+        alone = impl(q_nope[1:], q_pe[1:], c_kv[1:, :19], k_pe[1:, :19], torch.tensor([18]), topk[1:])
+        assert torch.allclose(both[1:], alone, atol=1e-5)
