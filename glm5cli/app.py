@@ -15,7 +15,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-app.command("code", help="Run the coding agent in the current git repository (TUI, or headless with -p).")(code_cmd.code)
+app.command("code", help="Run the coding agent in the current git repository (TUI, or headless with -p).")(
+    code_cmd.code
+)
 app.command("serve", help="Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API.")(serve_cmd.serve)
 app.command("finetune", help="Fine-tune (SFT or RL) on trajectories recorded by `glm5 code` and `glm5 bench`.")(
     finetune_cmd.finetune

@@ -11,18 +11,6 @@ from glm5cli.common import console, fail, print_json
 app = typer.Typer(no_args_is_help=True)
 
 
-def _write_tokenizer_files(out_dir: Path) -> bool:
-    """Write tokenizer.json and the chat template next to the weights; False when this build has no tokenizer."""
-    try:
-        from model.tokenizer import save_tokenizer_files
-    except ModuleNotFoundError as e:
-        if e.name != "model.tokenizer":
-            raise
-        return False
-    save_tokenizer_files(out_dir)
-    return True
-
-
 @app.command("init")
 def init(
     preset: str = typer.Option("tiny", "--preset", help="tiny (tests) or small (benchmarks)."),
@@ -37,6 +25,7 @@ def init(
     from model.checkpoint import save_pretrained
     from model.config import PRESETS, ConfigError
     from model.config import preset as get_preset
+    from model.tokenizer import save_tokenizer_files
 
     try:
         cfg = get_preset(preset)
@@ -55,11 +44,9 @@ def init(
     torch_dtype = getattr(torch, dtype)
     model = GLM5ForCausalLM.from_config(cfg.replace(dtype=dtype), seed=seed, dtype=torch_dtype)
     save_pretrained(model, out)
-    has_tok = _write_tokenizer_files(out)
+    save_tokenizer_files(out)  # tokenizer.json, tokenizer_config.json, chat_template.jinja, generation_config.json
     n = sum(p.numel() for p in model.state_dict().values())
     console.print(f"wrote {preset} checkpoint ({n:,} parameters, {dtype}) to {out}")
-    if not has_tok:
-        console.print("[yellow]note:[/] this build has no tokenizer yet; the checkpoint has no tokenizer files")
 
 
 def _counts(cfg):
