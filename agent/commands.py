@@ -34,7 +34,8 @@ class CommandResult:
 
 
 def help_text() -> str:
-    return __doc__.split("\n\n", 1)[1].strip()
+    body = __doc__.split("\n\n", 1)[1].strip("\n")
+    return "\n".join(line.removeprefix("    ") for line in body.splitlines())
 
 
 def handle(session: Any, line: str) -> CommandResult:

@@ -70,6 +70,11 @@ class CodeApp(App):
     def on_mount(self) -> None:
         self.ui_thread = threading.get_ident()
         self.session = self.session_factory(self.bridge)
+        s = self.session
+        self.notice(
+            f"glm5 code · {s.settings.provider.model} at {s.settings.provider.base_url} · mode {s.settings.mode}"
+            f" · session {s.id} · trajectory {s.path}"
+        )
         for w in self.session.warnings:
             self.notice(w)
         if self.session.resumed:
@@ -136,7 +141,7 @@ class CodeApp(App):
         try:
             res = self.session.agent.run(task)
             if res.exit_status != "submitted":
-                self.call_from_thread(self.notice, f"turn ended: {res.exit_status} {res.final}".strip())
+                self.call_from_thread(self.notice, f"turn ended: {res.final or res.exit_status}")
         except APIError as e:
             self.call_from_thread(self.notice, f"model endpoint error: {e}", True)
         except Exception as e:  # noqa: BLE001 - show it, keep the session alive
