@@ -24,6 +24,10 @@ class EngineConfig:
     max_model_len: int | None = None
     attn_impl: str = "batched"
     seed: int = 0
+    # Speculative decoding: None, or "mtp" (the checkpoint's MTP layer drafts `num_draft_tokens` tokens per
+    # step by chaining itself, the main model verifies them in the step's forward; serve/engine/spec_decode.py).
+    speculative: str | None = None
+    num_draft_tokens: int = 3
 
     def __post_init__(self) -> None:
         if self.attn_impl not in ("plain", "batched"):
@@ -33,5 +37,9 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.speculative not in (None, "mtp"):
+            raise ValueError(f"speculative must be None or 'mtp', got {self.speculative!r}")
+        if self.speculative and not 1 <= self.num_draft_tokens <= 8:
+            raise ValueError(f"num_draft_tokens must be in 1..8, got {self.num_draft_tokens}")
         if self.kv_cache_gib <= 0:
             raise ValueError(f"kv_cache_gib must be > 0, got {self.kv_cache_gib}")

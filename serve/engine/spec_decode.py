@@ -1,0 +1,302 @@
+"""MTP speculative decoding in the engine: the MTP layer drafts k tokens, the main model verifies them at once.
+
+GLM-5 ships one MTP layer (`model.layers.{num_hidden_layers}`) trained to be chained (reference §5). Per step,
+for each sequence that samples:
+
+  verify   the main model runs [x_e0, d_1..d_k] (the last sampled token and the drafts from the previous
+           step) in the same flattened forward as every other chunk; rows e0..e0+k give p_1..p_{k+1};
+           serve/engine/rejection_sampler.py accepts a prefix of the drafts and adds one token.
+  extend   the MTP layer writes its cache entries for this step's positions from the *main* hidden states:
+           the entry at position p is MTPLayer(h_{p-1}, x_p), p = chunk start .. e (e = the newest token).
+           This also overwrites whatever the drafting of the previous step wrote there (the rollback of the
+           MTP cache: rejected and accepted draft entries alike are replaced by the real ones).
+  draft    the output at position e gives d_1; steps j = 1..k-1 feed the MTP output hidden and d_j back into
+           the same layer at position e+j (GLM-5's chaining), each a batched one-token decode over the MTP cache.
+
+The MTP layer's cache (latent, rotary key, index key) is one more layer of the engine's paged KVCache
+(layer index num_hidden_layers), addressed through each sequence's own block table: slot of position p is
+the same for the main layers and the MTP layer, so prefix caching, preemption and freeing need nothing new.
+Position 0 has no MTP entry (no hidden precedes it); MTP context index i holds position i + 1.
+
+Rollback of the main cache: the verification wrote entries for all k+1 rows; only accepted positions are
+counted as computed (`num_computed_tokens`), so the rejected slots are simply overwritten when those positions
+are computed for real, and the prefix cache registers only blocks below `num_computed_tokens`.
+
+The main hidden h_{start-1} that the first MTP entry of a chunk needs comes from the previous step (carried
+in SpecState). After a prefix-cache hit the sequence never computed it; that one entry is then made from a
+zero hidden (as vLLM zeroes the embedding at position 0). That only changes draft quality, never the output.
+
+Shapes: N tokens in a step, B sequences, D hidden, V vocab, K drafts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from serve.engine.config import EngineConfig
+from serve.engine.model_runner import ModelRunner, SeqInput, StepInput
+from serve.engine.rejection_sampler import draft_tokens, verify
+from serve.engine.scheduler import ScheduledChunk
+from serve.engine.sequence import Sequence, TokenLogprob
+
+
+@dataclass
+class SpecState:
+    """A sequence's speculative state between steps (lives on `Sequence.spec`)."""
+
+    draft_token_ids: list[int] = field(default_factory=list)
+    draft_probs_KV: torch.Tensor | None = None  # q of each draft (None for greedy requests)
+    hidden_D: torch.Tensor | None = None  # main hidden (after model.norm) at position hidden_pos
+    hidden_pos: int = -1
+
+
+@dataclass
+class SpecMetrics:
+    """Counters over the engine's life. Acceptance length = tokens emitted per verifying sequence-step."""
+
+    num_draft_tokens_per_step: int
+    num_verifications: int = 0  # sequence-steps that verified at least one draft
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_at: list[int] = field(default_factory=list)  # [j]: how often draft j+1 was accepted
+    # Wall time of the parts of a step (benchmarks compare them): main forward incl. verification rows,
+    # acceptance, MTP extend + first draft, chained draft steps.
+    forward_s: float = 0.0
+    accept_s: float = 0.0
+    extend_s: float = 0.0
+    chain_s: float = 0.0
+    num_chain_steps: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens per verification (accepted drafts + the one the target adds): 1.0 means no gain."""
+        return 1.0 + self.num_accepted_tokens / self.num_verifications if self.num_verifications else 0.0
+
+
+class SpecModelRunner(ModelRunner):
+    """ModelRunner that verifies each sequence's drafts in the step's forward and proposes the next ones."""
+
+    def __init__(self, model, engine_cfg: EngineConfig, device: torch.device | str = "cpu"):
+        if model.config.num_nextn_predict_layers < 1:
+            raise ValueError("speculative='mtp' needs a checkpoint with an MTP layer (num_nextn_predict_layers 0)")
+        super().__init__(model, engine_cfg, device)
+        cfg = self.cfg
+        self.k = engine_cfg.num_draft_tokens
+        self.mtp_layer = cfg.num_hidden_layers
+        self.max_model_len: int | None = None  # set by the engine; drafts never run past it
+        kv = self.kv
+        kw = dict(dtype=kv.dtype, device=self.device)
+        kv.c_kv_NPC.append(torch.zeros(kv.num_blocks, kv.block_size, cfg.kv_lora_rank, **kw))
+        kv.k_pe_NPR.append(torch.zeros(kv.num_blocks, kv.block_size, cfg.qk_rope_head_dim, **kw))
+        kv.index_k_NPD.append(torch.zeros(kv.num_blocks, kv.block_size, cfg.index_head_dim, **kw))
+        self.spec_metrics = SpecMetrics(self.k, accepted_at=[0] * self.k)
+
+    # ---- step preparation: the chunk's tokens plus its drafts ----------------------------------------
+
+    def prepare(self, chunks: list[ScheduledChunk]) -> StepInput:
+        ids, pos, slots, seqs, sample_rows = [], [], [], [], []
+        offset = 0
+        for c in chunks:
+            s, start, d = c.seq, c.seq.num_computed_tokens, c.num_draft
+            n = c.num_tokens + d
+            ctx = self._ctx_slots(s.block_table, start + n)
+            ids.extend(s.token_ids[start : start + c.num_tokens] + s.spec.draft_token_ids[:d])
+            pos.append(torch.arange(start, start + n))
+            slots.append(ctx[start:])
+            seqs.append(SeqInput(offset, start, n, ctx))
+            if c.sample:
+                sample_rows.extend(range(offset + c.num_tokens - 1, offset + n))  # the d + 1 verification rows
+            offset += n
+        return StepInput(
+            torch.tensor(ids, dtype=torch.long, device=self.device),
+            torch.cat(pos).to(self.device),
+            torch.cat(slots).to(self.device),
+            seqs,
+            sample_rows,
+        )
+
+    def _trunk(self, step: StepInput) -> torch.Tensor:
+        """The main layers over the step -> hidden after model.norm for every row [N, D]."""
+        m = self.model.model
+        x = m.embed_tokens(step.input_ids_N[None])
+        cos, sin = m.rope(step.positions_N[None])
+        prev_topk: dict[int, torch.Tensor | None] = {}
+        for i in range(self.cfg.num_hidden_layers):
+            layer = m.layers[i]
+            x = x + self._attention(i, layer.self_attn, layer.input_layernorm(x), cos, sin, step, prev_topk)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return m.norm(x[0])
+
+    def _mtp(self, step: StepInput, hidden_ND: torch.Tensor) -> torch.Tensor:
+        """The MTP layer over `step` (its cache entries are written) -> output after shared_head.norm [N, D]."""
+        m = self.model.model
+        layer = m.layers[self.mtp_layer]
+        e = layer.enorm(m.embed_tokens(step.input_ids_N[None]))
+        z = layer.eh_proj(torch.cat([e, layer.hnorm(hidden_ND[None])], dim=-1))  # order: [embedding, hidden]
+        cos, sin = m.rope(step.positions_N[None])
+        z = z + self._attention(self.mtp_layer, layer.self_attn, layer.input_layernorm(z), cos, sin, step, {})
+        z = z + layer.mlp(layer.post_attention_layernorm(z))
+        return layer.shared_head.norm(z)[0]
+
+    # ---- the step ---------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def run(self, chunks: list[ScheduledChunk]) -> list[TokenLogprob | list[TokenLogprob] | None]:
+        """Forward + verify; one entry per chunk: None (no sampling), a token, or the tokens a verification
+        emitted (accepted drafts, then the target's own token)."""
+        if not chunks:
+            return []
+        for c in chunks:
+            if c.seq.spec is None:
+                c.seq.spec = SpecState()
+        met = self.spec_metrics
+        t0 = time.perf_counter()
+        step = self.prepare(chunks)
+        hidden_ND = self._trunk(step)
+        logits_RV = self.model.lm_head(hidden_ND[step.sample_rows]).float() if step.sample_rows else None
+        t1 = time.perf_counter()
+
+        results: list[TokenLogprob | list[TokenLogprob] | None] = [None] * len(chunks)
+        plain, row = [], 0  # chunks without drafts go through the ordinary sampler, batched
+        for i, c in enumerate(chunks):
+            if not c.sample:
+                continue
+            if c.num_draft == 0:
+                plain.append((i, row))
+            else:
+                st, d = c.seq.spec, c.num_draft
+                probs = st.draft_probs_KV[:d] if st.draft_probs_KV is not None else None
+                out = verify(logits_RV[row : row + d + 1], st.draft_token_ids[:d], probs, c.seq.params, c.seq.generator)
+                results[i] = out
+                met.num_verifications += 1
+                met.num_draft_tokens += d
+                met.num_accepted_tokens += len(out) - 1
+                for j in range(len(out) - 1):
+                    met.accepted_at[j] += 1
+            row += c.num_draft + 1
+        if plain:
+            sampled = self.sampler(logits_RV[[r for _, r in plain]], [chunks[i].seq for i, _ in plain])
+            for (i, _), tok in zip(plain, sampled, strict=True):
+                results[i] = tok
+        t2 = time.perf_counter()
+        self._propose(chunks, step, hidden_ND, results)
+        met.forward_s += t1 - t0
+        met.accept_s += t2 - t1
+        return results
+
+    # ---- the proposer -----------------------------------------------------------------------------
+
+    def _num_drafts(self, seq: Sequence, e: int, emitted: int) -> int:
+        """Drafts worth making for a sequence whose newest token is at position e."""
+        p = seq.params
+        if p.has_penalties:
+            return 0  # penalties depend on the tokens before each position: verify would need them per row
+        left = p.max_tokens - (seq.num_output_tokens + emitted)  # tokens the request may still emit
+        k = min(self.k, left - 1, len(seq.block_table) * self.block_size - e)
+        if self.max_model_len is not None:
+            k = min(k, self.max_model_len - e - 2)
+        return max(0, k)
+
+    def _propose(self, chunks, step: StepInput, hidden_ND: torch.Tensor, results) -> None:
+        """MTP extend over this step's positions from the main hidden states, then chain the drafts."""
+        t0 = time.perf_counter()
+        D = hidden_ND.shape[-1]
+        ids, pos, slots, hid, seqs = [], [], [], [], []
+        drafting: list[tuple[Sequence, int, int, int]] = []  # (seq, extend row of position e, drafts wanted, e)
+        offset = 0
+        for c, si, out in zip(chunks, step.seqs, results, strict=True):
+            s, st, start = c.seq, c.seq.spec, si.start
+            emitted = [] if out is None else (out if isinstance(out, list) else [out])
+            # e: the newest position whose token is known (the sampled one, or the chunk's last prompt token).
+            e = start + c.num_tokens - 1 + len(emitted)
+            tokens = s.token_ids + [t.token_id for t in emitted]
+            # Carry the main hidden the next chunk's first MTP entry needs (the next chunk starts at e if this
+            # one sampled, else at e + 1).
+            nxt = e if emitted else e + 1
+            carry_row = si.offset + (nxt - 1 - start)
+            prev_hidden = st.hidden_D if st.hidden_pos == start - 1 else None
+            st.hidden_D, st.hidden_pos = hidden_ND[carry_row].clone(), nxt - 1
+            st.draft_token_ids, st.draft_probs_KV = [], None
+
+            e_w = min(e, len(s.block_table) * self.block_size - 1)  # no slot past the block table
+            p0 = max(start, 1)  # position 0 has no MTP entry
+            if e_w < p0:
+                continue
+            rows = hidden_ND[si.offset + (p0 - 1 - start) + (1 if p0 == start else 0) : si.offset + (e_w - start)]
+            if p0 == start:  # h_{start-1} is from the previous step (or zeros after a prefix-cache hit)
+                first = prev_hidden if prev_hidden is not None else hidden_ND.new_zeros(D)
+                rows = torch.cat([first[None], rows])
+            ctx = self._ctx_slots(s.block_table, e_w + 1)[1:]  # MTP context: positions 1..e_w
+            n = e_w - p0 + 1
+            ids.extend(tokens[p0 : e_w + 1])
+            pos.append(torch.arange(p0, e_w + 1))
+            slots.append(ctx[p0 - 1 :])
+            hid.append(rows)
+            seqs.append(SeqInput(offset, p0 - 1, n, ctx))
+            offset += n
+            if emitted and e_w == e:
+                k = self._num_drafts(s, e, len(emitted))
+                if k:
+                    drafting.append((s, offset - 1, k, e))
+        if not seqs:
+            return
+        mstep = StepInput(
+            torch.tensor(ids, dtype=torch.long, device=self.device),
+            torch.cat(pos).to(self.device),
+            torch.cat(slots).to(self.device),
+            seqs,
+            [],
+        )
+        z_ND = self._mtp(mstep, torch.cat(hid))
+        self.spec_metrics.extend_s += time.perf_counter() - t0
+        if drafting:
+            self._draft(drafting, z_ND[[r for _, r, _, _ in drafting]])  # the MTP output at each e gives d_1
+
+    def _draft(self, drafting: list[tuple[Sequence, int, int, int]], z_BD: torch.Tensor) -> None:
+        """d_1 from the extend's output at e; then d_{j+1} from the layer run again on (its output, d_j) at
+        position e + j, for the sequences that want more than j drafts."""
+        t0 = time.perf_counter()
+        seqs_all = [s for s, _, _, _ in drafting]
+        qs_all: list[list[torch.Tensor | None]] = [[] for _ in drafting]
+        live = list(range(len(drafting)))
+        for j in range(self.k):
+            if j > 0:
+                live_next = [b for b in live if drafting[b][2] > j]
+                keep = [live.index(b) for b in live_next]
+                live, z_BD = live_next, z_BD[keep]
+                if not live:
+                    break
+                ids, pos, slots, seqs = [], [], [], []
+                for i, b in enumerate(live):
+                    s, p = seqs_all[b], drafting[b][3] + j
+                    ctx = self._ctx_slots(s.block_table, p + 1)[1:]  # MTP context: positions 1..p
+                    ids.append(s.spec.draft_token_ids[-1])
+                    pos.append(p)
+                    slots.append(ctx[-1:])
+                    seqs.append(SeqInput(i, p - 1, 1, ctx))
+                step = StepInput(
+                    torch.tensor(ids, dtype=torch.long, device=self.device),
+                    torch.tensor(pos, dtype=torch.long, device=self.device),
+                    torch.cat(slots).to(self.device),
+                    seqs,
+                    [],
+                )
+                z_BD = self._mtp(step, z_BD)  # fed back: the output after shared_head.norm (mtp_forward's rule)
+                self.spec_metrics.num_chain_steps += 1
+            seqs_b = [seqs_all[b] for b in live]
+            logits_BV = self.model.lm_head(z_BD).float()
+            toks, qs = draft_tokens(logits_BV, [s.params for s in seqs_b], [s.generator for s in seqs_b])
+            for b, s, t, q in zip(live, seqs_b, toks, qs, strict=True):
+                s.spec.draft_token_ids.append(t)
+                qs_all[b].append(q)
+        for s, qs in zip(seqs_all, qs_all, strict=True):
+            if qs and qs[0] is not None:
+                s.spec.draft_probs_KV = torch.stack(qs)
+        self.spec_metrics.chain_s += time.perf_counter() - t0
