@@ -13,8 +13,15 @@ Module map, in reading order (a forward goes top to bottom through the network p
 - modeling.py        GLM5Model (trunk) and GLM5ForCausalLM (+ lm_head, mtp_forward, init, from/save_pretrained)
 - kv_cache.py        a simple contiguous per-layer cache (c_kv, k_pe, index keys) for incremental decoding
 - checkpoint.py      Hugging Face safetensors load (meta device, mmap, FP8 dequant, shards) and save
+- tokenizer.py       loads tokenizer.json (a checkpoint's or the shipped one), special ids by name; writes the
+                     tokenizer files of a new checkpoint (save_tokenizer_files)
+- chat.py            renders OpenAI messages in the GLM-5 chat format: text, ids, ids + loss masks for training
+- chat_parse.py      parses GLM-5 completions into reasoning, content and tool calls; whole or streamed
+- assets/            the shipped tokenizer.json (scripts/train_tokenizer.py) and chat_template.jinja
 
 Life of a load: config.json -> GLM5Config -> GLM5ForCausalLM built on meta -> tensors assigned from safetensors.
+A chat request: chat.render -> tokenizer.encode -> (the network generates) -> chat_parse.StreamParser.feed per
+decoded delta -> OpenAI deltas; a stored trajectory: chat.render_for_training -> ids, message index, loss mask.
 """
 
 from model.config import GLM5Config, preset

@@ -422,8 +422,11 @@ def memory_bytes(cfg: GLM5Config) -> dict[str, int]:
     }
 
 
-def gib(n_bytes: int) -> float:
-    return n_bytes / 2**30
+def human_bytes(n_bytes: int) -> str:
+    for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= div:
+            return f"{n_bytes / div:.2f} {unit}"
+    return f"{n_bytes} B"
 
 
 def human_count(n: int) -> str:

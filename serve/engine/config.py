@@ -11,8 +11,8 @@ class EngineConfig:
 
     The cache holds `num_kv_blocks` blocks of `block_size` tokens; when `num_kv_blocks` is None it is sized
     from `kv_cache_gib`. `max_model_len` None means "whatever fits in the cache".
-    `attn_impl`: "batched" pads the sequences of a step into one tensor per layer (the fast path);
-    "plain" loops over sequences one by one (the reference the fast path is tested against).
+    `attn_impl`: "fast" (fused projections, batched sparse decode; see model_runner.py) or "plain" (the
+    model's own modules, one sequence at a time: the reference the fast path is tested against).
     """
 
     max_num_seqs: int = 16
@@ -22,7 +22,7 @@ class EngineConfig:
     kv_cache_gib: float = 1.0
     enable_prefix_caching: bool = True
     max_model_len: int | None = None
-    attn_impl: str = "batched"
+    attn_impl: str = "fast"
     seed: int = 0
     # Speculative decoding: None, or "mtp" (the checkpoint's MTP layer drafts `num_draft_tokens` tokens per
     # step by chaining itself, the main model verifies them in the step's forward; serve/engine/spec_decode.py).
@@ -30,8 +30,8 @@ class EngineConfig:
     num_draft_tokens: int = 3
 
     def __post_init__(self) -> None:
-        if self.attn_impl not in ("plain", "batched"):
-            raise ValueError(f"attn_impl must be 'plain' or 'batched', got {self.attn_impl!r}")
+        if self.attn_impl not in ("plain", "fast"):
+            raise ValueError(f"attn_impl must be 'plain' or 'fast', got {self.attn_impl!r}")
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -3,17 +3,19 @@
 A step is a list of chunks (sequence, n new tokens). The runner flattens their tokens into one row of
 N tokens so every projection, MLP and MoE runs once for the whole step (variable-length prefill of
 several sequences and decodes together), writes the new tokens' cache entries (c_kv, k_pe, index key)
-into their slots, and runs attention per sequence against that sequence's blocks:
+into their slots, and runs attention per sequence against that sequence's blocks. Two implementations,
+chosen by `EngineConfig.attn_impl`:
 
-- prefill chunks (n > 1): gather the sequence's context from its blocks and call the model's own MLA
-  pieces (indexer top-k, then expanded attention, or absorbed attention when top-k drops keys);
-- decode chunks (n == 1), fast path ("batched"): score the indexer keys of each sequence, take the
-  top-k, gather *only the selected* latents and rotary keys from the paged cache, pad the sequences to
-  one [B, K] tensor, and run absorbed MLA for all of them at once (W_UK folded into the query, W_UV
-  applied after the weighted sum of latents). Cost per decode is O(L * Di) for the indexer plus
-  O(K * (C + R)) for attention, instead of O(L * (C + R)) for dense attention;
-- decode chunks, plain path ("plain"): the same per-sequence code as prefill (the model's own
-  `attend_absorbed` over the gathered context); the batched path is tested against it.
+- "plain": the model's own modules layer by layer, and for every chunk the model's own MLA pieces on the
+  sequence's gathered context (indexer top-k, then expanded attention, or absorbed attention for a decode
+  or when top-k drops keys). Obviously the model's math; the reference the fast path is tested against.
+- "fast": the same math with fewer, larger operations (fused_weights.py: one product for q_a / kv_a /
+  indexer wk, one for each gate|up pair; one RoPE call for all rotary parts; fused norms), a host loop
+  over the few experts a small step routes to, and for decode chunks one batched absorbed-MLA call: score
+  each sequence's cached index keys, take the top-k, gather *only the selected* latents from the paged
+  cache, pad to one [B, K] tensor, fold W_UK into the queries and W_UV after the weighted sum of latents.
+  Cost per decode is O(L * Di) for the indexer plus O(K * (C + R)) for attention, not O(L * (C + R)).
+  Prefill chunks use the model's attend functions as in "plain".
 
 Then the last position of each sampling chunk goes through the final norm and lm_head, and the sampler.
 
@@ -26,8 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from model.rope import apply_rope
+from torch.profiler import record_function
 
 from serve.engine.config import EngineConfig
+from serve.engine.fused_weights import FusedLayer, fuse_layer
 from serve.engine.kv_cache import KVCache
 from serve.engine.sampler import Sampler
 from serve.engine.scheduler import ScheduledChunk
@@ -41,7 +47,20 @@ class SeqInput:
     offset: int  # first row in the step's N tokens
     start: int  # position (= index in the sequence) of the first new token
     n: int  # new tokens
-    ctx_slots_L: torch.Tensor  # cache slot of every position 0..start+n-1
+    block_table: torch.Tensor  # the sequence's blocks, covering positions 0..start+n-1
+    block_size: int
+
+    @property
+    def ctx_len(self) -> int:
+        return self.start + self.n
+
+    def gather(self, paged_NPX: torch.Tensor) -> torch.Tensor:
+        """This sequence's whole context [L, X] from a paged tensor, copied block by block."""
+        return paged_NPX[self.block_table].flatten(0, 1)[: self.ctx_len]
+
+    def slots(self, idx: torch.Tensor) -> torch.Tensor:
+        """Cache slots of sequence positions `idx`."""
+        return self.block_table[idx // self.block_size] * self.block_size + idx % self.block_size
 
     @property
     def rows(self) -> slice:
@@ -49,7 +68,7 @@ class SeqInput:
 
     @property
     def q_idx(self) -> torch.Tensor:
-        return torch.arange(self.start, self.start + self.n)
+        return torch.arange(self.start, self.start + self.n, device=self.block_table.device)
 
 
 @dataclass
@@ -74,34 +93,40 @@ class ModelRunner:
         )
         self.kv = KVCache(self.cfg, num_blocks, engine_cfg.block_size, self.dtype, self.device)
         self.sampler = Sampler()
+        self.fast = engine_cfg.attn_impl == "fast"
+        self.fused: list[FusedLayer] = []
         # Latents (c_kv + k_pe of one token in one layer) read by batched decode attention: with DSA this
         # grows with index_topk, not with the context. Benchmarks and tests read it.
         self.decode_latents_read = 0
 
-    # ---- step preparation -------------------------------------------------------------------------
+    def _layers(self):
+        return [self.model.model.layers[i] for i in range(self.cfg.num_hidden_layers)]
 
-    def _ctx_slots(self, block_table: list[int], length: int) -> torch.Tensor:
-        P = self.block_size
-        bt = torch.tensor(block_table, dtype=torch.long)
-        return (bt[:, None] * P + torch.arange(P)).flatten()[:length]
+    def _ensure_fused(self) -> None:
+        if len(self.fused) != self.cfg.num_hidden_layers or not all(f.is_current() for f in self.fused):
+            self.fused = [fuse_layer(layer) for layer in self._layers()]
+
+    # ---- step preparation -------------------------------------------------------------------------
 
     def prepare(self, chunks: list[ScheduledChunk]) -> StepInput:
         ids, pos, slots, seqs, sample_rows = [], [], [], [], []
         offset = 0
         for c in chunks:
             s, start = c.seq, c.seq.num_computed_tokens
-            ctx = self._ctx_slots(s.block_table, start + c.num_tokens)
+            bt = torch.tensor(s.block_table, dtype=torch.long, device=self.device)
+            seq_in = SeqInput(offset, start, c.num_tokens, bt, self.block_size)
             ids.extend(s.token_ids[start : start + c.num_tokens])
-            pos.append(torch.arange(start, start + c.num_tokens))
-            slots.append(ctx[start:])
-            seqs.append(SeqInput(offset, start, c.num_tokens, ctx))
+            new_pos = seq_in.q_idx
+            pos.append(new_pos)
+            slots.append(seq_in.slots(new_pos))
+            seqs.append(seq_in)
             offset += c.num_tokens
             if c.sample:
                 sample_rows.append(offset - 1)
         return StepInput(
             torch.tensor(ids, dtype=torch.long, device=self.device),
-            torch.cat(pos).to(self.device),
-            torch.cat(slots).to(self.device),
+            torch.cat(pos),
+            torch.cat(slots),
             seqs,
             sample_rows,
         )
@@ -116,75 +141,193 @@ class ModelRunner:
         step = self.prepare(chunks)
         logits_BV = self.forward(step)
         sampling = [c.seq for c in chunks if c.sample]
-        sampled = iter(self.sampler(logits_BV, sampling) if sampling else [])
+        with record_function("sampler"):
+            sampled = iter(self.sampler(logits_BV.cpu(), sampling) if sampling else [])
         return [next(sampled) if c.sample else None for c in chunks]
 
+    @torch.inference_mode()
     def forward(self, step: StepInput) -> torch.Tensor:
         """Logits [len(sample_rows), V] (fp32) of the step's sampling positions."""
         m = self.model.model
-        x = m.embed_tokens(step.input_ids_N[None])  # [1, N, D]
-        cos, sin = m.rope(step.positions_N[None])
+        x_ND = m.embed_tokens(step.input_ids_N)
+        cos, sin = m.rope(step.positions_N)  # [N, R/2] fp32
         prev_topk: dict[int, torch.Tensor | None] = {}
-        for layer_idx in range(self.cfg.num_hidden_layers):
-            layer = m.layers[layer_idx]
-            x = x + self._attention(layer_idx, layer.self_attn, layer.input_layernorm(x), cos, sin, step, prev_topk)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        if self.fast:
+            self._ensure_fused()
+            rope_cs = (cos[:, None].to(self.dtype), sin[:, None].to(self.dtype))
+        for i, layer in enumerate(self._layers()):
+            # record_function labels let a profiler split a step into attention / mlp / lm_head / sampler.
+            if self.fast:
+                x_ND = self._layer_fast(i, layer, self.fused[i], x_ND, rope_cs, step, prev_topk)
+            else:
+                x_ND = self._layer_plain(i, layer, x_ND, cos, sin, step, prev_topk)
         if not step.sample_rows:
             return torch.empty(0, self.cfg.vocab_size)
-        h = m.norm(x[0, step.sample_rows])
-        return self.model.lm_head(h).float()
+        with record_function("lm_head"):
+            return self.model.lm_head(m.norm(x_ND[step.sample_rows])).float()
 
-    def _attention(self, layer_idx, attn, h_1ND, cos, sin, step: StepInput, prev_topk) -> torch.Tensor:
-        q_nope, q_pe, qr = attn.project_q(h_1ND, cos, sin)  # [1,N,H,Dn], [1,N,H,R], [1,N,Q]
-        c_kv, k_pe = attn.project_kv(h_1ND, cos, sin)  # [1,N,C], [1,N,R]
-        indexer = attn.indexer
-        idx_k = indexer.keys(h_1ND, cos, sin)[0] if indexer is not None else None
-        self.kv.write(layer_idx, step.slots_N, c_kv[0], k_pe[0], idx_k)
-        iq = indexer.queries(qr, cos, sin) if indexer is not None else None  # [1, N, I, Di]
-        c_flat, pe_flat, ik_flat = self.kv.flat(layer_idx)
+    # ---- the plain path: the model's modules ----------------------------------------------------------
 
-        out = q_nope.new_empty(*q_nope.shape[:3], attn.dv)  # [1, N, H, Dv]
-        batched = self.engine_cfg.attn_impl == "batched"
-        decodes: list[tuple[int, SeqInput, torch.Tensor | None]] = []
-        for i, s in enumerate(step.seqs):
-            q_idx = s.q_idx
-            # DSA: the indexer scores this sequence's cached index keys and keeps the top-k (None: all fit).
-            if indexer is not None:
-                topk = indexer.select(iq[:, s.rows], h_1ND[:, s.rows], ik_flat[s.ctx_slots_L][None], q_idx)
+    def _layer_plain(self, i, layer, x_ND, cos, sin, step: StepInput, prev_topk) -> torch.Tensor:
+        attn = layer.self_attn
+        with record_function("attention"):
+            h = layer.input_layernorm(x_ND)[None]
+            cos, sin = cos[None], sin[None]
+            q_nope, q_pe, qr = attn.project_q(h, cos, sin)  # [1,N,H,Dn], [1,N,H,R], [1,N,Q]
+            c_kv, k_pe = attn.project_kv(h, cos, sin)  # [1,N,C], [1,N,R]
+            idx_k = attn.indexer.keys(h, cos, sin)[0] if attn.indexer is not None else None
+            self.kv.write(i, step.slots_N, c_kv[0], k_pe[0], idx_k)
+            iq = self._index_queries(attn, qr, cos, sin, step)
+            out = q_nope.new_empty(*q_nope.shape[:3], attn.dv)  # [1, N, H, Dv]
+            for j, s in enumerate(step.seqs):
+                topk = self._select(i, j, attn, iq, h, s, prev_topk)
+                out[:, s.rows] = self._attend_context(i, attn, q_nope[:, s.rows], q_pe[:, s.rows], s, topk)
+            x_ND = x_ND + attn.o_proj(out.flatten(2))[0]
+        with record_function("mlp"):
+            return x_ND + layer.mlp(layer.post_attention_layernorm(x_ND))
+
+    # ---- pieces both paths share ------------------------------------------------------------------------
+
+    def _index_queries(self, attn, qr_1NQ, cos_1N, sin_1N, step: StepInput):
+        """Index queries [1, N, I, Di], only when some context exceeds the budget (else all keys are kept)."""
+        ix = attn.indexer
+        if ix is None or not any(s.ctx_len > ix.topk for s in step.seqs):
+            return None
+        return ix.queries(qr_1NQ, cos_1N, sin_1N)
+
+    def _select(self, i, j, attn, iq, h_1ND, s: SeqInput, prev_topk):
+        """DSA for sequence j in layer i: the indexer scores this sequence's cached index keys and keeps the
+        top-k ([1, n, K] positions), or None when every key fits in the budget."""
+        ix = attn.indexer
+        if ix is None:
+            topk = prev_topk.get(j)  # a 'shared' indexer layer reuses the previous layer's pick
+        elif s.ctx_len <= ix.topk:
+            topk = None
+        else:
+            keys = s.gather(self.kv.index_k_NPD[i])[None]
+            topk = ix.select(iq[:, s.rows], h_1ND[:, s.rows], keys, s.q_idx)
+        prev_topk[j] = topk
+        return topk
+
+    def _attend_context(self, i, attn, q_nope, q_pe, s: SeqInput, topk):
+        """The model's own attention for one chunk over its gathered context. -> [1, n, H, Dv]."""
+        latent = s.gather(self.kv.latent_NPK[i])[None]
+        c_ctx, pe_ctx = latent.split([self.kv.C, self.kv.R], -1)
+        # Same rule as the model's forward, so engine and plain model agree to rounding.
+        attend = attn.attend_absorbed if (s.n == 1 or topk is not None) else attn.attend_expanded
+        return attend(q_nope, q_pe, c_ctx, pe_ctx, s.q_idx, topk)
+
+    # ---- the fast path ------------------------------------------------------------------------------
+
+    def _layer_fast(self, i, layer, fused: FusedLayer, x_ND, rope_cs, step: StepInput, prev_topk) -> torch.Tensor:
+        attn, cfg = layer.self_attn, self.cfg
+        N = x_ND.shape[0]
+        H, Dn, R, C = attn.n_heads, attn.dn, attn.dr, attn.kv_lora_rank
+        Q, Di = cfg.q_lora_rank, cfg.index_head_dim
+        with record_function("attention"):
+            ln = layer.input_layernorm
+            h = F.rms_norm(x_ND, (x_ND.shape[-1],), ln.weight, ln.eps)
+            ix = attn.indexer
+            if fused.w_in is not None:
+                qa, c_kv, k_pe, ik = F.linear(h, fused.w_in).split([Q, C, R, Di], -1)
             else:
-                topk = prev_topk.get(i)  # a 'shared' indexer layer reuses the previous layer's pick
-            prev_topk[i] = topk
-            if batched and s.n == 1:
-                decodes.append((i, s, topk))
-                continue
-            c_ctx, pe_ctx = c_flat[s.ctx_slots_L][None], pe_flat[s.ctx_slots_L][None]
-            # Same rule as the model's own forward, so engine and plain model agree to rounding.
-            absorbed = s.n == 1 or topk is not None
-            attend = attn.attend_absorbed if absorbed else attn.attend_expanded
-            out[:, s.rows] = attend(q_nope[:, s.rows], q_pe[:, s.rows], c_ctx, pe_ctx, q_idx, topk)
-        if decodes:
-            rows = torch.tensor([s.offset for _, s, _ in decodes])
-            selected = [s.ctx_slots_L if topk is None else s.ctx_slots_L[topk[0, 0]] for _, s, topk in decodes]
-            out[0, rows] = self.absorbed_decode(attn, q_nope[0, rows], q_pe[0, rows], c_flat, pe_flat, selected)
-        return attn.o_proj(out.flatten(2))
+                qa = attn.q_a_proj(h)
+                c_kv, k_pe = attn.kv_a_proj_with_mqa(h).split([C, R], -1)
+                ik = ix.wk(h) if ix is not None else None
+            qn = attn.q_a_layernorm
+            qr = F.rms_norm(qa, (Q,), qn.weight, qn.eps)
+            q = attn.q_b_proj(qr).view(N, H, Dn + R)
+            kn = attn.kv_a_layernorm
+            c_kv = F.rms_norm(c_kv, (C,), kn.weight, kn.eps)
+            rot = [q[..., Dn:], k_pe[:, None]]
+            if ik is not None:
+                norm = ix.k_norm
+                ik = F.layer_norm(ik.float(), (Di,), norm.weight.float(), norm.bias.float(), norm.eps).to(h.dtype)
+                rot.append(ik[:, None, :R])
+            # One RoPE call for the query heads, the MLA rotary key and the indexer key's rotary half.
+            rot = apply_rope(torch.cat(rot, 1), *rope_cs)
+            q_pe, k_pe = rot[:, :H], rot[:, H]
+            if ik is not None:
+                ik = torch.cat([rot[:, H + 1], ik[:, R:]], -1)
+            self.kv.write(i, step.slots_N, c_kv, k_pe, ik)
+            q_nope = q[..., :Dn]
 
-    def absorbed_decode(self, attn, q_nope_BHD, q_pe_BHR, c_flat, pe_flat, selected: list[torch.Tensor]):
+            cos, sin = rope_cs
+            iq = self._index_queries(attn, qr[None], cos[None, :, 0], sin[None, :, 0], step)
+            out = q.new_empty(N, H, attn.dv)
+            decodes: list[tuple[SeqInput, torch.Tensor | None]] = []
+            for j, s in enumerate(step.seqs):
+                topk = self._select(i, j, attn, iq, h[None], s, prev_topk)
+                if s.n == 1:
+                    decodes.append((s, topk))
+                else:
+                    out[s.rows] = self._attend_context(i, attn, q_nope[None, s.rows], q_pe[None, s.rows], s, topk)[0]
+            if decodes:
+                rows = torch.tensor([s.offset for s, _ in decodes], device=self.device)
+                selected = [
+                    s.slots(torch.arange(s.ctx_len, device=self.device) if t is None else t[0, 0]) for s, t in decodes
+                ]
+                out[rows] = self.absorbed_decode(attn, q_nope[rows], q_pe[rows], self.kv.latent_flat(i), selected)
+            x_ND = x_ND + attn.o_proj(out.view(N, -1))
+        with record_function("mlp"):
+            post = layer.post_attention_layernorm
+            return x_ND + self._mlp_fast(layer.mlp, fused, F.rms_norm(x_ND, (x_ND.shape[-1],), post.weight, post.eps))
+
+    @staticmethod
+    def _swiglu(x, gate_up, mlp):
+        if gate_up is None:
+            return mlp(x)
+        g, u = F.linear(x, gate_up).chunk(2, -1)
+        return mlp.down_proj(F.silu(g) * u)
+
+    def _mlp_fast(self, mlp, fused: FusedLayer, h_ND):
+        if not hasattr(mlp, "experts"):
+            return self._swiglu(h_ND, fused.gate_up[0], mlp)
+        w_Nk, idx_Nk = mlp.gate(h_ND)  # the model's router (fp32 scores, bias for selection only)
+        out = self._swiglu(h_ND, fused.shared_gate_up, mlp.shared_experts)
+        N, k = idx_Nk.shape
+        if N <= 2:
+            # A decode step of one or two tokens touches at most 2k experts: call them directly, no sort.
+            for t, (experts, weights) in enumerate(zip(idx_Nk.tolist(), w_Nk.tolist(), strict=True)):
+                for e, wt in zip(experts, weights, strict=True):
+                    out[t].add_(self._swiglu(h_ND[t], fused.gate_up[e], mlp.experts[e]), alpha=wt)
+            return out
+        flat = idx_Nk.flatten()
+        order = flat.argsort(stable=True)  # (token, slot) pairs grouped by expert
+        token = order // k
+        counts = torch.bincount(flat, minlength=len(mlp.experts)).tolist()
+        xs = h_ND[token]
+        ys, start = [], 0
+        for e, n in enumerate(counts):
+            if n:
+                ys.append(self._swiglu(xs[start : start + n], fused.gate_up[e], mlp.experts[e]))
+                start += n
+        routed = torch.cat(ys) * w_Nk.flatten()[order, None].to(h_ND.dtype)
+        return out.index_add_(0, token, routed)
+
+    def absorbed_decode(self, attn, q_nope_BHD, q_pe_BHR, latent_flat, selected: list[torch.Tensor]):
         """Absorbed MLA for B single-token queries, each over its own selected cache slots. -> [B, H, Dv].
 
         Only the selected slots are read from the paged cache; sequences are padded to the longest
-        selection and the padding is masked out of the softmax."""
+        selection and the padding is masked out of the softmax. Scores use [q_nope W_UK | q_pe] against
+        the stored [c_kv | k_pe] in one product."""
         B, K = len(selected), max(len(s) for s in selected)
-        slots_BK = torch.zeros(B, K, dtype=torch.long)
-        valid_BK = torch.zeros(B, K, dtype=torch.bool)
-        for b, s in enumerate(selected):
-            slots_BK[b, : len(s)] = s
-            valid_BK[b, : len(s)] = True
-        c_BKC, pe_BKR = c_flat[slots_BK], pe_flat[slots_BK]
+        if B == 1:
+            slots_BK, valid_BK = selected[0][None], None
+        else:
+            slots_BK = torch.zeros(B, K, dtype=torch.long, device=self.device)
+            valid_BK = torch.zeros(B, K, dtype=torch.bool, device=self.device)
+            for b, s in enumerate(selected):
+                slots_BK[b, : len(s)] = s
+                valid_BK[b, : len(s)] = True
+        lat_BKL = latent_flat[slots_BK]  # [B, K, C + R]
         self.decode_latents_read += sum(len(s) for s in selected)
         w = attn._kv_b_weight()  # [H, Dn + Dv, C]
         w_uk, w_uv = w[:, : attn.dn], w[:, attn.dn :]
-        q_abs_BHC = torch.einsum("bhd,hdc->bhc", q_nope_BHD, w_uk)
-        s_BHK = torch.bmm(q_abs_BHC, c_BKC.transpose(1, 2)) + torch.bmm(q_pe_BHR, pe_BKR.transpose(1, 2))
-        s_BHK = s_BHK.float().mul_(attn.scale).masked_fill_(~valid_BK[:, None], float("-inf"))
-        o_lat_BHC = torch.bmm(s_BHK.softmax(-1).to(c_BKC.dtype), c_BKC)
-        return torch.einsum("bhc,hvc->bhv", o_lat_BHC, w_uv)
+        q_abs_BHC = torch.bmm(q_nope_BHD.transpose(0, 1), w_uk).transpose(0, 1)  # [B, H, C]
+        q_BHL = torch.cat([q_abs_BHC, q_pe_BHR], -1)
+        s_BHK = torch.bmm(q_BHL, lat_BKL.transpose(1, 2)).float().mul_(attn.scale)
+        if valid_BK is not None:
+            s_BHK.masked_fill_(~valid_BK[:, None], float("-inf"))
+        o_lat_BHC = torch.bmm(s_BHK.softmax(-1).to(lat_BKL.dtype), lat_BKL[..., : attn.kv_lora_rank])
+        return torch.bmm(o_lat_BHC.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [B, H, Dv]

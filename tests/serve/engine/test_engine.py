@@ -34,7 +34,7 @@ def check_against_reference(outs, reference):
             assert list(lp.top.values()) == pytest.approx(top.values.tolist(), abs=1e-4)
 
 
-@pytest.mark.parametrize("attn_impl", ["batched", "plain"])
+@pytest.mark.parametrize("attn_impl", ["fast", "plain"])
 @pytest.mark.parametrize("prefix_caching", [True, False])
 def test_batch_of_different_lengths_matches_plain_greedy(tiny_model, reference, attn_impl, prefix_caching):
     llm = LLM(
@@ -90,7 +90,7 @@ def test_batched_decode_agrees_with_the_plain_path(tiny_model):
     plain path (the model's own attend_absorbed over the whole gathered context), logits to rounding."""
     prompts = random_prompts([40, 9, 30], tiny_model.config.vocab_size, seed=3)
     logits = {}
-    for impl in ("plain", "batched"):
+    for impl in ("plain", "fast"):
         engine = LLMEngine(tiny_model, config=EngineConfig(block_size=4, num_kv_blocks=64, attn_impl=impl))
         for p in prompts:
             engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=3))
@@ -98,7 +98,7 @@ def test_batched_decode_agrees_with_the_plain_path(tiny_model):
         chunks = engine.scheduler.schedule()  # a decode step for the three
         assert all(c.num_tokens == 1 for c in chunks)
         logits[impl] = engine.runner.forward(engine.runner.prepare(chunks))
-    torch.testing.assert_close(logits["batched"], logits["plain"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits["fast"], logits["plain"], atol=1e-5, rtol=1e-5)
 
 
 def test_seeded_sampling_is_independent_of_the_batch(tiny_model):

@@ -1,0 +1,63 @@
+"""Weight fusion for the runner's fast path, declared once: several linears that read the same input become one.
+
+Per decoder layer:
+  w_in      [Q + C + R + Di, D]  q_a_proj | kv_a_proj_with_mqa | indexer.wk   (all read the normed hidden)
+  gate_up   [2I, D] per expert, shared expert and dense MLP: gate_proj | up_proj
+The model's own parameters are re-pointed to row slices of the fused tensors (storage is shared, nothing is
+copied), so the model, its checkpoint names, `load_state_dict` (which copies in place) and the plain path
+are unchanged. If something replaces a parameter tensor afterwards (`model.to(dtype)`, a module swap), the
+fusion no longer aliases it; `is_current` notices and the runner fuses again.
+
+On a batch-1 decode step on CPU each linear costs as much in dispatch as in arithmetic, so fewer, larger
+matrix-vector products are faster while reading the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+def _fuse(linears: list[nn.Linear]) -> torch.Tensor | None:
+    """Concatenate the weights along the output dim and re-point each linear to its slice. None if any has
+    a bias or they differ in dtype/device (then the fast path calls them one by one)."""
+    if not all(type(lin) is nn.Linear for lin in linears):  # e.g. LoRA or INT4 modules: leave them alone
+        return None
+    ws = [lin.weight for lin in linears]
+    if any(getattr(lin, "bias", None) is not None for lin in linears) or len({(w.dtype, w.device) for w in ws}) > 1:
+        return None
+    fused = torch.cat([w.detach() for w in ws], dim=0)
+    start = 0
+    for lin, w in zip(linears, ws, strict=True):
+        lin.weight.data = fused[start : start + w.shape[0]]
+        start += w.shape[0]
+    return fused
+
+
+@dataclass
+class FusedLayer:
+    w_in: torch.Tensor | None  # None: the layer has a 'shared' indexer (no wk), or biases; not fused
+    gate_up: list[torch.Tensor | None]  # routed experts (MoE) or [dense MLP]
+    shared_gate_up: torch.Tensor | None
+    probe: nn.Linear  # a fused linear whose weight must still alias w_in / gate_up[0]
+
+    def is_current(self) -> bool:
+        ref = self.w_in if self.w_in is not None else self.gate_up[0]
+        return ref is not None and self.probe.weight.data_ptr() == ref.data_ptr()
+
+
+@torch.no_grad()
+def fuse_layer(layer) -> FusedLayer:
+    attn, mlp = layer.self_attn, layer.mlp
+    w_in = None
+    if attn.indexer is not None:
+        w_in = _fuse([attn.q_a_proj, attn.kv_a_proj_with_mqa, attn.indexer.wk])
+    if hasattr(mlp, "experts"):
+        gate_up = [_fuse([e.gate_proj, e.up_proj]) for e in mlp.experts]
+        shared = _fuse([mlp.shared_experts.gate_proj, mlp.shared_experts.up_proj])
+        first = mlp.experts[0].gate_proj
+    else:
+        gate_up, shared, first = [_fuse([mlp.gate_proj, mlp.up_proj])], None, mlp.gate_proj
+    return FusedLayer(w_in, gate_up, shared, attn.q_a_proj if w_in is not None else first)
