@@ -37,10 +37,24 @@ from dataclasses import dataclass, field
 import torch
 
 from serve.engine.config import EngineConfig
+from serve.engine.fused_weights import FusedLayer, fuse_layer
 from serve.engine.model_runner import ModelRunner, SeqInput, StepInput
 from serve.engine.rejection_sampler import draft_tokens, verify
 from serve.engine.scheduler import ScheduledChunk
 from serve.engine.sequence import Sequence, TokenLogprob
+
+
+@dataclass
+class MTPSeqInput(SeqInput):
+    """A chunk of the MTP layer: its context index i is position i + 1 (position 0 has no MTP entry), kept in
+    that position's slot, so an MTP entry shares its block (and prefix-cache hash) with the main entries of
+    the same position. `start`, `n`, `q_idx` count in context indices."""
+
+    def gather(self, paged_NPX: torch.Tensor) -> torch.Tensor:
+        return paged_NPX[self.block_table].flatten(0, 1)[1 : self.ctx_len + 1]
+
+    def slots(self, idx: torch.Tensor) -> torch.Tensor:
+        return super().slots(idx + 1)
 
 
 @dataclass
@@ -93,9 +107,9 @@ class SpecModelRunner(ModelRunner):
         self.max_model_len: int | None = None  # set by the engine; drafts never run past it
         kv = self.kv
         kw = dict(dtype=kv.dtype, device=self.device)
-        kv.c_kv_NPC.append(torch.zeros(kv.num_blocks, kv.block_size, cfg.kv_lora_rank, **kw))
-        kv.k_pe_NPR.append(torch.zeros(kv.num_blocks, kv.block_size, cfg.qk_rope_head_dim, **kw))
+        kv.latent_NPK.append(torch.zeros(kv.num_blocks, kv.block_size, kv.C + kv.R, **kw))
         kv.index_k_NPD.append(torch.zeros(kv.num_blocks, kv.block_size, cfg.index_head_dim, **kw))
+        self.mtp_fused: FusedLayer | None = None
         self.spec_metrics = SpecMetrics(self.k, accepted_at=[0] * self.k)
 
     # ---- step preparation: the chunk's tokens plus its drafts ----------------------------------------
@@ -106,44 +120,52 @@ class SpecModelRunner(ModelRunner):
         for c in chunks:
             s, start, d = c.seq, c.seq.num_computed_tokens, c.num_draft
             n = c.num_tokens + d
-            ctx = self._ctx_slots(s.block_table, start + n)
+            bt = torch.tensor(s.block_table, dtype=torch.long, device=self.device)
+            seq_in = SeqInput(offset, start, n, bt, self.block_size)
             ids.extend(s.token_ids[start : start + c.num_tokens] + s.spec.draft_token_ids[:d])
-            pos.append(torch.arange(start, start + n))
-            slots.append(ctx[start:])
-            seqs.append(SeqInput(offset, start, n, ctx))
+            pos.append(seq_in.q_idx)
+            slots.append(seq_in.slots(seq_in.q_idx))
+            seqs.append(seq_in)
             if c.sample:
                 sample_rows.extend(range(offset + c.num_tokens - 1, offset + n))  # the d + 1 verification rows
             offset += n
         return StepInput(
-            torch.tensor(ids, dtype=torch.long, device=self.device),
-            torch.cat(pos).to(self.device),
-            torch.cat(slots).to(self.device),
-            seqs,
-            sample_rows,
+            torch.tensor(ids, dtype=torch.long, device=self.device), torch.cat(pos), torch.cat(slots), seqs, sample_rows
         )
 
+    def _layer(self, i: int, layer, fused, x_ND, cos, sin, rope_cs, step: StepInput, prev_topk):
+        if self.fast:
+            return self._layer_fast(i, layer, fused, x_ND, rope_cs, step, prev_topk)
+        return self._layer_plain(i, layer, x_ND, cos, sin, step, prev_topk)
+
+    def _rope(self, positions_N: torch.Tensor):
+        cos, sin = self.model.model.rope(positions_N)  # [N, R/2] fp32
+        return cos, sin, (cos[:, None].to(self.dtype), sin[:, None].to(self.dtype))
+
     def _trunk(self, step: StepInput) -> torch.Tensor:
-        """The main layers over the step -> hidden after model.norm for every row [N, D]."""
+        """The main layers over the step (the base runner's path) -> hidden after model.norm, every row [N, D]."""
         m = self.model.model
-        x = m.embed_tokens(step.input_ids_N[None])
-        cos, sin = m.rope(step.positions_N[None])
+        if self.fast:
+            self._ensure_fused()
+        x_ND = m.embed_tokens(step.input_ids_N)
+        cos, sin, rope_cs = self._rope(step.positions_N)
         prev_topk: dict[int, torch.Tensor | None] = {}
-        for i in range(self.cfg.num_hidden_layers):
-            layer = m.layers[i]
-            x = x + self._attention(i, layer.self_attn, layer.input_layernorm(x), cos, sin, step, prev_topk)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return m.norm(x[0])
+        for i, layer in enumerate(self._layers()):
+            fused = self.fused[i] if self.fast else None
+            x_ND = self._layer(i, layer, fused, x_ND, cos, sin, rope_cs, step, prev_topk)
+        return m.norm(x_ND)
 
     def _mtp(self, step: StepInput, hidden_ND: torch.Tensor) -> torch.Tensor:
         """The MTP layer over `step` (its cache entries are written) -> output after shared_head.norm [N, D]."""
         m = self.model.model
         layer = m.layers[self.mtp_layer]
-        e = layer.enorm(m.embed_tokens(step.input_ids_N[None]))
-        z = layer.eh_proj(torch.cat([e, layer.hnorm(hidden_ND[None])], dim=-1))  # order: [embedding, hidden]
-        cos, sin = m.rope(step.positions_N[None])
-        z = z + self._attention(self.mtp_layer, layer.self_attn, layer.input_layernorm(z), cos, sin, step, {})
-        z = z + layer.mlp(layer.post_attention_layernorm(z))
-        return layer.shared_head.norm(z)[0]
+        if self.fast and (self.mtp_fused is None or not self.mtp_fused.is_current()):
+            self.mtp_fused = fuse_layer(layer)
+        e = layer.enorm(m.embed_tokens(step.input_ids_N))
+        z = layer.eh_proj(torch.cat([e, layer.hnorm(hidden_ND)], dim=-1))  # order: [embedding, hidden]
+        cos, sin, rope_cs = self._rope(step.positions_N)
+        z = self._layer(self.mtp_layer, layer, self.mtp_fused, z, cos, sin, rope_cs, step, {})
+        return layer.shared_head.norm(z)
 
     # ---- the step ---------------------------------------------------------------------------------
 
@@ -209,7 +231,8 @@ class SpecModelRunner(ModelRunner):
         t0 = time.perf_counter()
         D = hidden_ND.shape[-1]
         ids, pos, slots, hid, seqs = [], [], [], [], []
-        drafting: list[tuple[Sequence, int, int, int]] = []  # (seq, extend row of position e, drafts wanted, e)
+        # (seq, its block table, extend row of position e, drafts wanted, e)
+        drafting: list[tuple[Sequence, torch.Tensor, int, int, int]] = []
         offset = 0
         for c, si, out in zip(chunks, step.seqs, results, strict=True):
             s, st, start = c.seq, c.seq.spec, si.start
@@ -233,61 +256,50 @@ class SpecModelRunner(ModelRunner):
             if p0 == start:  # h_{start-1} is from the previous step (or zeros after a prefix-cache hit)
                 first = prev_hidden if prev_hidden is not None else hidden_ND.new_zeros(D)
                 rows = torch.cat([first[None], rows])
-            ctx = self._ctx_slots(s.block_table, e_w + 1)[1:]  # MTP context: positions 1..e_w
             n = e_w - p0 + 1
+            mseq = MTPSeqInput(offset, p0 - 1, n, si.block_table, self.block_size)  # positions p0..e_w
             ids.extend(tokens[p0 : e_w + 1])
-            pos.append(torch.arange(p0, e_w + 1))
-            slots.append(ctx[p0 - 1 :])
+            pos.append(mseq.q_idx + 1)
+            slots.append(mseq.slots(mseq.q_idx))
             hid.append(rows)
-            seqs.append(SeqInput(offset, p0 - 1, n, ctx))
+            seqs.append(mseq)
             offset += n
             if emitted and e_w == e:
                 k = self._num_drafts(s, e, len(emitted))
                 if k:
-                    drafting.append((s, offset - 1, k, e))
+                    drafting.append((s, si.block_table, offset - 1, k, e))
         if not seqs:
             return
         mstep = StepInput(
-            torch.tensor(ids, dtype=torch.long, device=self.device),
-            torch.cat(pos).to(self.device),
-            torch.cat(slots).to(self.device),
-            seqs,
-            [],
+            torch.tensor(ids, dtype=torch.long, device=self.device), torch.cat(pos), torch.cat(slots), seqs, []
         )
         z_ND = self._mtp(mstep, torch.cat(hid))
         self.spec_metrics.extend_s += time.perf_counter() - t0
         if drafting:
-            self._draft(drafting, z_ND[[r for _, r, _, _ in drafting]])  # the MTP output at each e gives d_1
+            self._draft(drafting, z_ND[[d[2] for d in drafting]])  # the MTP output at each e gives d_1
 
-    def _draft(self, drafting: list[tuple[Sequence, int, int, int]], z_BD: torch.Tensor) -> None:
+    def _draft(self, drafting: list[tuple[Sequence, torch.Tensor, int, int, int]], z_BD: torch.Tensor) -> None:
         """d_1 from the extend's output at e; then d_{j+1} from the layer run again on (its output, d_j) at
         position e + j, for the sequences that want more than j drafts."""
         t0 = time.perf_counter()
-        seqs_all = [s for s, _, _, _ in drafting]
+        seqs_all = [d[0] for d in drafting]
         qs_all: list[list[torch.Tensor | None]] = [[] for _ in drafting]
         live = list(range(len(drafting)))
         for j in range(self.k):
             if j > 0:
-                live_next = [b for b in live if drafting[b][2] > j]
+                live_next = [b for b in live if drafting[b][3] > j]
                 keep = [live.index(b) for b in live_next]
                 live, z_BD = live_next, z_BD[keep]
                 if not live:
                     break
-                ids, pos, slots, seqs = [], [], [], []
+                ids, seqs = [], []
                 for i, b in enumerate(live):
-                    s, p = seqs_all[b], drafting[b][3] + j
-                    ctx = self._ctx_slots(s.block_table, p + 1)[1:]  # MTP context: positions 1..p
+                    s, bt, p = seqs_all[b], drafting[b][1], drafting[b][4] + j
                     ids.append(s.spec.draft_token_ids[-1])
-                    pos.append(p)
-                    slots.append(ctx[-1:])
-                    seqs.append(SeqInput(i, p - 1, 1, ctx))
-                step = StepInput(
-                    torch.tensor(ids, dtype=torch.long, device=self.device),
-                    torch.tensor(pos, dtype=torch.long, device=self.device),
-                    torch.cat(slots).to(self.device),
-                    seqs,
-                    [],
-                )
+                    seqs.append(MTPSeqInput(i, p - 1, 1, bt, self.block_size))  # position p = context index p-1
+                idx = torch.cat([m.q_idx for m in seqs])
+                slots = torch.cat([m.slots(m.q_idx) for m in seqs])
+                step = StepInput(torch.tensor(ids, dtype=torch.long, device=self.device), idx + 1, slots, seqs, [])
                 z_BD = self._mtp(step, z_BD)  # fed back: the output after shared_head.norm (mtp_forward's rule)
                 self.spec_metrics.num_chain_steps += 1
             seqs_b = [seqs_all[b] for b in live]

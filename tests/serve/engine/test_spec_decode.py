@@ -79,7 +79,7 @@ class OracleRunner(SpecModelRunner):
     def _draft(self, drafting, z_BD):
         super()._draft(drafting, z_BD)
         V = self.cfg.vocab_size
-        for seq, _, k, e in drafting:
+        for seq, _, _, k, e in drafting:
             full = self.continuations[tuple(seq.prompt_token_ids)]
             drafts = [full[e + j] if e + j < len(full) else 0 for j in range(1, k + 1)]
             wrong = e % (self.k + 1)
@@ -110,7 +110,7 @@ def test_greedy_with_mtp_drafts_is_identical(tiny_model, prompts, baseline, k):
     assert llm.engine.block_manager.num_free_blocks == 256
 
 
-@pytest.mark.parametrize("attn_impl", ["batched", "plain"])
+@pytest.mark.parametrize("attn_impl", ["fast", "plain"])
 def test_accepted_runs_roll_back_and_stay_identical(tiny_model, prompts, baseline, attn_impl):
     conts = {tuple(p): p + b.token_ids for p, b in zip(prompts, baseline, strict=True)}
     llm = oracle_llm(tiny_model, conts, block_size=4, num_kv_blocks=256, max_num_batched_tokens=32, attn_impl=attn_impl)
