@@ -114,24 +114,35 @@ class SpecModelRunner(ModelRunner):
 
     # ---- step preparation: the chunk's tokens plus its drafts ----------------------------------------
 
-    def prepare(self, chunks: list[ScheduledChunk]) -> StepInput:
-        ids, pos, slots, seqs, sample_rows = [], [], [], [], []
+    def _units(self, cls, offset: int, start: int, n: int, bt: torch.Tensor) -> list[SeqInput]:
+        """Attention units of a chunk. A short chunk (a verification: last token + drafts, or the MTP extend
+        after one) becomes one single-token unit per row, each over its own causal context: they all go
+        through the batched absorbed decode path (cheap per query) instead of expanding keys and values
+        over the whole context as prefill does. A row's context includes the rows before it: every row's
+        cache entries are written before attention runs."""
+        if 1 < n <= self.k + 1:
+            return [cls(offset + j, start + j, 1, bt, self.block_size) for j in range(n)]
+        return [cls(offset, start, n, bt, self.block_size)]
+
+    def prepare_spec(self, chunks: list[ScheduledChunk]) -> tuple[StepInput, list[SeqInput]]:
+        """The step's input (each chunk's tokens followed by its drafts) and each chunk's span in it."""
+        ids, pos, slots, units, spans, sample_rows = [], [], [], [], [], []
         offset = 0
         for c in chunks:
             s, start, d = c.seq, c.seq.num_computed_tokens, c.num_draft
             n = c.num_tokens + d
             bt = torch.tensor(s.block_table, dtype=torch.long, device=self.device)
-            seq_in = SeqInput(offset, start, n, bt, self.block_size)
+            span = SeqInput(offset, start, n, bt, self.block_size)
             ids.extend(s.token_ids[start : start + c.num_tokens] + s.spec.draft_token_ids[:d])
-            pos.append(seq_in.q_idx)
-            slots.append(seq_in.slots(seq_in.q_idx))
-            seqs.append(seq_in)
+            pos.append(span.q_idx)
+            slots.append(span.slots(span.q_idx))
+            spans.append(span)
+            units.extend(self._units(SeqInput, offset, start, n, bt) if d else [span])
             if c.sample:
                 sample_rows.extend(range(offset + c.num_tokens - 1, offset + n))  # the d + 1 verification rows
             offset += n
-        return StepInput(
-            torch.tensor(ids, dtype=torch.long, device=self.device), torch.cat(pos), torch.cat(slots), seqs, sample_rows
-        )
+        ids_N = torch.tensor(ids, dtype=torch.long, device=self.device)
+        return StepInput(ids_N, torch.cat(pos), torch.cat(slots), units, sample_rows), spans
 
     def _layer(self, i: int, layer, fused, x_ND, cos, sin, rope_cs, step: StepInput, prev_topk):
         if self.fast:
@@ -180,7 +191,7 @@ class SpecModelRunner(ModelRunner):
                 c.seq.spec = SpecState()
         met = self.spec_metrics
         t0 = time.perf_counter()
-        step = self.prepare(chunks)
+        step, spans = self.prepare_spec(chunks)
         hidden_ND = self._trunk(step)
         logits_RV = self.model.lm_head(hidden_ND[step.sample_rows]).float() if step.sample_rows else None
         t1 = time.perf_counter()
@@ -208,7 +219,7 @@ class SpecModelRunner(ModelRunner):
             for (i, _), tok in zip(plain, sampled, strict=True):
                 results[i] = tok
         t2 = time.perf_counter()
-        self._propose(chunks, step, hidden_ND, results)
+        self._propose(chunks, spans, hidden_ND, results)
         met.forward_s += t1 - t0
         met.accept_s += t2 - t1
         return results
@@ -226,7 +237,7 @@ class SpecModelRunner(ModelRunner):
             k = min(k, self.max_model_len - e - 2)
         return max(0, k)
 
-    def _propose(self, chunks, step: StepInput, hidden_ND: torch.Tensor, results) -> None:
+    def _propose(self, chunks, spans: list[SeqInput], hidden_ND: torch.Tensor, results) -> None:
         """MTP extend over this step's positions from the main hidden states, then chain the drafts."""
         t0 = time.perf_counter()
         D = hidden_ND.shape[-1]
@@ -234,7 +245,7 @@ class SpecModelRunner(ModelRunner):
         # (seq, its block table, extend row of position e, drafts wanted, e)
         drafting: list[tuple[Sequence, torch.Tensor, int, int, int]] = []
         offset = 0
-        for c, si, out in zip(chunks, step.seqs, results, strict=True):
+        for c, si, out in zip(chunks, spans, results, strict=True):
             s, st, start = c.seq, c.seq.spec, si.start
             emitted = [] if out is None else (out if isinstance(out, list) else [out])
             # e: the newest position whose token is known (the sampled one, or the chunk's last prompt token).
@@ -262,7 +273,7 @@ class SpecModelRunner(ModelRunner):
             pos.append(mseq.q_idx + 1)
             slots.append(mseq.slots(mseq.q_idx))
             hid.append(rows)
-            seqs.append(mseq)
+            seqs.extend(self._units(MTPSeqInput, offset, p0 - 1, n, si.block_table))
             offset += n
             if emitted and e_w == e:
                 k = self._num_drafts(s, e, len(emitted))
