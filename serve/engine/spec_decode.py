@@ -26,6 +26,16 @@ The main hidden h_{start-1} that the first MTP entry of a chunk needs comes from
 in SpecState). After a prefix-cache hit the sequence never computed it; that one entry is then made from a
 zero hidden (as vLLM zeroes the embedding at position 0). That only changes draft quality, never the output.
 
+Cost: the verification rows and a short MTP extend run as single-token attention units through the batched
+absorbed decode path (each over its own causal context), so a k+1-token verification costs about one decode
+step plus the extra routed experts its tokens pick; drafting costs one MTP-layer pass and one lm_head per
+draft. benchmarks/bench_mtp.py measures each part.
+
+Scheduling: the scheduler gives a decoding sequence's drafts slots in its chunk (`ScheduledChunk.num_draft`)
+and `num_draft_tokens` lookahead slots for the drafting that follows; drafts never preempt anything (without
+room a sequence decodes one token). Requests with penalties are not speculated (their distribution depends
+on the tokens before each position; see rejection_sampler.py).
+
 Shapes: N tokens in a step, B sequences, D hidden, V vocab, K drafts.
 """
 

@@ -101,9 +101,9 @@ def test_training_loop_lowers_lm_and_every_mtp_step():
     stream = []
     for i in range(60):
         stream += motif + [200 + i % 5]
-    cfg = MTPTrainConfig(steps=40, lr=1e-2, warmup=5)
-    hist = train_mtp(model, token_batches(stream, seq_len=24, batch_size=4), cfg)
-    assert len(hist) == 40 and not model.training
+    cfg = MTPTrainConfig(steps=25, lr=1e-2, warmup=3)
+    hist = train_mtp(model, token_batches(stream, seq_len=16, batch_size=2), cfg)
+    assert len(hist) == 25 and not model.training
     first, last = hist[0], hist[-1]
     assert last.lm < first.lm / 2
     for k in range(3):
