@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -203,8 +204,14 @@ def main() -> None:
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
         f"torch {torch.__version__}",
         "preset": "small",
+        "load_average_at_start": list(os.getloadavg()),
     }
     print(f"# engine benchmarks: {res['machine']}", flush=True)
+
+    def save() -> None:  # after every measurement, so a run cut short still leaves what it measured
+        if args.out:
+            Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+
     bw = dram_bandwidth()
     res["dram_read_GBps"] = bw / 1e9
     print(f"DRAM read bandwidth (1 GiB sum) {bw / 1e9:.2f} GB/s", flush=True)
@@ -248,6 +255,7 @@ def main() -> None:
         print(f"transformers generate fp32: {hf_rate:.1f} tok/s; engine {eng_rate:.1f} ({eng_rate / hf_rate:.2f}x)")
         del hf
         res["decode_batch1"] = out
+        save()
 
     if "batch" in sections:
         b1 = engine_decode_rate(model, 1, args.prompt_len, args.new_tokens)
@@ -280,6 +288,7 @@ def main() -> None:
         )
         print(f"  step profile b16 (ms): { {k: round(v, 1) for k, v in prof16.items()} }")
         print(f"  step profile b1  (ms): { {k: round(v, 1) for k, v in prof1.items()} }", flush=True)
+        save()
 
     if "long" in sections:
         long_model = model
@@ -293,6 +302,8 @@ def main() -> None:
                 del engine
             row["speedup"] = row["dense_ms"] / row["dsa_topk2048_ms"]
             out[str(ctx)] = row
+            res["long_context_decode"] = out
+            save()
             print(
                 f"decode step at {ctx}: DSA {row['dsa_topk2048_ms']:.1f} ms, dense {row['dense_ms']:.1f} ms, "
                 f"{row['speedup']:.2f}x",
@@ -315,12 +326,13 @@ def main() -> None:
                 engine.step()
             out[str(ctx)] = time.perf_counter() - t
             print(f"prefill {ctx}: {out[str(ctx)]:.1f} s ({ctx / out[str(ctx)]:.0f} tok/s)", flush=True)
+            res["prefill_s"] = out
+            save()
             ctx *= 2
         set_index_topk(model, cfg.index_topk)
         res["prefill_s"] = out
 
-    if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    save()
 
 
 if __name__ == "__main__":
