@@ -160,9 +160,9 @@ class LLMEngine:
 
         The prefix cache is dropped: its entries were computed by the old weights. Running requests
         keep their KV entries; a caller that needs clean on-policy rollouts swaps between batches."""
-        missing = set(state_dict) - set(dict(self.model.named_parameters()))
+        missing = set(state_dict) - set(self.model.state_dict())
         if missing:
-            raise KeyError(f"update_weights: not parameters of the model: {sorted(missing)[:5]}")
+            raise KeyError(f"update_weights: not parameters or buffers of the model: {sorted(missing)[:5]}")
         self.model.load_state_dict(state_dict, strict=False)
         self.block_manager.reset_prefix_cache()
         self.weights_version += 1

@@ -134,5 +134,5 @@ def test_update_weights_bumps_the_version_and_drops_the_prefix_cache(tiny_model)
     assert version == 1 and llm.engine.block_manager.hash_to_block == {}
     out = llm.generate(p, GREEDY)[0]
     assert out.num_cached_tokens == 0 and out.weights_version == 1
-    with pytest.raises(KeyError, match="not parameters"):
+    with pytest.raises(KeyError, match="not parameters or buffers"):
         llm.engine.update_weights({"nope": torch.zeros(1)})
