@@ -6,7 +6,9 @@ Module map:
 - block_manager.py    BlockManager: paged KV blocks, reference counts, hash-chained prefix caching, LRU
 - scheduler.py        Scheduler: continuous batching, chunked prefill under a token budget, preemption
 - kv_cache.py         KVCache: the paged tensors (c_kv, k_pe, index key per layer and token slot)
-- model_runner.py     ModelRunner: one step over the paged cache (varlen prefill, batched sparse decode)
+- model_runner.py     ModelRunner: one step over the paged cache (varlen prefill, batched sparse decode);
+                      a plain path (the model's modules) and a fast path checked against it
+- fused_weights.py    fuse_layer: linears that read the same input share one weight tensor (fast path)
 - sampler.py          Sampler: penalties, temperature, top-k/p, min-p, per-request seeds, exact logprobs
 - spec_decode.py      SpecModelRunner: MTP speculative decoding (paged MTP cache, chained drafts, verification)
 - rejection_sampler.py  the acceptance rule: greedy, and exact speculative sampling with target logprobs

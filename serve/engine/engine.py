@@ -103,7 +103,7 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r}: token id {bad[0]} is outside the vocabulary (size {vocab})")
         seq = Sequence(request_id, ids, params, arrival=next(self._arrival))
         self.scheduler.add(seq)  # raises if the prompt cannot fit
-        detok = Detokenizer(self.tokenizer, ids) if self.tokenizer is not None else None
+        detok = Detokenizer(self.tokenizer, ids, params.skip_special_tokens) if self.tokenizer is not None else None
         self.requests[request_id] = _Request(seq, detok)
         self._prompt_tokens += len(ids)
         return request_id
@@ -134,12 +134,14 @@ class LLMEngine:
             # go token by token, so a stop string ends the output where one-token decoding would have.
             new_ids = seq.output_token_ids[req.num_emitted :]
             before = req.num_emitted
+            # A stop token (EOS, stop_token_ids) ends the run and adds no text.
+            stopped_by_token = seq.is_finished and isinstance(seq.stop_reason, int)
             for j, tok in enumerate(new_ids):
                 req.num_emitted += 1
                 if req.detok is None:
                     continue
                 last = j == len(new_ids) - 1
-                new = req.detok.add([tok])
+                new = "" if last and stopped_by_token else req.detok.add([tok])
                 if last and seq.is_finished:
                     new += req.detok.flush()
                 p = seq.params
@@ -185,9 +187,9 @@ class LLMEngine:
 
         The prefix cache is dropped: its entries were computed by the old weights. Running requests
         keep their KV entries; a caller that needs clean on-policy rollouts swaps between batches."""
-        missing = set(state_dict) - set(dict(self.model.named_parameters()))
+        missing = set(state_dict) - set(self.model.state_dict())
         if missing:
-            raise KeyError(f"update_weights: not parameters of the model: {sorted(missing)[:5]}")
+            raise KeyError(f"update_weights: not parameters or buffers of the model: {sorted(missing)[:5]}")
         self.model.load_state_dict(state_dict, strict=False)
         self.block_manager.reset_prefix_cache()
         self.weights_version += 1

@@ -29,15 +29,18 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from model.rope import apply_rope
 from torch.profiler import record_function
 
+from model.rope import apply_rope
 from serve.engine.config import EngineConfig
 from serve.engine.fused_weights import FusedLayer, fuse_layer
 from serve.engine.kv_cache import KVCache
 from serve.engine.sampler import Sampler
 from serve.engine.scheduler import ScheduledChunk
 from serve.engine.sequence import TokenLogprob
+
+# Values gathered at once by sparse prefill ([queries, K, C + R]): 16M floats = 64 MB in fp32.
+_GATHER_VALUES = 1 << 24
 
 
 @dataclass
@@ -54,8 +57,20 @@ class SeqInput:
     def ctx_len(self) -> int:
         return self.start + self.n
 
+    @property
+    def contiguous(self) -> bool:
+        """Whether the blocks are consecutive (usual in a fresh pool): then the context is a view, not a copy."""
+        if not hasattr(self, "_contiguous"):
+            bt = self.block_table
+            self._contiguous = len(bt) == 1 or bool((bt[1:] - bt[:-1] == 1).all())
+        return self._contiguous
+
     def gather(self, paged_NPX: torch.Tensor) -> torch.Tensor:
-        """This sequence's whole context [L, X] from a paged tensor, copied block by block."""
+        """This sequence's whole context [L, X] from a paged tensor: a view if its blocks are consecutive,
+        else copied block by block."""
+        if self.contiguous:
+            first = int(self.block_table[0])
+            return paged_NPX[first : first + len(self.block_table)].flatten(0, 1)[: self.ctx_len]
         return paged_NPX[self.block_table].flatten(0, 1)[: self.ctx_len]
 
     def slots(self, idx: torch.Tensor) -> torch.Tensor:
@@ -260,14 +275,26 @@ class ModelRunner:
                 topk = self._select(i, j, attn, iq, h[None], s, prev_topk)
                 if s.n == 1:
                     decodes.append((s, topk))
+                elif topk is not None:
+                    out[s.rows] = self._sparse_prefill(i, attn, q_nope[s.rows], q_pe[s.rows], s, topk[0])
                 else:
                     out[s.rows] = self._attend_context(i, attn, q_nope[None, s.rows], q_pe[None, s.rows], s, topk)[0]
             if decodes:
                 rows = torch.tensor([s.offset for s, _ in decodes], device=self.device)
-                selected = [
-                    s.slots(torch.arange(s.ctx_len, device=self.device) if t is None else t[0, 0]) for s, t in decodes
-                ]
-                out[rows] = self.absorbed_decode(attn, q_nope[rows], q_pe[rows], self.kv.latent_flat(i), selected)
+                latent = self.kv.latent_flat(i)
+                if len(decodes) == 1 and decodes[0][1] is None:  # one dense decode: its context as is
+                    lat_BKL, valid_BK = decodes[0][0].gather(self.kv.latent_NPK[i])[None], None
+                    self.decode_latents_read += lat_BKL.shape[1]
+                else:
+                    # Top-k positions sorted, so the gather walks the cache forward (same result, better locality).
+                    selected = [
+                        s.slots(torch.arange(s.ctx_len, device=self.device) if t is None else t[0, 0].sort().values)
+                        for s, t in decodes
+                    ]
+                    slots_BK, valid_BK = self._pad(selected)
+                    self.decode_latents_read += sum(len(x) for x in selected)
+                    lat_BKL = self._gather_rows(latent, slots_BK)
+                out[rows] = self.absorbed_attend(attn, q_nope[rows], q_pe[rows], lat_BKL, valid_BK)
             x_ND = x_ND + attn.o_proj(out.view(N, -1))
         with record_function("mlp"):
             post = layer.post_attention_layernorm
@@ -305,23 +332,45 @@ class ModelRunner:
         routed = torch.cat(ys) * w_Nk.flatten()[order, None].to(h_ND.dtype)
         return out.index_add_(0, token, routed)
 
-    def absorbed_decode(self, attn, q_nope_BHD, q_pe_BHR, latent_flat, selected: list[torch.Tensor]):
-        """Absorbed MLA for B single-token queries, each over its own selected cache slots. -> [B, H, Dv].
+    def _pad(self, selected: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Slot lists of different lengths -> [B, K] slots and validity (None when nothing is padded)."""
+        if len(selected) == 1:
+            return selected[0][None], None
+        B, K = len(selected), max(len(x) for x in selected)
+        slots_BK = torch.zeros(B, K, dtype=torch.long, device=self.device)
+        valid_BK = torch.zeros(B, K, dtype=torch.bool, device=self.device)
+        for b, x in enumerate(selected):
+            slots_BK[b, : len(x)] = x
+            valid_BK[b, : len(x)] = True
+        return slots_BK, valid_BK
 
-        Only the selected slots are read from the paged cache; sequences are padded to the longest
-        selection and the padding is masked out of the softmax. Scores use [q_nope W_UK | q_pe] against
-        the stored [c_kv | k_pe] in one product."""
-        B, K = len(selected), max(len(s) for s in selected)
-        if B == 1:
-            slots_BK, valid_BK = selected[0][None], None
-        else:
-            slots_BK = torch.zeros(B, K, dtype=torch.long, device=self.device)
-            valid_BK = torch.zeros(B, K, dtype=torch.bool, device=self.device)
-            for b, s in enumerate(selected):
-                slots_BK[b, : len(s)] = s
-                valid_BK[b, : len(s)] = True
-        lat_BKL = latent_flat[slots_BK]  # [B, K, C + R]
-        self.decode_latents_read += sum(len(s) for s in selected)
+    def _sparse_prefill(self, i, attn, q_nope_THD, q_pe_THR, s: SeqInput, topk_TK) -> torch.Tensor:
+        """Prefill rows whose top-k drops keys: each query attends to its own K selected latents, gathered
+        row by row from the paged cache (slices of queries bound the [t, K, C + R] gather). Early rows pick
+        up masked future positions when fewer than K keys are visible; they are masked again here."""
+        valid_TK = topk_TK <= s.q_idx[:, None]
+        slots_TK = s.slots(topk_TK)
+        latent = self.kv.latent_flat(i)
+        out = q_nope_THD.new_empty(q_nope_THD.shape[0], attn.n_heads, attn.dv)
+        step = max(1, _GATHER_VALUES // (topk_TK.shape[1] * latent.shape[1]))
+        for t0 in range(0, topk_TK.shape[0], step):
+            r = slice(t0, t0 + step)
+            lat = self._gather_rows(latent, slots_TK[r])
+            out[r] = self.absorbed_attend(attn, q_nope_THD[r], q_pe_THR[r], lat, valid_TK[r])
+        return out
+
+    @staticmethod
+    def _gather_rows(latent_flat, slots_BK) -> torch.Tensor:
+        """[B, K, C + R]: only the given slots are read from the paged cache (one row copy each)."""
+        return latent_flat.index_select(0, slots_BK.flatten()).view(*slots_BK.shape, -1)
+
+    @staticmethod
+    def absorbed_attend(attn, q_nope_BHD, q_pe_BHR, lat_BKL, valid_BK=None) -> torch.Tensor:
+        """Absorbed MLA for B single queries, each over its own K latents [c_kv | k_pe]. -> [B, H, Dv].
+
+        Invalid keys (padding, future positions) are masked out of the softmax. Scores use
+        [q_nope W_UK | q_pe] against the stored [c_kv | k_pe] in one product; the weighted sum of latents is
+        mapped to values by W_UV afterwards."""
         w = attn._kv_b_weight()  # [H, Dn + Dv, C]
         w_uk, w_uv = w[:, : attn.dn], w[:, attn.dn :]
         q_abs_BHC = torch.bmm(q_nope_BHD.transpose(0, 1), w_uk).transpose(0, 1)  # [B, H, C]

@@ -14,7 +14,8 @@ class SamplingParams:
 
     temperature 0 means greedy. top_k <= 0 and top_p == 1 and min_p == 0 disable those filters.
     `logprobs` is the number of top alternatives returned with each sampled token (None: only the
-    sampled token's own logprob is recorded, which the engine always does).
+    sampled token's own logprob is recorded, which the engine always does). A token that stops the
+    request (EOS, stop_token_ids) stays in `token_ids` but adds nothing to the text, as in vLLM.
     """
 
     max_tokens: int = 16
@@ -31,6 +32,9 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
+    # As vLLM. The GLM-5 chat server wants False: <think>, <tool_call> and friends are special tokens in
+    # glm5's shipped tokenizer, and the reasoning / tool-call parsers read them from the text.
+    skip_special_tokens: bool = True
 
     def __post_init__(self) -> None:
         # Accept lists / a single string for convenience, store tuples so params stay hashable.

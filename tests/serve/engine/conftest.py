@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from model.config import preset
 from model.modeling import GLM5ForCausalLM
+
+
+@pytest.fixture(scope="package", autouse=True)
+def one_thread():
+    """The tiny model's ops are microseconds; a second intra-op thread only adds synchronisation, and on a
+    shared 2-core CI machine waiting for it can cost 10x. Restored after this package."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -85,20 +85,24 @@ def test_requests_joining_a_running_batch_match(tiny_model, reference):
     assert [finished[str(i)] for i in range(len(prompts))] == [r[0] for r in refs]
 
 
-def test_batched_decode_agrees_with_the_plain_path(tiny_model):
-    """The fast path (one padded absorbed-MLA call over gathered top-k latents) against the per-sequence
-    plain path (the model's own attend_absorbed over the whole gathered context), logits to rounding."""
+def test_fast_path_agrees_with_the_plain_path(tiny_model):
+    """The fast path (fused projections; sparse prefill and one padded absorbed-MLA call over gathered
+    top-k latents for the decodes) against the plain path (the model's own modules and attention on each
+    sequence's gathered context): logits of a prefill step and of a decode step, to rounding."""
     prompts = random_prompts([40, 9, 30], tiny_model.config.vocab_size, seed=3)
     logits = {}
     for impl in ("plain", "fast"):
         engine = LLMEngine(tiny_model, config=EngineConfig(block_size=4, num_kv_blocks=64, attn_impl=impl))
         for p in prompts:
             engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=3))
-        engine.step()  # prefill all
+        chunks = engine.scheduler.schedule()  # prefill of all three; 40 and 30 > index_topk: sparse
+        prefill = engine.runner.forward(engine.runner.prepare(chunks))
+        engine.scheduler.postprocess(chunks, engine.runner.sampler(prefill, [c.seq for c in chunks]))
         chunks = engine.scheduler.schedule()  # a decode step for the three
         assert all(c.num_tokens == 1 for c in chunks)
-        logits[impl] = engine.runner.forward(engine.runner.prepare(chunks))
-    torch.testing.assert_close(logits["fast"], logits["plain"], atol=1e-5, rtol=1e-5)
+        logits[impl] = (prefill, engine.runner.forward(engine.runner.prepare(chunks)))
+    for fast, plain in zip(logits["fast"], logits["plain"], strict=True):
+        torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
 
 
 def test_seeded_sampling_is_independent_of_the_batch(tiny_model):
@@ -130,5 +134,5 @@ def test_update_weights_bumps_the_version_and_drops_the_prefix_cache(tiny_model)
     assert version == 1 and llm.engine.block_manager.hash_to_block == {}
     out = llm.generate(p, GREEDY)[0]
     assert out.num_cached_tokens == 0 and out.weights_version == 1
-    with pytest.raises(KeyError, match="not parameters"):
+    with pytest.raises(KeyError, match="not parameters or buffers"):
         llm.engine.update_weights({"nope": torch.zeros(1)})
