@@ -226,3 +226,49 @@ def test_bad_speculative_settings_are_named(tiny_model):
     no_mtp = GLM5ForCausalLM.from_config(tiny_model.config.replace(num_nextn_predict_layers=0), seed=0)
     with pytest.raises(ValueError, match="MTP layer"):
         LLM(no_mtp, speculative="mtp")
+
+
+def test_stop_string_inside_an_accepted_run_ends_where_plain_decoding_does(tiny_model, prompts, baseline):
+    from model.tokenizer import Tokenizer
+
+    tok = Tokenizer.shipped()
+    conts = {tuple(p): p + b.token_ids for p, b in zip(prompts, baseline, strict=True)}
+    text = tok.decode(baseline[2].token_ids)
+    stop = text[len(text) // 2 : len(text) // 2 + 2]  # a string that first completes mid-output
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True, stop=[stop])
+    ref = LLM(tiny_model, tokenizer=tok, block_size=4, num_kv_blocks=256).generate(prompts, params)
+    llm = oracle_llm(tiny_model, conts, tokenizer=tok, block_size=4, num_kv_blocks=256)
+    outs = llm.generate(prompts, params)
+    assert ref[2].finish_reason == "stop" and ref[2].stop_reason == stop
+    for a, b in zip(outs, ref, strict=True):
+        assert (a.token_ids, a.text, a.finish_reason, a.stop_reason) == (
+            b.token_ids,
+            b.text,
+            b.finish_reason,
+            b.stop_reason,
+        )
+        assert len(a.logprobs) == len(a.token_ids)
+    assert llm.engine.metrics().spec_accepted_tokens_total > 0
+
+
+def test_async_streaming_delivers_accepted_runs(tiny_model, prompts, baseline):
+    import asyncio
+
+    from serve import AsyncLLM
+
+    conts = {tuple(p): p + b.token_ids for p, b in zip(prompts, baseline, strict=True)}
+    alm = AsyncLLM(oracle_llm(tiny_model, conts, block_size=4, num_kv_blocks=64).engine)
+
+    async def stream():
+        seen = []
+        async for out in alm.generate(prompts[1], greedy()):
+            seen.append(len(out.token_ids))
+        return seen, out
+
+    try:
+        seen, last = asyncio.run(stream())
+    finally:
+        alm.shutdown()
+    assert last.token_ids == baseline[1].token_ids
+    assert seen == sorted(seen) and seen[-1] == MAX_TOKENS
+    assert len(seen) < MAX_TOKENS  # several tokens per streamed output
