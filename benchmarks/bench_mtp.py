@@ -291,7 +291,7 @@ def main() -> None:
         if args.save:
             model.save_pretrained(args.save)
             (args.save / "train_info.json").write_text(json.dumps(info, indent=1))
-    print(json.dumps(info, indent=1), flush=True)
+    print(json.dumps(report["train"], indent=1), flush=True)
 
     prompts = held_prompts(held_ids, args.prompts, args.prompt_len)
     print("## acceptance (greedy, engine)", flush=True)

@@ -86,8 +86,9 @@ class SpecMetrics:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_at: list[int] = field(default_factory=list)  # [j]: how often draft j+1 was accepted
-    # Wall time of the parts of a step (benchmarks compare them): main forward incl. verification rows,
-    # acceptance, MTP extend + first draft, chained draft steps.
+    # Wall time of the parts of a step (benchmarks compare them): the main forward incl. verification rows;
+    # acceptance; the MTP extend over the step's positions; drafting (an lm_head per draft, and the chained
+    # MTP passes after the first).
     forward_s: float = 0.0
     accept_s: float = 0.0
     extend_s: float = 0.0
