@@ -108,3 +108,15 @@ def test_training_loop_lowers_lm_and_every_mtp_step():
     assert last.lm < first.lm / 2
     for k in range(3):
         assert last.mtp[k] < first.mtp[k] / 2, (k, first.mtp, last.mtp)
+
+
+def test_train_main_false_updates_only_the_mtp_layer():
+    model = _model()
+    L = model.config.num_hidden_layers
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    stream = torch.randint(0, 300, (400,), generator=torch.Generator().manual_seed(4)).tolist()
+    cfg = MTPTrainConfig(steps=2, lr=1e-2, warmup=1, train_main=False)
+    hist = train_mtp(model, token_batches(stream, seq_len=12, batch_size=2), cfg)
+    assert all(h.loss.item() == pytest.approx(sum(h.mtp) / 3, rel=1e-5) for h in hist)  # the MTP loss alone
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(n.startswith(f"model.layers.{L}.") for n in changed), sorted(changed)[:5]
