@@ -217,6 +217,22 @@ class ExpertCounter:
             h.remove()
 
 
+def step_profile(model, k: int | None, prompt: list[int], steps: int) -> dict[str, float]:
+    """ms per step in the runner's labelled parts (attention, mlp: main and MTP layers together), profiled."""
+    from torch.profiler import ProfilerActivity, profile
+
+    eng = make_engine(model, k, max_num_seqs=1)
+    eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=steps * 8 + 8, ignore_eos=True))
+    for _ in range(3):
+        eng.step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            eng.step()
+    return {
+        e.key: round(e.cpu_time_total / 1e3 / steps, 2) for e in prof.key_averages() if e.key in ("attention", "mlp")
+    }
+
+
 def lm_head_ms(model, repeats: int = 50) -> float:
     h = torch.randn(1, model.config.hidden_size)
     with torch.inference_mode():
@@ -251,6 +267,8 @@ def cost(model, prompt: list[int], new_tokens: int, k: int = 3) -> dict:
         "experts_per_moe_layer_spec": round(spec_experts, 2),
         "acceptance_length": round(m.mean_acceptance_length, 3),
     }
+    out["profile_decode_ms"] = step_profile(model, None, prompt, 8)
+    out["profile_spec_k3_ms"] = step_profile(model, k, prompt, 8)
     out["verify_over_decode"] = round(out["verify_forward_ms"] / decode_ms, 3)
     out["drafting_over_decode"] = round((out["mtp_extend_ms"] + out["draft_chain_ms_per_step"]) / decode_ms, 3)
     return out
