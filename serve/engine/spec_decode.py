@@ -127,11 +127,12 @@ class SpecModelRunner(ModelRunner):
 
     def _units(self, cls, offset: int, start: int, n: int, bt: torch.Tensor) -> list[SeqInput]:
         """Attention units of a chunk. A short chunk (a verification: last token + drafts, or the MTP extend
-        after one) becomes one single-token unit per row, each over its own causal context: they all go
-        through the batched absorbed decode path (cheap per query) instead of expanding keys and values
-        over the whole context as prefill does. A row's context includes the rows before it: every row's
-        cache entries are written before attention runs."""
-        if 1 < n <= self.k + 1:
+        after one) whose context still fits in the DSA budget becomes one single-token unit per row, each over
+        its own causal context: they go through the batched absorbed decode path instead of expanding keys
+        and values over the whole context as a dense prefill does. Past the budget a chunk already attends
+        absorbed over its top-k, and one unit shares one indexer call among its rows. A row's context includes
+        the rows before it: every row's cache entries are written before attention runs."""
+        if 1 < n <= self.k + 1 and start + n <= self.cfg.index_topk:
             return [cls(offset + j, start + j, 1, bt, self.block_size) for j in range(n)]
         return [cls(offset, start, n, bt, self.block_size)]
 
