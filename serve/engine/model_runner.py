@@ -224,13 +224,28 @@ class ModelRunner:
         prev_topk[j] = topk
         return topk
 
-    def _attend_context(self, i, attn, q_nope, q_pe, s: SeqInput, topk):
-        """The model's own attention for one chunk over its gathered context. -> [1, n, H, Dv]."""
+    def _attend_context(self, i, attn, q_nope, q_pe, s: SeqInput, topk, expanded: bool = False):
+        """The model's own attention for one chunk over its gathered context. -> [1, n, H, Dv].
+
+        By default the same rule as the model's forward (so engine and plain model agree to rounding):
+        absorbed for a decode or when top-k drops keys, else expanded. `expanded` forces the expanded
+        path, with top-k as a mask (the same function of the inputs; tests check the two agree)."""
         latent = s.gather(self.kv.latent_NPK[i])[None]
         c_ctx, pe_ctx = latent.split([self.kv.C, self.kv.R], -1)
-        # Same rule as the model's forward, so engine and plain model agree to rounding.
-        attend = attn.attend_absorbed if (s.n == 1 or topk is not None) else attn.attend_expanded
+        absorbed = not expanded and (s.n == 1 or topk is not None)
+        attend = attn.attend_absorbed if absorbed else attn.attend_expanded
         return attend(q_nope, q_pe, c_ctx, pe_ctx, s.q_idx, topk)
+
+    def _use_gather(self, attn, s: SeqInput, K: int) -> bool:
+        """For a prefill chunk whose top-k drops keys (EngineConfig.sparse_prefill "auto"): gather each query's K latents (work ~ n*K, but a
+        random row gather moves memory slowly: weighted as 32 multiply-adds per value) or expand the whole
+        context and mask (work ~ n*L)? Expansion wins up to contexts of ~5-10x K on CPU."""
+        if self.engine_cfg.sparse_prefill != "auto":
+            return self.engine_cfg.sparse_prefill == "gather"
+        n, L, H, C, R = s.n, s.ctx_len, attn.n_heads, attn.kv_lora_rank, attn.dr
+        expanded = L * C * H * (attn.dn + attn.dv) + n * L * H * (attn.dn + R + attn.dv)
+        gathered = n * K * (C + R) * 32 + n * K * H * (2 * C + R)
+        return gathered < expanded
 
     # ---- the fast path ------------------------------------------------------------------------------
 
@@ -275,10 +290,11 @@ class ModelRunner:
                 topk = self._select(i, j, attn, iq, h[None], s, prev_topk)
                 if s.n == 1:
                     decodes.append((s, topk))
-                elif topk is not None:
+                elif topk is not None and self._use_gather(attn, s, topk.shape[-1]):
                     out[s.rows] = self._sparse_prefill(i, attn, q_nope[s.rows], q_pe[s.rows], s, topk[0])
-                else:
-                    out[s.rows] = self._attend_context(i, attn, q_nope[None, s.rows], q_pe[None, s.rows], s, topk)[0]
+                else:  # dense causal, or top-k applied as a mask on expanded attention (cheaper here)
+                    qn, qp = q_nope[None, s.rows], q_pe[None, s.rows]
+                    out[s.rows] = self._attend_context(i, attn, qn, qp, s, topk, expanded=True)[0]
             if decodes:
                 rows = torch.tensor([s.offset for s, _ in decodes], device=self.device)
                 latent = self.kv.latent_flat(i)
