@@ -42,12 +42,13 @@ Shapes: N tokens in a step, B sequences, D hidden, V vocab, K drafts.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from serve.engine.config import EngineConfig
 from serve.engine.fused_weights import FusedLayer, fuse_layer
+from serve.engine.kv_cache import KVCache
 from serve.engine.model_runner import ModelRunner, SeqInput, StepInput
 from serve.engine.rejection_sampler import draft_tokens, verify
 from serve.engine.scheduler import ScheduledChunk
@@ -109,8 +110,18 @@ class SpecModelRunner(ModelRunner):
     """ModelRunner that verifies each sequence's drafts in the step's forward and proposes the next ones."""
 
     def __init__(self, model, engine_cfg: EngineConfig, device: torch.device | str = "cpu"):
-        if model.config.num_nextn_predict_layers < 1:
+        cfg = model.config
+        if cfg.num_nextn_predict_layers < 1:
             raise ValueError("speculative='mtp' needs a checkpoint with an MTP layer (num_nextn_predict_layers 0)")
+        if engine_cfg.num_kv_blocks is None:  # size the cache from kv_cache_gib with the MTP layer counted in
+            dtype = next(model.parameters()).dtype
+            per_token = (
+                KVCache.bytes_per_token(cfg, dtype)
+                + (cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim)
+                * torch.empty((), dtype=dtype).element_size()
+            )
+            blocks = max(1, int(engine_cfg.kv_cache_gib * 2**30) // (per_token * engine_cfg.block_size))
+            engine_cfg = replace(engine_cfg, num_kv_blocks=blocks)
         super().__init__(model, engine_cfg, device)
         cfg = self.cfg
         self.k = engine_cfg.num_draft_tokens

@@ -272,3 +272,10 @@ def test_async_streaming_delivers_accepted_runs(tiny_model, prompts, baseline):
     assert last.token_ids == baseline[1].token_ids
     assert seen == sorted(seen) and seen[-1] == MAX_TOKENS
     assert len(seen) < MAX_TOKENS  # several tokens per streamed output
+
+
+def test_cache_sized_from_memory_counts_the_mtp_layer(tiny_model):
+    gib = 1 / 1024  # 1 MiB
+    kv = LLM(tiny_model, kv_cache_gib=gib, speculative="mtp").engine.runner.kv
+    assert len(kv.latent_NPK) == tiny_model.config.num_hidden_layers + 1  # the MTP layer is one more layer
+    assert gib * 2**30 * 0.95 < kv.num_bytes <= gib * 2**30
