@@ -1,1 +1,5 @@
-"""Fine-tuning: trajectories -> token ids + loss masks, SFT (LoRA / full), RL, distributed launch."""
+"""Fine-tuning: trajectories -> token ids + loss masks, SFT (LoRA / full), RL, distributed launch.
+
+Module map:
+- mtp_loss.py   mtp_loss (LM + GLM-5's chained MTP loss, loss masks, MTP-only mode) and the train_mtp loop
+"""

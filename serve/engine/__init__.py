@@ -10,6 +10,9 @@ Module map:
                       a plain path (the model's modules) and a fast path checked against it
 - fused_weights.py    fuse_layer: linears that read the same input share one weight tensor (fast path)
 - sampler.py          Sampler: penalties, temperature, top-k/p, min-p, per-request seeds, exact logprobs
+- spec_decode.py      SpecModelRunner: MTP speculative decoding (paged MTP cache, chained drafts, verification)
+- rejection_sampler.py  the acceptance rule: greedy, and exact speculative sampling with target logprobs
+- spec_reference.py   plain-model greedy speculative decoding: the reference, and offline acceptance length
 - detokenizer.py      Detokenizer: incremental text and stop strings
 - request_output.py   RequestOutput: what a request produced so far
 - config.py           EngineConfig: batch and cache sizes, attention path
@@ -23,6 +26,10 @@ blocks; chunk prompts under the budget; preempt if blocks run out) -> ModelRunne
 entries, DSA top-k, attention, lm_head, Sampler) -> Scheduler.postprocess (append token, register full
 blocks, EOS / max_tokens) -> Detokenizer (text, stop strings) -> RequestOutput; finished or aborted
 requests free their blocks at once.
+
+With `speculative="mtp"` the runner is a SpecModelRunner: a decoding chunk carries the sequence's drafts,
+the step's forward verifies them, the scheduler appends every accepted token, and the MTP layer drafts the
+next ones (see spec_decode.py).
 """
 
 from serve.engine.async_llm import AsyncLLM

@@ -71,6 +71,12 @@ class AsyncLLM:
     def abort(self, request_id: str) -> None:
         self._post(("abort", request_id, None, None, None))
 
+    async def update_weights(self, state_dict: dict) -> int:
+        """Swap weights between two engine steps (never during one); returns the new weights_version."""
+        fut = asyncio.get_running_loop().create_future()
+        self._post(("weights", None, state_dict, None, fut))
+        return await fut
+
     def metrics(self):
         return self.engine.metrics()
 
@@ -92,12 +98,12 @@ class AsyncLLM:
             loop.call_soon_threadsafe(q.put_nowait, item)
 
     @staticmethod
-    def _resolve(fut, error: BaseException | None) -> None:
+    def _resolve(fut, error: BaseException | None, result=None) -> None:
         def set_it():
             if fut.done():
                 return
             if error is None:
-                fut.set_result(None)
+                fut.set_result(result)
             else:
                 fut.set_exception(error)
 
@@ -114,6 +120,11 @@ class AsyncLLM:
                     self.engine.add_request(prompt, params, request_id=rid)
                     self._resolve(fut, None)
                 except Exception as e:  # bad request: reported to its caller, the engine goes on
+                    self._resolve(fut, e)
+            elif kind == "weights":
+                try:
+                    self._resolve(fut, None, self.engine.update_weights(prompt))
+                except Exception as e:
                     self._resolve(fut, e)
             elif kind == "abort":
                 out = self.engine.abort(rid)

@@ -31,13 +31,20 @@ class EngineMetrics:
     generation_tokens_total: int
     num_steps: int
     weights_version: int
+    # Speculative decoding (None when off): mean tokens emitted per verifying sequence-step (accepted drafts
+    # + 1) and the fraction of drafted tokens accepted.
+    spec_mean_acceptance_length: float | None = None
+    spec_acceptance_rate: float | None = None
+    spec_draft_tokens_total: int = 0
+    spec_accepted_tokens_total: int = 0
 
 
 class _Request:
-    __slots__ = ("seq", "detok")
+    __slots__ = ("seq", "detok", "num_emitted")
 
     def __init__(self, seq: Sequence, detok: Detokenizer | None):
         self.seq, self.detok = seq, detok
+        self.num_emitted = 0  # output tokens already passed to the detokenizer
 
 
 class LLMEngine:
@@ -45,7 +52,12 @@ class LLMEngine:
         self.config = config or EngineConfig()
         self.model = model
         self.tokenizer = tokenizer
-        self.runner = ModelRunner(model, self.config, device)
+        if self.config.speculative == "mtp":
+            from serve.engine.spec_decode import SpecModelRunner
+
+            self.runner = SpecModelRunner(model, self.config, device)
+        else:
+            self.runner = ModelRunner(model, self.config, device)
         kv = self.runner.kv
         cfg = model.config
         max_len = self.config.max_model_len or min(cfg.max_position_embeddings, kv.num_blocks * kv.block_size)
@@ -60,8 +72,11 @@ class LLMEngine:
             max_num_batched_tokens=self.config.max_num_batched_tokens,
             eos_token_ids=eos,
             max_model_len=max_len,
+            num_lookahead_slots=self.config.num_draft_tokens if self.config.speculative else 0,
         )
         self.max_model_len = max_len
+        if self.config.speculative:
+            self.runner.max_model_len = max_len
         self.requests: dict[str, _Request] = {}
         self.weights_version = 0
         self._arrival = itertools.count()
@@ -113,23 +128,35 @@ class LLMEngine:
         sampled = self.runner.run(chunks)
         self._steps += 1
         updated = self.scheduler.postprocess(chunks, sampled)
-        self._generation_tokens += len(updated)
         for seq in updated:
             req = self.requests[seq.request_id]
-            if req.detok is None:
-                continue
+            # One token per step, or several when speculative decoding accepted drafts: text and stop strings
+            # go token by token, so a stop string ends the output where one-token decoding would have.
+            new_ids = seq.output_token_ids[req.num_emitted :]
+            before = req.num_emitted
+            # A stop token (EOS, stop_token_ids) ends the run and adds no text.
             stopped_by_token = seq.is_finished and isinstance(seq.stop_reason, int)
-            new = "" if stopped_by_token else req.detok.add([seq.token_ids[-1]])
-            if seq.is_finished:
-                new += req.detok.flush()
-            p = seq.params
-            if p.stop and new:
-                stop = req.detok.find_stop(p.stop, len(new), p.include_stop_str_in_output)
-                if stop is not None:
-                    if seq.is_finished:  # EOS / max_tokens came with the same token: the stop string wins
-                        seq.finish_reason, seq.stop_reason = "stop", stop
-                    else:
-                        self.scheduler.finish(seq, "stop", stop)
+            for j, tok in enumerate(new_ids):
+                req.num_emitted += 1
+                if req.detok is None:
+                    continue
+                last = j == len(new_ids) - 1
+                new = "" if last and stopped_by_token else req.detok.add([tok])
+                if last and seq.is_finished:
+                    new += req.detok.flush()
+                p = seq.params
+                if p.stop and new:
+                    stop = req.detok.find_stop(p.stop, len(new), p.include_stop_str_in_output)
+                    if stop is not None:
+                        if seq.is_finished:  # EOS / max_tokens came with the same token: the stop string wins
+                            seq.finish_reason, seq.stop_reason = "stop", stop
+                        else:
+                            self.scheduler.finish(seq, "stop", stop)
+                        if not last:  # drop the accepted tokens after the stop string
+                            del seq.token_ids[seq.num_prompt_tokens + req.num_emitted :]
+                            del seq.logprobs[req.num_emitted :]
+                        break
+            self._generation_tokens += req.num_emitted - before
         outputs = []
         got_token = {s.request_id for s in updated}
         for rid, req in list(self.requests.items()):
@@ -160,9 +187,9 @@ class LLMEngine:
 
         The prefix cache is dropped: its entries were computed by the old weights. Running requests
         keep their KV entries; a caller that needs clean on-policy rollouts swaps between batches."""
-        missing = set(state_dict) - set(dict(self.model.named_parameters()))
+        missing = set(state_dict) - set(self.model.state_dict())
         if missing:
-            raise KeyError(f"update_weights: not parameters of the model: {sorted(missing)[:5]}")
+            raise KeyError(f"update_weights: not parameters or buffers of the model: {sorted(missing)[:5]}")
         self.model.load_state_dict(state_dict, strict=False)
         self.block_manager.reset_prefix_cache()
         self.weights_version += 1
@@ -179,4 +206,16 @@ class LLMEngine:
             generation_tokens_total=self._generation_tokens,
             num_steps=self._steps,
             weights_version=self.weights_version,
+            **self._spec_metrics(),
+        )
+
+    def _spec_metrics(self) -> dict:
+        m = getattr(self.runner, "spec_metrics", None)
+        if m is None:
+            return {}
+        return dict(
+            spec_mean_acceptance_length=m.mean_acceptance_length,
+            spec_acceptance_rate=m.acceptance_rate,
+            spec_draft_tokens_total=m.num_draft_tokens,
+            spec_accepted_tokens_total=m.num_accepted_tokens,
         )

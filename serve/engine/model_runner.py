@@ -57,8 +57,20 @@ class SeqInput:
     def ctx_len(self) -> int:
         return self.start + self.n
 
+    @property
+    def contiguous(self) -> bool:
+        """Whether the blocks are consecutive (usual in a fresh pool): then the context is a view, not a copy."""
+        if not hasattr(self, "_contiguous"):
+            bt = self.block_table
+            self._contiguous = len(bt) == 1 or bool((bt[1:] - bt[:-1] == 1).all())
+        return self._contiguous
+
     def gather(self, paged_NPX: torch.Tensor) -> torch.Tensor:
-        """This sequence's whole context [L, X] from a paged tensor, copied block by block."""
+        """This sequence's whole context [L, X] from a paged tensor: a view if its blocks are consecutive,
+        else copied block by block."""
+        if self.contiguous:
+            first = int(self.block_table[0])
+            return paged_NPX[first : first + len(self.block_table)].flatten(0, 1)[: self.ctx_len]
         return paged_NPX[self.block_table].flatten(0, 1)[: self.ctx_len]
 
     def slots(self, idx: torch.Tensor) -> torch.Tensor:
@@ -212,13 +224,28 @@ class ModelRunner:
         prev_topk[j] = topk
         return topk
 
-    def _attend_context(self, i, attn, q_nope, q_pe, s: SeqInput, topk):
-        """The model's own attention for one chunk over its gathered context. -> [1, n, H, Dv]."""
+    def _attend_context(self, i, attn, q_nope, q_pe, s: SeqInput, topk, expanded: bool = False):
+        """The model's own attention for one chunk over its gathered context. -> [1, n, H, Dv].
+
+        By default the same rule as the model's forward (so engine and plain model agree to rounding):
+        absorbed for a decode or when top-k drops keys, else expanded. `expanded` forces the expanded
+        path, with top-k as a mask (the same function of the inputs; tests check the two agree)."""
         latent = s.gather(self.kv.latent_NPK[i])[None]
         c_ctx, pe_ctx = latent.split([self.kv.C, self.kv.R], -1)
-        # Same rule as the model's forward, so engine and plain model agree to rounding.
-        attend = attn.attend_absorbed if (s.n == 1 or topk is not None) else attn.attend_expanded
+        absorbed = not expanded and (s.n == 1 or topk is not None)
+        attend = attn.attend_absorbed if absorbed else attn.attend_expanded
         return attend(q_nope, q_pe, c_ctx, pe_ctx, s.q_idx, topk)
+
+    def _use_gather(self, attn, s: SeqInput, K: int) -> bool:
+        """For a prefill chunk whose top-k drops keys (EngineConfig.sparse_prefill "auto"): gather each query's K latents (work ~ n*K, but a
+        random row gather moves memory slowly: weighted as 32 multiply-adds per value) or expand the whole
+        context and mask (work ~ n*L)? Expansion wins up to contexts of ~5-10x K on CPU."""
+        if self.engine_cfg.sparse_prefill != "auto":
+            return self.engine_cfg.sparse_prefill == "gather"
+        n, L, H, C, R = s.n, s.ctx_len, attn.n_heads, attn.kv_lora_rank, attn.dr
+        expanded = L * C * H * (attn.dn + attn.dv) + n * L * H * (attn.dn + R + attn.dv)
+        gathered = n * K * (C + R) * 32 + n * K * H * (2 * C + R)
+        return gathered < expanded
 
     # ---- the fast path ------------------------------------------------------------------------------
 
@@ -263,19 +290,27 @@ class ModelRunner:
                 topk = self._select(i, j, attn, iq, h[None], s, prev_topk)
                 if s.n == 1:
                     decodes.append((s, topk))
-                elif topk is not None:
+                elif topk is not None and self._use_gather(attn, s, topk.shape[-1]):
                     out[s.rows] = self._sparse_prefill(i, attn, q_nope[s.rows], q_pe[s.rows], s, topk[0])
-                else:
-                    out[s.rows] = self._attend_context(i, attn, q_nope[None, s.rows], q_pe[None, s.rows], s, topk)[0]
+                else:  # dense causal, or top-k applied as a mask on expanded attention (cheaper here)
+                    qn, qp = q_nope[None, s.rows], q_pe[None, s.rows]
+                    out[s.rows] = self._attend_context(i, attn, qn, qp, s, topk, expanded=True)[0]
             if decodes:
                 rows = torch.tensor([s.offset for s, _ in decodes], device=self.device)
-                selected = [
-                    s.slots(torch.arange(s.ctx_len, device=self.device) if t is None else t[0, 0]) for s, t in decodes
-                ]
-                slots_BK, valid_BK = self._pad(selected)
-                self.decode_latents_read += sum(len(x) for x in selected)
                 latent = self.kv.latent_flat(i)
-                out[rows] = self.absorbed_attend(attn, q_nope[rows], q_pe[rows], latent, slots_BK, valid_BK)
+                if len(decodes) == 1 and decodes[0][1] is None:  # one dense decode: its context as is
+                    lat_BKL, valid_BK = decodes[0][0].gather(self.kv.latent_NPK[i])[None], None
+                    self.decode_latents_read += lat_BKL.shape[1]
+                else:
+                    # Top-k positions sorted, so the gather walks the cache forward (same result, better locality).
+                    selected = [
+                        s.slots(torch.arange(s.ctx_len, device=self.device) if t is None else t[0, 0].sort().values)
+                        for s, t in decodes
+                    ]
+                    slots_BK, valid_BK = self._pad(selected)
+                    self.decode_latents_read += sum(len(x) for x in selected)
+                    lat_BKL = self._gather_rows(latent, slots_BK)
+                out[rows] = self.absorbed_attend(attn, q_nope[rows], q_pe[rows], lat_BKL, valid_BK)
             x_ND = x_ND + attn.o_proj(out.view(N, -1))
         with record_function("mlp"):
             post = layer.post_attention_layernorm
@@ -336,16 +371,22 @@ class ModelRunner:
         step = max(1, _GATHER_VALUES // (topk_TK.shape[1] * latent.shape[1]))
         for t0 in range(0, topk_TK.shape[0], step):
             r = slice(t0, t0 + step)
-            out[r] = self.absorbed_attend(attn, q_nope_THD[r], q_pe_THR[r], latent, slots_TK[r], valid_TK[r])
+            lat = self._gather_rows(latent, slots_TK[r])
+            out[r] = self.absorbed_attend(attn, q_nope_THD[r], q_pe_THR[r], lat, valid_TK[r])
         return out
 
-    def absorbed_attend(self, attn, q_nope_BHD, q_pe_BHR, latent_flat, slots_BK, valid_BK=None) -> torch.Tensor:
-        """Absorbed MLA for B single queries, each over its own cache slots. -> [B, H, Dv].
+    @staticmethod
+    def _gather_rows(latent_flat, slots_BK) -> torch.Tensor:
+        """[B, K, C + R]: only the given slots are read from the paged cache (one row copy each)."""
+        return latent_flat.index_select(0, slots_BK.flatten()).view(*slots_BK.shape, -1)
 
-        Only those slots are read from the paged cache (a row gather of [c_kv | k_pe]); invalid ones (padding,
-        future positions) are masked out of the softmax. Scores use [q_nope W_UK | q_pe] against the stored
-        [c_kv | k_pe] in one product; the weighted sum of latents is mapped to values by W_UV afterwards."""
-        lat_BKL = latent_flat.index_select(0, slots_BK.flatten()).view(*slots_BK.shape, -1)  # [B, K, C + R]
+    @staticmethod
+    def absorbed_attend(attn, q_nope_BHD, q_pe_BHR, lat_BKL, valid_BK=None) -> torch.Tensor:
+        """Absorbed MLA for B single queries, each over its own K latents [c_kv | k_pe]. -> [B, H, Dv].
+
+        Invalid keys (padding, future positions) are masked out of the softmax. Scores use
+        [q_nope W_UK | q_pe] against the stored [c_kv | k_pe] in one product; the weighted sum of latents is
+        mapped to values by W_UV afterwards."""
         w = attn._kv_b_weight()  # [H, Dn + Dv, C]
         w_uk, w_uv = w[:, : attn.dn], w[:, attn.dn :]
         q_abs_BHC = torch.bmm(q_nope_BHD.transpose(0, 1), w_uk).transpose(0, 1)  # [B, H, C]

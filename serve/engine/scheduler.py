@@ -29,6 +29,8 @@ class ScheduledChunk:
     seq: Sequence
     num_tokens: int
     sample: bool
+    # Speculative decoding: how many of `seq.spec.draft_token_ids` ride along after the chunk to be verified.
+    num_draft: int = 0
 
 
 class Scheduler:
@@ -39,6 +41,7 @@ class Scheduler:
         max_num_batched_tokens: int = 2048,
         eos_token_ids: tuple[int, ...] = (),
         max_model_len: int | None = None,
+        num_lookahead_slots: int = 0,
     ):
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
@@ -47,6 +50,9 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_model_len = max_model_len
+        # Speculative decoding: slots a sampling chunk's sequence needs past its tokens (the drafts the next
+        # step verifies, and the MTP layer's cache entries while drafting them).
+        self.num_lookahead_slots = num_lookahead_slots
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -117,6 +123,8 @@ class Scheduler:
             if seq.num_blocks_for(seq.num_computed_tokens + n, bm.block_size) > bm.num_blocks:
                 self.finish(seq, "length")  # longer than the whole cache: it can never run again
                 continue
+            sample = seq.num_computed_tokens + n == seq.num_tokens
+            d = self._num_draft(seq, n, budget) if sample else 0
             while not bm.grow(seq, seq.num_computed_tokens + n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -124,8 +132,8 @@ class Scheduler:
                     break
             if seq.status is not SequenceStatus.RUNNING:
                 break  # it preempted itself: nothing after it is running any more
-            chunks.append(ScheduledChunk(seq, n, sample=seq.num_computed_tokens + n == seq.num_tokens))
-            budget -= n
+            chunks.append(ScheduledChunk(seq, n, sample=sample, num_draft=d))
+            budget -= n + d
             i += 1
 
         # Then admit waiting sequences, first come first served, while there is room (not in a step that
@@ -144,34 +152,72 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             n = min(seq.num_uncomputed_tokens, budget)
-            chunks.append(ScheduledChunk(seq, n, sample=seq.num_computed_tokens + n == seq.num_tokens))
+            sample = seq.num_computed_tokens + n == seq.num_tokens
+            if sample and self.num_lookahead_slots:  # room for the drafts it will make (best effort)
+                bm.grow(seq, seq.num_tokens + self.num_lookahead_slots)
+            chunks.append(ScheduledChunk(seq, n, sample=sample))
             budget -= n
         return chunks
 
-    def postprocess(self, chunks: list[ScheduledChunk], sampled: list[TokenLogprob | None]) -> list[Sequence]:
+    def _num_draft(self, seq: Sequence, n: int, budget: int) -> int:
+        """Drafts verified with this sampling chunk, given the token budget and free blocks. Drafts never
+        preempt anything: without room the sequence simply decodes one token this step."""
+        if not self.num_lookahead_slots:
+            return 0
+        d = min(len(seq.spec.draft_token_ids) if seq.spec is not None else 0, budget - n)
+        bm = self.block_manager
+        if seq.num_blocks_for(seq.num_computed_tokens + n + d, bm.block_size) > bm.num_blocks:
+            d = 0
+        # Room for the verified slots and for next step's drafting; fall back to the verified slots alone.
+        if not bm.grow(seq, seq.num_computed_tokens + n + d + self.num_lookahead_slots):
+            if d and not bm.grow(seq, seq.num_computed_tokens + n + d):
+                d = 0
+        return max(0, d)
+
+    def postprocess(
+        self, chunks: list[ScheduledChunk], sampled: list[TokenLogprob | list[TokenLogprob] | None]
+    ) -> list[Sequence]:
         """Record a step's results: advance computed counts, register full blocks in the prefix cache,
         append sampled tokens and apply the token-level stop rules (EOS, stop_token_ids, max_tokens,
-        max_model_len). Returns the sequences that got a new token."""
+        max_model_len). Returns the sequences that got new tokens.
+
+        With speculative decoding an entry is a list: the accepted drafts (their KV entries were written by
+        the verification, so they count as computed) and then the target's token. A stop rule cuts the list
+        at the first token that stops, exactly where one-token-a-step decoding would have stopped."""
         updated = []
         for chunk, out in zip(chunks, sampled, strict=True):
             seq = chunk.seq
             if seq.is_finished:  # aborted while the step ran
                 continue
             seq.num_computed_tokens += chunk.num_tokens
-            self.block_manager.commit(seq)
             if not chunk.sample:
+                self.block_manager.commit(seq)
                 continue
             if out is None:
                 raise RuntimeError(f"{seq.request_id}: the step sampled no token for a sampling chunk")
-            seq.append_token(out.token_id, out)
+            tokens = out if isinstance(out, list) else [out]
+            stop: tuple[str, int | None] | None = None
+            for j, tok in enumerate(tokens):
+                if j:
+                    seq.num_computed_tokens += 1  # an accepted draft, verified in this step's forward
+                seq.append_token(tok.token_id, tok)
+                stop = self._stop_rule(seq, tok.token_id)
+                if stop is not None:
+                    break
+            self.block_manager.commit(seq)
             updated.append(seq)
-            p = seq.params
-            if not p.ignore_eos and out.token_id in self.eos_token_ids:
-                self.finish(seq, "stop", out.token_id)
-            elif out.token_id in p.stop_token_ids:
-                self.finish(seq, "stop", out.token_id)
-            elif seq.num_output_tokens >= p.max_tokens:
-                self.finish(seq, "length")
-            elif self.max_model_len is not None and seq.num_tokens >= self.max_model_len:
-                self.finish(seq, "length")
+            if stop is not None:
+                self.finish(seq, *stop)
         return updated
+
+    def _stop_rule(self, seq: Sequence, token_id: int) -> tuple[str, int | None] | None:
+        p = seq.params
+        if not p.ignore_eos and token_id in self.eos_token_ids:
+            return "stop", token_id
+        if token_id in p.stop_token_ids:
+            return "stop", token_id
+        if seq.num_output_tokens >= p.max_tokens:
+            return "length", None
+        if self.max_model_len is not None and seq.num_tokens >= self.max_model_len:
+            return "length", None
+        return None

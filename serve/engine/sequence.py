@@ -55,6 +55,8 @@ class Sequence:
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
         self.num_preemptions = 0
+        # Speculative decoding (serve/engine/spec_decode.py SpecState): drafts to verify next step; None when off.
+        self.spec = None
         self.generator = torch.Generator()
         if params.seed is not None:
             self.generator.manual_seed(params.seed)

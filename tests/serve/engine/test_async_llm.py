@@ -61,3 +61,19 @@ def test_a_bad_request_raises_in_its_caller_only(tiny_model):
         assert asyncio.run(good()).finish_reason == "length"
     finally:
         alm.shutdown()
+
+
+def test_weights_are_swapped_between_steps(tiny_model):
+    alm = AsyncLLM(LLM(tiny_model, num_kv_blocks=16, block_size=4).engine)
+    name = "model.norm.weight"
+
+    async def main():
+        version = await alm.update_weights({name: tiny_model.get_parameter(name).detach().clone()})
+        outs = [o async for o in alm.generate([1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))]
+        return version, outs[-1]
+
+    try:
+        version, last = asyncio.run(main())
+        assert version == 1 and last.weights_version == 1
+    finally:
+        alm.shutdown()

@@ -85,14 +85,17 @@ def test_requests_joining_a_running_batch_match(tiny_model, reference):
     assert [finished[str(i)] for i in range(len(prompts))] == [r[0] for r in refs]
 
 
-def test_fast_path_agrees_with_the_plain_path(tiny_model):
-    """The fast path (fused projections; sparse prefill and one padded absorbed-MLA call over gathered
-    top-k latents for the decodes) against the plain path (the model's own modules and attention on each
+@pytest.mark.parametrize("sparse_prefill", ["gather", "mask"])
+def test_fast_path_agrees_with_the_plain_path(tiny_model, sparse_prefill):
+    """The fast path (fused projections; sparse prefill by gathered top-k latents or by a top-k mask on
+    expanded attention; one padded absorbed-MLA call over gathered top-k latents for the decodes) against
+    the plain path (the model's own modules and attention on each
     sequence's gathered context): logits of a prefill step and of a decode step, to rounding."""
     prompts = random_prompts([40, 9, 30], tiny_model.config.vocab_size, seed=3)
     logits = {}
     for impl in ("plain", "fast"):
-        engine = LLMEngine(tiny_model, config=EngineConfig(block_size=4, num_kv_blocks=64, attn_impl=impl))
+        cfg = EngineConfig(block_size=4, num_kv_blocks=64, attn_impl=impl, sparse_prefill=sparse_prefill)
+        engine = LLMEngine(tiny_model, config=cfg)
         for p in prompts:
             engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=3))
         chunks = engine.scheduler.schedule()  # prefill of all three; 40 and 30 > index_topk: sparse
@@ -134,5 +137,5 @@ def test_update_weights_bumps_the_version_and_drops_the_prefix_cache(tiny_model)
     assert version == 1 and llm.engine.block_manager.hash_to_block == {}
     out = llm.generate(p, GREEDY)[0]
     assert out.num_cached_tokens == 0 and out.weights_version == 1
-    with pytest.raises(KeyError, match="not parameters"):
+    with pytest.raises(KeyError, match="not parameters or buffers"):
         llm.engine.update_weights({"nope": torch.zeros(1)})

@@ -1,0 +1,170 @@
+"""The training objective of GLM-5 with its MTP layer: next-token LM loss plus the chained MTP loss.
+
+GLM-5 trains one set of MTP weights shared over 3 recursive steps (TR §2.1, reference §5): step k (0-based)
+predicts token t+2+k from the hidden that step k-1 produced at t (step 0: the main model's normed hidden h_t)
+and the embedding of token t+1+k. Serving chains the same layer k times to draft k tokens, so training the
+chain is what makes the 2nd and 3rd drafts useful (DeepSeek-V3 trains depth 1 only and runs it twice).
+
+    logits, h = model(ids)                               h [B, T, D] after model.norm
+    L_lm   = CE(logits[:, t], ids[:, t+1])
+    for k in 0..num_steps-1:                             n = T-1-k rows
+        d_k, h = model.mtp_forward(h[:, :n], ids[:, 1+k:], positions 1+k..T-1, step=k)
+        L_k = CE(d_k[:, t], ids[:, t+2+k])               (the last row has no target; its hidden feeds step k+1)
+    loss = L_lm + mtp_weight * mean_k(L_k)
+
+`mtp_weight` is DeepSeek-V3's lambda (0.3 for most of pre-training, 0.1 at the end); the mean over steps is
+their 1/D. GLM-5 does not publish its value; 0.3 is our default.
+
+`loss_mask` [B, T] (bool, True = "this token is a training target", as finetune's chat loss masks) masks the
+targets of every term alike, so SFT on agent trajectories trains the MTP layer on the assistant tokens only.
+`train_main=False` runs the main model without gradients and returns the MTP loss alone: that adapts the MTP
+layer to a fine-tuned main model without touching it (what to do after a LoRA SFT, so speculation still pays).
+
+Shapes: B batch, T tokens, D hidden, V vocab.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class MTPLoss:
+    """`loss` is what to backpropagate; the parts are detached floats for logs."""
+
+    loss: torch.Tensor
+    lm: float
+    mtp: list[float] = field(default_factory=list)  # one per chained step
+
+    @property
+    def mtp_mean(self) -> float:
+        return sum(self.mtp) / len(self.mtp) if self.mtp else 0.0
+
+
+def _masked_ce(logits_BTV: torch.Tensor, targets_BT: torch.Tensor, mask_BT: torch.Tensor | None) -> torch.Tensor:
+    ce = F.cross_entropy(logits_BTV.flatten(0, 1).float(), targets_BT.flatten(), reduction="none")
+    if mask_BT is None:
+        return ce.mean()
+    m = mask_BT.flatten().to(ce.dtype)
+    return (ce * m).sum() / m.sum().clamp(min=1.0)
+
+
+def mtp_loss(
+    model,
+    input_ids: torch.Tensor,
+    num_steps: int = 3,
+    mtp_weight: float = 0.3,
+    loss_mask: torch.Tensor | None = None,
+    train_main: bool = True,
+) -> MTPLoss:
+    """LM loss + `mtp_weight` * the mean of the `num_steps` chained MTP losses (module docstring).
+
+    input_ids [B, T] with T >= num_steps + 2 (every step needs at least one target).
+    """
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [batch, tokens], got shape {tuple(input_ids.shape)}")
+    B, T = input_ids.shape
+    if num_steps < 0:
+        raise ValueError(f"num_steps must be >= 0, got {num_steps}")
+    if num_steps and model.config.num_nextn_predict_layers == 0:
+        raise ValueError("the model has no MTP layer (num_nextn_predict_layers is 0); use num_steps=0")
+    if T < num_steps + 2:
+        raise ValueError(f"sequences of {T} tokens are too short for {num_steps} MTP steps (need {num_steps + 2})")
+    if loss_mask is not None and loss_mask.shape != input_ids.shape:
+        raise ValueError(f"loss_mask shape {tuple(loss_mask.shape)} != input_ids shape {tuple(input_ids.shape)}")
+    mask = loss_mask.bool() if loss_mask is not None else None
+
+    with contextlib.nullcontext() if train_main else torch.no_grad():
+        logits, h = model(input_ids, return_hidden=True)
+    lm = _masked_ce(logits[:, :-1], input_ids[:, 1:], None if mask is None else mask[:, 1:])
+    if not train_main:
+        h = h.detach()
+
+    steps = []
+    for k in range(num_steps):
+        n = T - 1 - k
+        positions = torch.arange(1 + k, T, device=input_ids.device)
+        draft, h = model.mtp_forward(h[:, :n], input_ids[:, 1 + k :], positions, step=k)
+        target_mask = None if mask is None else mask[:, 2 + k :]
+        steps.append(_masked_ce(draft[:, : n - 1], input_ids[:, 2 + k :], target_mask))
+    mtp = torch.stack(steps).mean() if steps else lm.new_zeros(())
+    loss = (lm + mtp_weight * mtp) if train_main else mtp
+    return MTPLoss(loss, float(lm.detach()), [float(s.detach()) for s in steps])
+
+
+def token_batches(
+    tokens: list[int] | torch.Tensor, seq_len: int, batch_size: int, seed: int = 0
+) -> Iterator[torch.Tensor]:
+    """Endless random windows [batch_size, seq_len] from one long token stream (a tokenised corpus)."""
+    data = torch.as_tensor(tokens, dtype=torch.long)
+    if data.numel() <= seq_len:
+        raise ValueError(f"the corpus has {data.numel()} tokens; need more than seq_len={seq_len}")
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        starts = torch.randint(0, data.numel() - seq_len, (batch_size,), generator=gen)
+        yield torch.stack([data[s : s + seq_len] for s in starts.tolist()])
+
+
+@dataclass(frozen=True)
+class MTPTrainConfig:
+    """An explicit loop's knobs: AdamW with linear warm-up then cosine decay to 10%."""
+
+    steps: int = 300
+    lr: float = 3e-3
+    warmup: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    num_mtp_steps: int = 3
+    mtp_weight: float = 0.3
+    train_main: bool = True
+
+
+def train_mtp(
+    model,
+    batches: Iterable[torch.Tensor],
+    cfg: MTPTrainConfig = MTPTrainConfig(),
+    log_every: int = 0,
+    log=print,
+) -> list[MTPLoss]:
+    """data -> forward -> mtp_loss -> backward -> clip -> step, `cfg.steps` times. Returns every step's loss.
+
+    With `train_main=False` only the MTP layer(s) are optimised (the main model is left exactly as it was).
+    """
+    import math
+
+    n_main = model.config.num_hidden_layers
+    if cfg.train_main:
+        params = [p for p in model.parameters() if p.requires_grad]
+    else:
+        params = [p for layer in model.model.layers[n_main:] for p in layer.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup:
+            return cfg.lr * (step + 1) / cfg.warmup
+        frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    model.train()
+    history: list[MTPLoss] = []
+    it = iter(batches)
+    for step in range(cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        out = mtp_loss(model, next(it), cfg.num_mtp_steps, cfg.mtp_weight, train_main=cfg.train_main)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        history.append(out)
+        if log_every and (step % log_every == 0 or step == cfg.steps - 1):
+            mtp = " ".join(f"{x:.3f}" for x in out.mtp)
+            log(f"step {step:4d}  lm {out.lm:.3f}  mtp [{mtp}]  lr {lr_at(step):.2e}")
+    model.eval()
+    return history
