@@ -96,6 +96,7 @@ class MLA(nn.Module):
         k = torch.cat([k_nope, k_pe[:, :, None].expand(B, S, H, self.dr)], dim=-1).permute(0, 2, 3, 1)  # [B,H,Dn+R,S]
         v = v.transpose(1, 2)  # [B, H, S, Dv]
         # Query blocks only look at keys up to their last index (causality): ~40% fewer scores in a prefill.
+        q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B*H) batches: views when B == 1
         outs = []
         for t0 in range(0, T, _QUERY_BLOCK):
             t1 = min(t0 + _QUERY_BLOCK, T)
@@ -105,10 +106,12 @@ class MLA(nn.Module):
             if topk_idx is not None:
                 unchosen = torch.ones(B, t1 - t0, S, dtype=torch.bool, device=c_kv.device)
                 hidden = hidden | unchosen.scatter_(-1, topk_idx[:, t0:t1], False)[..., :s_end]  # [B, t, s]
-            scores = torch.matmul(q[:, :, t0:t1], k[..., :s_end])  # [B, H, t, s]
+            # The mask as an additive 0 / -inf bias that the score GEMM accumulates onto (one pass, no fill).
+            bias = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device).masked_fill_(hidden, float("-inf"))
+            bias = bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
             # Every row keeps at least key 0 or its top-k picks, so no row is all -inf.
-            probs = scores.masked_fill_(hidden[:, None], float("-inf")).softmax(-1)
-            outs.append(torch.matmul(probs, v[:, :, :s_end]))
+            probs = torch.baddbmm(bias, q[:, t0:t1], k[..., :s_end]).softmax(-1)  # [B*H, t, s]
+            outs.append(torch.bmm(probs, v[:, :s_end]).unflatten(0, (B, H)))
         return torch.cat(outs, dim=2).transpose(1, 2)
 
     def attend_absorbed(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
