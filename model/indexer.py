@@ -66,7 +66,7 @@ class Indexer(nn.Module):
         w_BTI = self.weights_proj(x_BTD.to(self.weights_proj.weight.dtype)).float() * n_heads**-0.5
         # One GEMM over all (query, head) rows: [B, T*I, Di] @ [B, Di, S].
         logits = torch.bmm(q_BTID.reshape(B, T * n_heads, Di).float(), k_BSD.float().transpose(1, 2))
-        logits = F.relu(logits * Di**-0.5).view(B, T, n_heads, -1)
+        logits = logits.mul_(Di**-0.5).relu_().view(B, T, n_heads, -1)  # in place: same values, no new buffers
         return torch.matmul(w_BTI[:, :, None, :], logits).squeeze(2)
 
     def select(
