@@ -130,6 +130,9 @@ def test_stacked_experts_follow_weight_changes_or_step_aside():
     moe = randomize(MoE(cfg))
     moe.tie_experts()  # randomize wrote in place, so the tie already held; re-tying is harmless
     x = torch.randn(12, cfg.hidden_size)
+    inter, up = cfg.moe_intermediate_size, moe.experts[3].up_proj.weight
+    assert up.shape == (inter, cfg.hidden_size)  # the checkpoint's [out, in], a view of the input-major stack
+    assert up.data_ptr() == moe._gate_up[3, :, inter:].data_ptr() and torch.equal(up, moe._gate_up[3, :, inter:].T)
     with torch.no_grad():
         assert moe._stacked_ok()
         moe.experts[3].up_proj.weight.mul_(2.0)  # in place (as an optimizer step): the stack sees it
