@@ -25,6 +25,7 @@ decoded delta -> OpenAI deltas; a stored trajectory: chat.render_for_training ->
 """
 
 from model.config import GLM5Config, preset
+from model.kv_cache import KVCache
 from model.modeling import GLM5ForCausalLM
 
-__all__ = ["GLM5Config", "GLM5ForCausalLM", "preset"]
+__all__ = ["GLM5Config", "GLM5ForCausalLM", "KVCache", "preset"]

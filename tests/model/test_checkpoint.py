@@ -84,7 +84,11 @@ def test_synthetic_fp8_checkpoint_loads_dequantised(model, tmp_path):
         else:
             fp8[name] = t
     save_file(fp8, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    raw = json.loads((tmp_path / "config.json").read_text())
+    raw["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
     loaded = GLM5ForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    assert loaded.config.quantization_config is None  # dequantised: saving it again writes plain weights
     for name, t in expect.items():
         assert torch.equal(loaded.get_parameter(name), t), name
     ids = torch.randint(0, 8000, (1, 12))

@@ -84,9 +84,13 @@ def test_moe_grouped_path_equals_plain_loop_and_bias_only_selects():
     cfg = tiny(n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=3)
     moe = randomize(MoE(cfg))
     x = torch.randn(3, 10, cfg.hidden_size)
-    fast = moe(x)
-    moe.impl = "dense_loop"
-    assert torch.allclose(fast, moe(x), atol=1e-5)
+    out = {}
+    for impl in ("stacked", "grouped", "dense_loop"):
+        moe.impl = impl
+        with torch.no_grad():
+            out[impl] = moe(x)
+    assert torch.allclose(out["stacked"], out["dense_loop"], atol=1e-5)
+    assert torch.allclose(out["grouped"], out["dense_loop"], atol=1e-5)
     w, idx = moe.gate(x.view(-1, cfg.hidden_size))
     assert ((idx // 4) == (idx[:, :1] // 4)).all()  # group-limited: all picks in one group of 4
     assert torch.allclose(w.sum(-1), torch.full((30,), cfg.routed_scaling_factor))
@@ -114,3 +118,52 @@ def test_incremental_greedy_decode_equals_full_recompute():
             full = model(seq)
             assert torch.allclose(logits[:, -1], full[:, -1], atol=1e-4)
         assert cache.length == seq.shape[1] and cache.layers[1].index_k is None  # 'shared' layer: no index keys
+        # roll back 3 tokens (as after rejected drafts) and feed others: same as computing from scratch
+        cache.truncate(seq.shape[1] - 3)
+        other = torch.randint(0, cfg.vocab_size, (2, 3))
+        again = model(other, cache=cache)
+        assert torch.allclose(again, model(torch.cat([seq[:, :-3], other], 1))[:, -3:], atol=1e-4)
+
+
+def test_stacked_experts_follow_weight_changes_or_step_aside():
+    cfg = tiny()
+    moe = randomize(MoE(cfg))
+    moe.tie_experts()  # randomize wrote in place, so the tie already held; re-tying is harmless
+    x = torch.randn(12, cfg.hidden_size)
+    with torch.no_grad():
+        assert moe._stacked_ok()
+        moe.experts[3].up_proj.weight.mul_(2.0)  # in place (as an optimizer step): the stack sees it
+        assert moe._stacked_ok()
+        moe.impl = "auto"
+        fast = moe(x)
+        moe.impl = "dense_loop"
+        assert torch.allclose(fast, moe(x), atol=1e-5)
+        moe.experts[3].up_proj.weight = torch.nn.Parameter(torch.zeros(cfg.moe_intermediate_size, cfg.hidden_size))
+        assert not moe._stacked_ok()  # a replaced weight breaks the tie: 'auto' takes the module path
+        moe.impl = "auto"
+        fast = moe(x)
+        moe.impl = "dense_loop"
+        assert torch.allclose(fast, moe(x), atol=1e-5)
+    assert not moe.double()._stacked_ok()  # .to(dtype) also breaks it
+    moe.experts[0].gate_proj.weight.requires_grad_(True)
+    assert moe.tie_experts() is None and not moe._stacked_ok()  # with grad enabled: the module path
+    with torch.no_grad():
+        assert moe._stacked_ok()
+    assert moe.experts[0].gate_proj.weight.requires_grad
+
+
+def test_ragged_decode_batch_with_per_sequence_indices():
+    # Two sequences of 30 and 19 tokens in one padded cache: per-row q_idx hides the padding from the shorter.
+    cfg = tiny()
+    mla = randomize(MLA(cfg))
+    x, cos, sin, _ = _inputs(cfg, B=2, T=30)
+    c_kv, k_pe = mla.project_kv(x, cos, sin)
+    q_nope, q_pe, qr = mla.project_q(x[:, -1:], cos[:, -1:], sin[:, -1:])
+    q_idx = torch.tensor([[29], [18]])
+    ix = mla.indexer
+    topk = ix.select(ix.queries(qr, cos[:, -1:], sin[:, -1:]), x[:, -1:], ix.keys(x, cos, sin), q_idx)
+    assert (topk[1] <= 18).all()  # never a padded key
+    for impl in (mla.attend_absorbed, mla.attend_expanded):
+        both = impl(q_nope, q_pe, c_kv, k_pe, q_idx, topk)
+        alone = impl(q_nope[1:], q_pe[1:], c_kv[1:, :19], k_pe[1:, :19], torch.tensor([18]), topk[1:])
+        assert torch.allclose(both[1:], alone, atol=1e-5)
