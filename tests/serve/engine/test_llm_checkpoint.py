@@ -61,3 +61,16 @@ def test_stop_token_stays_in_ids_but_not_in_text_and_special_tokens_on_request(c
         prompt, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, skip_special_tokens=False)
     )[0]
     assert raw.text == tok.decode(raw.token_ids, skip_special_tokens=False)
+
+
+def test_a_model_the_fast_path_fused_still_saves_and_reloads(tmp_path):
+    """Fusion re-points the model's linears to slices of shared tensors; checkpoints must not notice."""
+    from model import GLM5ForCausalLM, preset
+
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    LLM(model, num_kv_blocks=16, block_size=4).generate([1, 2, 3], SamplingParams(max_tokens=2))
+    model.save_pretrained(tmp_path)
+    reloaded = GLM5ForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).state_dict()
+    assert before.keys() == reloaded.keys()
+    assert all(torch.equal(before[k], reloaded[k]) for k in before)
