@@ -49,9 +49,7 @@ PAD_TOKEN = "<|endoftext|>"
 def shipped_special_tokens() -> list[tuple[str, int]]:
     """All 64 special tokens of the shipped tokenizer as (content, id), reserved slots included."""
     by_offset = {off: tok for tok, off in GLM5_SPECIAL_OFFSETS.items()}
-    return [
-        (by_offset.get(i, f"<|reserved_{i}|>"), SHIPPED_SPECIAL_BASE + i) for i in range(SHIPPED_NUM_SPECIAL)
-    ]
+    return [(by_offset.get(i, f"<|reserved_{i}|>"), SHIPPED_SPECIAL_BASE + i) for i in range(SHIPPED_NUM_SPECIAL)]
 
 
 def shipped_id(token: str) -> int:
