@@ -318,8 +318,9 @@ def apply_compressed_tensors(
     """Swap in an `Int4Linear` for every module that has `weight_packed` in the checkpoint `state`.
 
     The loader's hook for compressed-tensors checkpoints: call it before loading the rest, with the state dict
-    read from the safetensors files; `dtype` is the model's compute dtype. Each quantized module must exist in `model` as a linear of the same shape
-    and be targeted by a config group. Returns the tensors it did not consume (to load as usual).
+    read from the safetensors files; `dtype` is the model's compute dtype. Each quantized module must exist in
+    `model` as a linear of the same shape and be targeted by a config group. Returns the state dict to load
+    into the swapped model as usual (`model.load_state_dict(rest, strict=True)` works).
     """
     quantized = packed_modules(state.keys())
     rest: dict[str, torch.Tensor] = {}
@@ -354,6 +355,9 @@ def apply_compressed_tensors(
         if (new.bias is None) != (target.bias is None):
             raise CompressedTensorsError(f"{module}: bias presence differs between checkpoint and model")
         set_submodule(model, module, new)
+        # What the new module keeps as state (bias; the buffers when plain) is loaded again by the caller's
+        # strict load_state_dict, so the returned dict always matches the swapped model's state_dict keys.
+        rest.update({f"{module}.{k}": local[k] for k in new.state_dict() if k in local})
     return rest
 
 
