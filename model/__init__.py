@@ -1,5 +1,23 @@
 """The GLM-5 network and its files. Knows nothing of serving or training.
 
-Module map (filled in as the model lands):
+Module map, in reading order (a forward goes top to bottom through the network part):
 - special_tokens.py  the GLM-5 special tokens and their ids in glm5's shipped tokenizer
+- config.py          GLM5Config (the keys of config.json), presets tiny / small / glm5, parameter and memory sums
+- norms.py           RMSNorm
+- rope.py            interleaved RoPE (cos/sin from positions, rotation)
+- indexer.py         the DSA lightning indexer: index keys, scores, causal top-k
+- attention.py       MLA: q / latent projections, expanded (prefill, training) and absorbed (decode, sparse) paths
+- moe.py             SwiGLU MLP, the sigmoid router with the selection-only bias, MoE (grouped fast path + plain)
+- decoder_layer.py   one pre-norm decoder layer (MLA + MLP or MoE)
+- mtp.py             the MTP layer (a decoder layer + enorm / hnorm / eh_proj / shared_head.norm)
+- modeling.py        GLM5Model (trunk) and GLM5ForCausalLM (+ lm_head, mtp_forward, init, from/save_pretrained)
+- kv_cache.py        a simple contiguous per-layer cache (c_kv, k_pe, index keys) for incremental decoding
+- checkpoint.py      Hugging Face safetensors load (meta device, mmap, FP8 dequant, shards) and save
+
+Life of a load: config.json -> GLM5Config -> GLM5ForCausalLM built on meta -> tensors assigned from safetensors.
 """
+
+from model.config import GLM5Config, preset
+from model.modeling import GLM5ForCausalLM
+
+__all__ = ["GLM5Config", "GLM5ForCausalLM", "preset"]

@@ -1,0 +1,152 @@
+"""Multi-head latent attention (MLA) with DSA top-k selection, in pieces an engine can reuse over its own cache.
+
+Per token, MLA caches only a latent c_kv (kv_lora_rank, after kv_a_layernorm) and one roped key k_pe shared by
+all heads (qk_rope_head_dim): 512 + 64 values for GLM-5. Per-head keys and values are kv_b_proj(c_kv).
+
+    project_q   x -> q_nope, q_pe (roped), and the q-LoRA latent qr (the indexer's input)
+    project_kv  x -> c_kv, k_pe: the cache entries for new tokens
+    attend_expanded  prefill / training: expand k_nope, v = kv_b_proj(c_kv) per head, dense scores, top-k as mask
+    attend_absorbed  decode: fold W_UK into the query and W_UV after the output, so scores and the weighted sum
+                     run over the latent (C + R values per key) and never expand keys; with top-k indices it
+                     gathers only the selected keys (the real sparse path)
+The two attend paths are the same function of their inputs (tests check it), with and without top-k.
+
+Absorption: kv_b_proj.weight viewed as [H, Dn + Dv, C] splits into W_UK [H, Dn, C] and W_UV [H, Dv, C];
+q_nope . (W_UK c) = (q_nope W_UK) . c, and sum_s p_s (W_UV c_s) = W_UV (sum_s p_s c_s). The absorbed path reads
+`kv_b_proj.weight` directly: a module swapped in for kv_b_proj (INT4, LoRA) must give a dense `.weight`
+(or define `dense_weight()`), or the caller must use the expanded path, which only calls the module.
+
+Causality is by order in the sequence: key s is visible to query t iff s <= q_idx[t] (q_idx = the queries'
+indices, cache length + 0..T-1). Positions only drive RoPE.
+
+Shapes: B batch, T new tokens, S keys, H heads, Dn qk_nope_head_dim, Dv v_head_dim, R qk_rope_head_dim,
+C kv_lora_rank, Q q_lora_rank, D hidden, K top-k.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.config import GLM5Config
+from model.indexer import Indexer
+from model.norms import RMSNorm
+from model.rope import apply_rope
+
+_GATHER_ELEMS = 1 << 25  # query rows per chunk in the gathered sparse path: chunk * K * (C + R) floats
+
+
+class MLA(nn.Module):
+    def __init__(self, cfg: GLM5Config, has_indexer: bool = True) -> None:
+        super().__init__()
+        self.n_heads, self.dn, self.dr, self.dv = (
+            cfg.num_attention_heads,
+            cfg.qk_nope_head_dim,
+            cfg.qk_rope_head_dim,
+            cfg.v_head_dim,
+        )
+        self.kv_lora_rank, self.scale = cfg.kv_lora_rank, cfg.softmax_scale
+        H, bias = self.n_heads, cfg.attention_bias
+        self.q_a_proj = nn.Linear(cfg.hidden_size, cfg.q_lora_rank, bias=bias)
+        # eps: rms_norm_eps, as vLLM/sglang (reference §4). transformers uses 1e-6 here; the parity tests set
+        # rms_norm_eps=1e-6 so both agree.
+        self.q_a_layernorm = RMSNorm(cfg.q_lora_rank, cfg.rms_norm_eps)
+        self.q_b_proj = nn.Linear(cfg.q_lora_rank, H * cfg.qk_head_dim, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(cfg.hidden_size, cfg.kv_lora_rank + self.dr, bias=bias)
+        self.kv_a_layernorm = RMSNorm(cfg.kv_lora_rank, cfg.rms_norm_eps)
+        self.kv_b_proj = nn.Linear(cfg.kv_lora_rank, H * (self.dn + self.dv), bias=False)
+        self.o_proj = nn.Linear(H * self.dv, cfg.hidden_size, bias=bias)
+        # 'shared' indexer layers have no indexer of their own (and no indexer tensors in the checkpoint).
+        self.indexer = Indexer(cfg) if has_indexer else None
+
+    # ---- pieces -----------------------------------------------------------------------------------------
+    def project_q(self, x_BTD, cos, sin):
+        """-> q_nope [B, T, H, Dn], q_pe [B, T, H, R] (roped), qr [B, T, Q] (normalised q-LoRA latent)."""
+        B, T, _ = x_BTD.shape
+        qr = self.q_a_layernorm(self.q_a_proj(x_BTD))
+        q = self.q_b_proj(qr).view(B, T, self.n_heads, self.dn + self.dr)
+        q_nope, q_pe = q.split([self.dn, self.dr], dim=-1)
+        return q_nope, apply_rope(q_pe, cos[:, :, None], sin[:, :, None]), qr
+
+    def project_kv(self, x_BTD, cos, sin):
+        """Cache entries of new tokens -> c_kv [B, T, C] (after kv_a_layernorm), k_pe [B, T, R] (roped)."""
+        c_kv, k_pe = self.kv_a_proj_with_mqa(x_BTD).split([self.kv_lora_rank, self.dr], dim=-1)
+        return self.kv_a_layernorm(c_kv), apply_rope(k_pe, cos, sin)
+
+    def _kv_b_weight(self) -> torch.Tensor:
+        dense = getattr(self.kv_b_proj, "dense_weight", None)
+        w = dense() if callable(dense) else self.kv_b_proj.weight
+        return w.view(self.n_heads, self.dn + self.dv, self.kv_lora_rank)
+
+    def attend_expanded(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
+        """Dense attention over expanded per-head keys; top-k (if any) applied as a mask. -> [B, T, H, Dv].
+
+        q_nope [B,T,H,Dn], q_pe [B,T,H,R], c_kv [B,S,C], k_pe [B,S,R], q_idx [T], topk_idx [B,T,K] or None.
+        """
+        B, S, _ = c_kv.shape
+        H = self.n_heads
+        k_nope, v = self.kv_b_proj(c_kv).view(B, S, H, self.dn + self.dv).split([self.dn, self.dv], dim=-1)
+        q = torch.cat([q_nope, q_pe], dim=-1).transpose(1, 2)  # [B, H, T, Dn+R]
+        k = torch.cat([k_nope, k_pe[:, :, None].expand(B, S, H, self.dr)], dim=-1).transpose(1, 2)
+        allowed = torch.arange(S, device=c_kv.device)[None, :] <= q_idx[:, None]  # [T, S]
+        if topk_idx is not None:
+            chosen = torch.zeros(*topk_idx.shape[:2], S, dtype=torch.bool, device=c_kv.device)
+            allowed = allowed & chosen.scatter_(-1, topk_idx, True)  # [B, T, S]
+        if allowed.dim() == 2:
+            allowed = allowed[None]
+        o = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=allowed[:, None], scale=self.scale)
+        return o.transpose(1, 2)
+
+    def attend_absorbed(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
+        """Attention over the latent cache with W_UK / W_UV absorbed. Same arguments and result as expanded.
+
+        With topk_idx, each query gathers only its K selected latents ([B, T, K, C + R]): the real sparse path.
+        """
+        w = self._kv_b_weight()
+        w_uk, w_uv = w[:, : self.dn], w[:, self.dn :]  # [H, Dn, C], [H, Dv, C]
+        q_abs = torch.einsum("bthd,hdc->bthc", q_nope, w_uk)  # [B, T, H, C]
+        if topk_idx is None:
+            scores = torch.einsum("bthc,bsc->bths", q_abs, c_kv) + torch.einsum("bthr,bsr->bths", q_pe, k_pe)
+            visible = torch.arange(c_kv.shape[1], device=c_kv.device)[None, :] <= q_idx[:, None]  # [T, S]
+            scores = scores.float().mul_(self.scale).masked_fill_(~visible[None, :, None], float("-inf"))
+            o_lat = torch.einsum("bths,bsc->bthc", scores.softmax(-1).to(c_kv.dtype), c_kv)
+        else:
+            B, T, K = topk_idx.shape
+            chunk = max(1, _GATHER_ELEMS // (B * K * (self.kv_lora_rank + self.dr)))
+            parts = []
+            for t0 in range(0, T, chunk):
+                idx = topk_idx[:, t0 : t0 + chunk]  # [B, t, K]
+                flat = idx.reshape(B, -1, 1)
+                c_sel = c_kv.gather(1, flat.expand(-1, -1, c_kv.shape[-1])).view(*idx.shape, -1)  # [B, t, K, C]
+                pe_sel = k_pe.gather(1, flat.expand(-1, -1, self.dr)).view(*idx.shape, -1)  # [B, t, K, R]
+                s = torch.einsum("bthc,btkc->bthk", q_abs[:, t0 : t0 + chunk], c_sel)
+                s = s + torch.einsum("bthr,btkr->bthk", q_pe[:, t0 : t0 + chunk], pe_sel)
+                visible = idx <= q_idx[t0 : t0 + chunk, None]  # re-mask: rows with < K visible keys
+                s = s.float().mul_(self.scale).masked_fill_(~visible[:, :, None], float("-inf"))
+                parts.append(torch.einsum("bthk,btkc->bthc", s.softmax(-1).to(c_kv.dtype), c_sel))
+            o_lat = torch.cat(parts, dim=1)
+        return torch.einsum("bthc,hvc->bthv", o_lat, w_uv)
+
+    # ---- the layer --------------------------------------------------------------------------------------
+    def forward(self, x_BTD, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl: str = "auto"):
+        """x: post-input_layernorm hidden [B, T, D]. -> (output [B, T, D], topk_idx [B, T, K] or None).
+
+        layer_cache: a `LayerCache` (model/kv_cache.py) that new entries are appended to, or None.
+        prev_topk: the previous layer's selection, used when this layer's indexer is 'shared'.
+        impl: 'expanded', 'absorbed', or 'auto' (absorbed for decode or when top-k drops keys, else expanded).
+        """
+        q_nope, q_pe, qr = self.project_q(x_BTD, cos, sin)
+        c_kv, k_pe = self.project_kv(x_BTD, cos, sin)
+        idx_k = self.indexer.keys(x_BTD, cos, sin) if self.indexer is not None else None
+        if layer_cache is not None:
+            c_kv, k_pe, idx_k = layer_cache.append(c_kv, k_pe, idx_k)
+        if self.indexer is not None:
+            topk = self.indexer.select(self.indexer.queries(qr, cos, sin), x_BTD, idx_k, q_idx)
+        else:
+            topk = prev_topk
+        if impl == "auto":
+            impl = "absorbed" if (x_BTD.shape[1] == 1 or topk is not None) else "expanded"
+        attend = {"expanded": self.attend_expanded, "absorbed": self.attend_absorbed}[impl]
+        o = attend(q_nope, q_pe, c_kv, k_pe, q_idx, topk)
+        return self.o_proj(o.flatten(2)), topk

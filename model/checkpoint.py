@@ -1,0 +1,189 @@
+"""Checkpoint I/O in the Hugging Face layout: config.json + model.safetensors, or shards + an index.
+
+Loading builds the model on the meta device (no memory, no init), then assigns each parameter the tensor read
+from the memory-mapped safetensors file, converted to the target dtype: weights are read once, never
+initialised and then overwritten. FP8 block-quantised weights (float8_e4m3fn with a `<name>_scale_inv` of
+fp32 scales, one per 128x128 block, as GLM-5-FP8 ships) are dequantised on load: W = W_fp8 * scale.
+The router (`mlp.gate.weight`, `e_score_correction_bias`) stays fp32 whatever the dtype, as GLM-5 routes in fp32.
+
+Every problem is collected first and reported in one `CheckpointError` line that names the tensors: missing,
+unexpected, or mis-shaped. Saving writes the same layout (per-expert tensor names), sharded by size.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from model.config import GLM5Config
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+FP8_BLOCK = 128
+_FP32_SUFFIXES = ("mlp.gate.weight", "mlp.gate.e_score_correction_bias")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model; the message names the tensors."""
+
+
+def _names(names: list[str], limit: int = 4) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+
+
+def weight_files(path: Path) -> dict[str, Path]:
+    """tensor name -> file holding it, from the index (sharded) or the single file."""
+    index = path / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = {f: path / f for f in set(weight_map.values())}
+        absent = sorted(f for f, p in files.items() if not p.is_file())
+        if absent:
+            raise CheckpointError(f"{index} lists shard(s) that do not exist: {_names(absent)}")
+        return {name: files[f] for name, f in weight_map.items()}
+    single = path / SINGLE_FILE
+    if not single.is_file():
+        raise CheckpointError(f"no {SINGLE_FILE} or {INDEX_FILE} in {path}")
+    with safe_open(single, framework="pt") as f:
+        return {name: single for name in f.keys()}
+
+
+def dequantize_fp8(w: torch.Tensor, scale_inv: torch.Tensor, block: int = FP8_BLOCK) -> torch.Tensor:
+    """Blockwise FP8 -> fp32: each [block, block] tile of w times its scale ([ceil(out/b), ceil(in/b)])."""
+    out_f, in_f = w.shape
+    s = scale_inv.float().repeat_interleave(block, 0)[:out_f].repeat_interleave(block, 1)[:, :in_f]
+    return w.float() * s
+
+
+def quantize_fp8(w: torch.Tensor, block: int = FP8_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp -> (float8_e4m3fn weight, fp32 scale_inv per block): the inverse of `dequantize_fp8` up to rounding."""
+    out_f, in_f = w.shape
+    rows, cols = -(-out_f // block), -(-in_f // block)
+    padded = torch.zeros(rows * block, cols * block, dtype=torch.float32)
+    padded[:out_f, :in_f] = w.float()
+    tiles = padded.view(rows, block, cols, block)
+    scale = tiles.abs().amax(dim=(1, 3)).clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
+    q = (tiles / scale[:, None, :, None]).view(rows * block, cols * block)[:out_f, :in_f]
+    return q.to(torch.float8_e4m3fn), scale
+
+
+def read_state_dict(path: Path, expected: dict[str, tuple[torch.Size, torch.dtype]]) -> dict[str, torch.Tensor]:
+    """Read every expected tensor (converted to its expected dtype), or raise naming all the misfits."""
+    where = weight_files(path)
+    scales = {n for n in where if n.endswith("_scale_inv") and n[: -len("_scale_inv")] in where}
+    missing = sorted(n for n in expected if n not in where)
+    unexpected = sorted(n for n in where if n not in expected and n not in scales)
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)} tensor(s): {_names(missing)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected tensor(s): {_names(unexpected)}")
+    if problems:
+        raise CheckpointError(f"checkpoint {path} does not fit the config: " + "; ".join(problems))
+    out: dict[str, torch.Tensor] = {}
+    mismatched: list[str] = []
+    by_file: dict[Path, list[str]] = {}
+    for name in expected:
+        by_file.setdefault(where[name], []).append(name)
+    for file, names in by_file.items():
+        with safe_open(file, framework="pt") as f:  # memory-mapped: get_tensor reads only that tensor
+            for name in names:
+                shape, dtype = expected[name]
+                t = f.get_tensor(name)
+                if t.dtype == torch.float8_e4m3fn:
+                    sname = name + "_scale_inv"
+                    if sname not in where:
+                        raise CheckpointError(f"FP8 tensor {name} has no {sname} in {path}")
+                    with safe_open(where[sname], framework="pt") as fs:
+                        t = dequantize_fp8(t, fs.get_tensor(sname))
+                if t.shape != shape:
+                    mismatched.append(f"{name} is {list(t.shape)}, expected {list(shape)}")
+                    continue
+                out[name] = t.to(dtype)
+    if mismatched:
+        raise CheckpointError(f"checkpoint {path}: shape mismatch: {_names(mismatched, 3)}")
+    return out
+
+
+def _dtype_of(cfg: GLM5Config) -> torch.dtype:
+    return getattr(torch, cfg.dtype) if isinstance(cfg.dtype, str) and hasattr(torch, cfg.dtype) else torch.bfloat16
+
+
+def load_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu"):
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint directory {path} does not exist")
+    cfg = GLM5Config.from_pretrained(path)
+    dtype = dtype or _dtype_of(cfg)
+    with torch.device("meta"):
+        model = cls(cfg)
+    expected = {}
+    for name, t in model.state_dict().items():
+        expected[name] = (t.shape, torch.float32 if name.endswith(_FP32_SUFFIXES) else dtype)
+    state = read_state_dict(path, expected)
+    model.load_state_dict(state, strict=True, assign=True)
+    return model.to(device).eval()
+
+
+def _parse_size(size: int | str) -> int:
+    if isinstance(size, int):
+        return size
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)B?\s*", size.upper())
+    if not m:
+        raise ValueError(f"cannot read a size from {size!r} (use e.g. 5GB, 500MB or a byte count)")
+    return int(float(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)])
+
+
+def save_pretrained(model, path: str | Path, max_shard_size: int | str = "5GB") -> None:
+    """Write config.json, generation_config.json and the weights (one file, or shards + index)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg: GLM5Config = model.config
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    dtypes = {v.dtype for k, v in state.items() if not k.endswith(_FP32_SUFFIXES)}
+    cfg = cfg.replace(dtype=str(dtypes.pop()).removeprefix("torch.") if len(dtypes) == 1 else cfg.dtype)
+    cfg.save(path)
+    write_generation_config(cfg, path)
+    limit = _parse_size(max_shard_size)
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in state.items():
+        n = t.numel() * t.element_size()
+        if shards[-1] and size + n > limit:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += n
+    for old in list(path.glob("model*.safetensors")) + [path / INDEX_FILE]:
+        old.unlink(missing_ok=True)
+    if len(shards) == 1:
+        save_file(shards[0], path / SINGLE_FILE, metadata={"format": "pt"})
+        return
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, path / fname, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, fname))
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (path / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+
+
+def write_generation_config(cfg: GLM5Config, path: Path) -> None:
+    """GLM-5's generation defaults: temperature 1.0, top_p 0.95, the config's eos / pad / bos."""
+    eos = list(cfg.eos_ids)
+    gen = {
+        "do_sample": True,
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "eos_token_id": eos if len(eos) != 1 else eos[0],
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+    }
+    (path / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")

@@ -1,0 +1,25 @@
+"""One pre-norm GLM-5 decoder layer: h += MLA(input_layernorm(h)); h += MLP-or-MoE(post_attention_layernorm(h))."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from model.attention import MLA
+from model.config import GLM5Config
+from model.moe import MLP, MoE
+from model.norms import RMSNorm
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: GLM5Config, mlp_type: str, has_indexer: bool) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = MLA(cfg, has_indexer=has_indexer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MoE(cfg) if mlp_type == "sparse" else MLP(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, h, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl="auto"):
+        """h [B, T, D] -> (h [B, T, D], this layer's top-k indices or None). See MLA.forward for the rest."""
+        a, topk = self.self_attn(self.input_layernorm(h), cos, sin, q_idx, layer_cache, prev_topk, impl)
+        h = h + a
+        return h + self.mlp(self.post_attention_layernorm(h)), topk

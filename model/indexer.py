@@ -1,0 +1,90 @@
+"""The DSA lightning indexer: picks, for each query, the `index_topk` keys that MLA attends to.
+
+Exactly GLM-5's indexer (reference §3; DeepSeek-V3.2's with interleaved RoPE):
+    q    = wq_b(qr)                     queries from MLA's normalised q-LoRA latent `qr`, I heads of Di dims
+    k    = LayerNorm(wk(x))             one key per token (LayerNorm with bias, eps 1e-6, fp32 math)
+    rope on the first R dims of q and k (layout [rope R | nope Di-R], unlike MLA's [nope | rope])
+    w    = weights_proj(x) * I^-0.5     per-head weights, fp32
+    I[t, s] = sum_h w[t, h] * ReLU(q[t, h] . k[s] * Di^-0.5)
+    causal mask, then top-k over keys. Rows with fewer than k visible keys pick up masked slots too; attention
+    masks causally again, so those never count (the reference's second mask).
+The Hadamard rotation of the reference is skipped: it is orthogonal and applied to q and k alike, so q.k is
+unchanged (it only matters for FP8 quantisation error), as in transformers.
+
+When every key fits in the budget (S <= index_topk) the selection is all visible keys, so `select` returns None
+and attention runs dense causal: exact, and it skips the O(T*S*I) score computation.
+
+The indexer knows nothing of caches: an engine calls `keys` for new tokens, stores them (post-norm, post-rope,
+[., Di] per token), and calls `select` with the queries against everything stored.
+
+Shapes: B batch, T new tokens, S keys (cached + new), I index heads, Di index head dim, K = index_topk,
+Q q_lora_rank, D hidden.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.config import GLM5Config
+from model.rope import apply_rope
+
+# Query rows per chunk so that the [chunk, I, S] score tensor stays below ~64M floats.
+_SCORE_ELEMS = 1 << 26
+
+
+class Indexer(nn.Module):
+    def __init__(self, cfg: GLM5Config) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim, self.rope_dim = cfg.index_n_heads, cfg.index_head_dim, cfg.qk_rope_head_dim
+        self.topk = cfg.index_topk
+        self.wq_b = nn.Linear(cfg.q_lora_rank, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.hidden_size, self.head_dim, bias=False)
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=1e-6)
+        self.weights_proj = nn.Linear(cfg.hidden_size, self.n_heads, bias=False)
+
+    def _rope_front(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        r = self.rope_dim
+        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
+
+    def keys(self, x_BTD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Index keys of new tokens, ready to cache: [B, T, Di] (post LayerNorm, post rope)."""
+        k = self.wk(x_BTD)
+        k = F.layer_norm(k.float(), (self.head_dim,), self.k_norm.weight.float(), self.k_norm.bias.float(), 1e-6)
+        return self._rope_front(k.to(x_BTD.dtype), cos, sin)
+
+    def queries(self, qr_BTQ: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Index queries [B, T, I, Di] from MLA's q-LoRA latent."""
+        B, T, _ = qr_BTQ.shape
+        q = self.wq_b(qr_BTQ).view(B, T, self.n_heads, self.head_dim)
+        return self._rope_front(q, cos[:, :, None], sin[:, :, None])
+
+    def scores(self, q_BTID: torch.Tensor, x_BTD: torch.Tensor, k_BSD: torch.Tensor) -> torch.Tensor:
+        """Index scores I[t, s] (fp32, unmasked) of new queries against keys: [B, T, S]."""
+        B, T, n_heads, Di = q_BTID.shape
+        w_BTI = self.weights_proj(x_BTD.to(self.weights_proj.weight.dtype)).float() * n_heads**-0.5
+        # One GEMM over all (query, head) rows: [B, T*I, Di] @ [B, Di, S].
+        logits = torch.bmm(q_BTID.reshape(B, T * n_heads, Di).float(), k_BSD.float().transpose(1, 2))
+        logits = F.relu(logits * Di**-0.5).view(B, T, n_heads, -1)
+        return torch.matmul(w_BTI[:, :, None, :], logits).squeeze(2)
+
+    def select(
+        self, q_BTID: torch.Tensor, x_BTD: torch.Tensor, k_BSD: torch.Tensor, q_idx_T: torch.Tensor
+    ) -> torch.Tensor | None:
+        """Top-k key indices [B, T, K] (int64) for each query, or None when all S keys fit in the budget.
+
+        q_idx_T: each query's index in the sequence (key s is visible to query t iff s <= q_idx[t]).
+        """
+        B, T, n_heads, _ = q_BTID.shape
+        S = k_BSD.shape[1]
+        if S <= self.topk:
+            return None
+        chunk = max(1, _SCORE_ELEMS // (n_heads * S))
+        out = []
+        for t0 in range(0, T, chunk):
+            sl = slice(t0, t0 + chunk)
+            s = self.scores(q_BTID[:, sl], x_BTD[:, sl], k_BSD)
+            future = torch.arange(S, device=s.device)[None, :] > q_idx_T[sl, None]
+            out.append(s.masked_fill(future, float("-inf")).topk(self.topk, dim=-1).indices)
+        return torch.cat(out, dim=1)

@@ -1,0 +1,26 @@
+"""RMSNorm, GLM-5's only normalisation in the trunk (the indexer's key LayerNorm is a plain nn.LayerNorm).
+
+Computed in fp32 whatever the weight dtype, then cast back before the scale, as transformers and vLLM do.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """`w * x / sqrt(mean(x^2) + eps)` over the last dimension."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
