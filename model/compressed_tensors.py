@@ -280,7 +280,7 @@ def write_quantized_checkpoint(
     if (src / "config.json").resolve() == (out / "config.json").resolve():
         raise ValueError("--out must be a different directory from the source checkpoint")
     cfg = json.loads((src / "config.json").read_text())
-    if "quantization_config" in cfg:
+    if cfg.get("quantization_config"):
         raise ValueError(f"{src} is already quantized ({cfg['quantization_config'].get('quant_method')})")
     shards = sorted(src.glob("*.safetensors"))
     if not shards:

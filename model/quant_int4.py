@@ -268,11 +268,13 @@ def quantize_int4(
     symmetric: bool = True,
     skip: Iterable[str] = DEFAULT_SKIP,
     impl: str = "fast",
+    strict: bool = True,
 ) -> nn.Module:
     """Swap every `nn.Linear` of `model` whose name no `skip` regex matches for an `Int4Linear`, in place.
 
     Move the model to its device first: the fast layout is built for the device the weights are on.
-    Returns the model. Raises a ValueError naming the first layer the kernels cannot take.
+    Returns the model. A linear whose in_features is not a multiple of `group_size` raises a ValueError naming
+    it, or with `strict=False` stays in high precision (as `quantize_checkpoint` does).
     """
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
@@ -282,6 +284,8 @@ def quantize_int4(
         for name, mod in model.named_modules()
         if isinstance(mod, nn.Linear) and not isinstance(mod, Int4Linear) and not is_skipped(name, skip)
     ]
+    if not strict:
+        targets = [(name, mod) for name, mod in targets if mod.in_features % group_size == 0]
     for name, mod in targets:
         if mod.in_features % group_size:
             raise ValueError(
@@ -397,3 +401,40 @@ def quantize_checkpoint(
     return write_quantized_checkpoint(
         src, out, quantize_fn, classify, Int4Scheme(group_size, symmetric), progress=progress
     )
+
+
+def load_compressed_tensors(
+    model: nn.Module,
+    path: str | Path,
+    dtype: torch.dtype,
+    device: str | torch.device = "cpu",
+    fp32_suffixes: tuple[str, ...] = (),
+    impl: str = "fast",
+) -> nn.Module:
+    """Load a compressed-tensors W4A16 checkpoint into `model` (built on the meta device, or real).
+
+    Quantized modules become `Int4Linear`s built on `device`; every other tensor is converted to `dtype`
+    (those ending in `fp32_suffixes`, the router, to fp32) and assigned. Returns the model.
+    """
+    from model.compressed_tensors import read_quantization_config, read_tensors
+
+    qcfg = read_quantization_config(path)
+    if qcfg is None:
+        raise CompressedTensorsError(f"{path}: config.json has no quantization_config")
+    state = read_tensors(path)
+    rest = apply_compressed_tensors(model, state, qcfg, impl=impl, device=device, dtype=dtype)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(rest))
+    unexpected = sorted(set(rest) - set(expected))
+    if missing or unexpected:
+        raise CompressedTensorsError(
+            f"checkpoint {path} does not fit the model: missing {missing[:4]} unexpected {unexpected[:4]}"
+        )
+    for name, t in rest.items():
+        if t.is_floating_point():
+            t = t.to(torch.float32 if name.endswith(fp32_suffixes) else dtype)
+        if tuple(t.shape) != tuple(expected[name].shape):
+            raise CompressedTensorsError(f"{name} is {list(t.shape)}, the model expects {list(expected[name].shape)}")
+        rest[name] = t.to(device)
+    model.load_state_dict(rest, strict=True, assign=True)
+    return model.to(device)

@@ -321,3 +321,40 @@ def test_writer_refuses_bad_requests(tmp_path):
     (tmp_path / "empty" / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors"):
         quantize_checkpoint(tmp_path / "empty", tmp_path / "x")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The GLM-5 model: `glm5 model quantize` output loads through GLM5ForCausalLM.from_pretrained.
+
+
+def test_glm5_quantized_checkpoint_round_trip(tmp_path):
+    from model.config import preset
+    from model.kv_cache import KVCache
+    from model.modeling import GLM5ForCausalLM
+
+    torch.manual_seed(11)
+    cfg = preset("tiny")
+    dense = GLM5ForCausalLM.from_config(cfg, seed=3).eval()
+    dense.save_pretrained(tmp_path / "dense")
+    quantize_checkpoint(tmp_path / "dense", tmp_path / "int4", group_size=32)
+
+    loaded = GLM5ForCausalLM.from_pretrained(tmp_path / "int4")
+    swapped = GLM5ForCausalLM.from_config(cfg, seed=3).eval()
+    quantize_int4(swapped, group_size=32, strict=False)  # tiny's q_lora_rank 48 is not a multiple of 32
+    names = {n for n, m in loaded.named_modules() if isinstance(m, Int4Linear)}
+    assert names == {n for n, m in swapped.named_modules() if isinstance(m, Int4Linear)}
+    assert "model.layers.1.mlp.experts.5.down_proj" in names and "model.layers.0.self_attn.kv_b_proj" in names
+    assert "lm_head" not in names and not any("weights_proj" in n or "q_b_proj" in n for n in names)
+    assert loaded.model.layers[1].mlp.gate.weight.dtype == torch.float32
+
+    ids = torch.randint(0, cfg.vocab_size, (2, 12))
+    with torch.no_grad():
+        y_loaded, y_swapped, y_dense = loaded(ids), swapped(ids), dense(ids)
+        assert torch.allclose(y_loaded, y_swapped, atol=1e-4)
+        assert (y_loaded - y_dense).abs().max() < 0.25 * y_dense.abs().max()
+        # Incremental decoding (the absorbed MLA path reads kv_b_proj's dense_weight) agrees with the full pass.
+        cache = KVCache.for_config(cfg)
+        prefix = loaded(ids[:, :8], cache=cache)
+        steps = [loaded(ids[:, t : t + 1], cache=cache) for t in range(8, 12)]
+    full = torch.cat([prefix] + steps, dim=1)
+    assert (full - y_loaded).abs().max() < 0.05 * y_loaded.abs().max()
