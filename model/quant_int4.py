@@ -59,7 +59,6 @@ GROUP_SIZES = (32, 64, 128, 256)  # what the tinygemm kernels accept
 IMPLS = ("fast", "plain")
 _CPU_N_MULTIPLE = 16  # _convert_weight_to_int4pack_for_cpu needs N % 16 == 0
 _CUDA_N_MULTIPLE = 8
-_CUDA_INNER_K_TILES = 8  # needs K % (16 * 8) == 0; 4 and 2 accept smaller K
 _CPU_INNER_K_TILES = 2  # ignored by the CPU packer's layout, kept for the signature
 
 
@@ -166,8 +165,8 @@ class Int4Linear(nn.Module):
             raise ValueError(f"the int4 kernels take group_size in {GROUP_SIZES}, got {gs}; use impl='plain'")
         if k % gs:
             raise ValueError(f"in_features {k} is not a multiple of group_size {gs}; use impl='plain' or skip it")
-        if dev.type == "cuda" and k % (16 * _CUDA_INNER_K_TILES):
-            raise ValueError(f"in_features {k} must be a multiple of {16 * _CUDA_INNER_K_TILES} for the CUDA kernel")
+        if dev.type == "cuda" and k % 32:
+            raise ValueError(f"in_features {k} must be a multiple of 32 for the CUDA int4 kernel; use impl='plain'")
         if dev.type not in ("cpu", "cuda"):
             raise ValueError(f"no int4 kernel for device {dev}; use impl='plain'")
         mult = _CPU_N_MULTIPLE if dev.type == "cpu" else _CUDA_N_MULTIPLE
@@ -180,8 +179,10 @@ class Int4Linear(nn.Module):
         if dev.type == "cpu":
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(u_NpK, _CPU_INNER_K_TILES)
         else:
+            # CUDA takes [N, K/2] uint8, even column in the high nibble; innerKTiles needs K % (16 * it) == 0.
             u8 = (u_NpK[:, ::2] << 4 | u_NpK[:, 1::2]).to(torch.uint8)
-            packed = torch.ops.aten._convert_weight_to_int4pack(u8, _CUDA_INNER_K_TILES)
+            inner = next(it for it in (8, 4, 2) if k % (16 * it) == 0)
+            packed = torch.ops.aten._convert_weight_to_int4pack(u8, inner)
         # Kernel layouts depend on device and ISA: rebuilt from the checkpoint, never saved.
         self.register_buffer("int4pack", packed, persistent=False)
         self.register_buffer("scales_and_zeros", sz_GNp2, persistent=False)
