@@ -1,6 +1,6 @@
 """INT4 weight-only benchmark on the `small` preset: accuracy, weight memory and decode speed against fp32.
 
-    python benchmarks/bench_int4.py [--steps 200] [--out benchmarks/results_int4.json]
+    python benchmarks/bench_int4.py [--steps 300] [--threads 1] [--out benchmarks/results_int4.json]
 
 1. Train the `small` preset (fp32) for `--steps` steps on text, so that the comparison is made on weights that
    predict something (random weights make top-1 agreement meaningless). The text is the source of a fixed list
@@ -122,15 +122,17 @@ def decode_tps(model, cfg, batch: int, prompt: int, tokens: int, seed: int = 0) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--positions", type=int, default=512)
-    ap.add_argument("--decode-tokens", type=int, default=16)
+    ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    # One thread by default: on a shared 2-core machine two OpenMP threads spin against other processes and
+    # run 10-20x slower than one (measured); pass --threads 0 for torch's default.
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "glm5-small-trained")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results_int4.json"))
     args = ap.parse_args()

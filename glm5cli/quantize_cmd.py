@@ -21,6 +21,9 @@ def quantize(
         "--keep",
         help="Regex of modules to keep in high precision, instead of GLM-5's FP8 split (repeatable).",
     ),
+    observer: str = typer.Option(
+        "mse", "--observer", help="Range per group: 'mse' (search the clipping with least error) or 'minmax'."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Quantize a checkpoint's linear weights to int4, group-wise, in the compressed-tensors format."""
@@ -31,6 +34,8 @@ def quantize(
         fail(f"--bits {bits} is not supported; glm5 writes 4-bit (W4A16) checkpoints", code=2)
     if group_size not in GROUP_SIZES:
         fail(f"--group-size {group_size} is not supported", code=2, hint=f"choose one of {GROUP_SIZES}")
+    if observer not in ("mse", "minmax"):
+        fail(f"--observer {observer!r} is not supported", code=2, hint="choose 'mse' or 'minmax'")
     if not (src / "config.json").is_file():
         fail(f"{src} is not a checkpoint directory (no config.json)")
     if out.exists() and any(out.iterdir()):
@@ -38,15 +43,21 @@ def quantize(
     skip = tuple(keep) if keep else DEFAULT_SKIP
     try:
         if as_json:
-            summary = quantize_checkpoint(src, out, group_size, not asymmetric, skip)
+            summary = quantize_checkpoint(src, out, group_size, not asymmetric, skip, mse=observer == "mse")
         else:
             with console.status("quantizing...") as status:
                 summary = quantize_checkpoint(
-                    src, out, group_size, not asymmetric, skip, progress=lambda m: status.update(f"quantizing {m}")
+                    src,
+                    out,
+                    group_size,
+                    not asymmetric,
+                    skip,
+                    progress=lambda m: status.update(f"quantizing {m}"),
+                    mse=observer == "mse",
                 )
     except (ValueError, FileNotFoundError, CompressedTensorsError) as e:
         fail(str(e))
-    summary |= {"out": str(out), "group_size": group_size, "symmetric": not asymmetric}
+    summary |= {"out": str(out), "group_size": group_size, "symmetric": not asymmetric, "observer": observer}
     if as_json:
         print_json(summary)
         return

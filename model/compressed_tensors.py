@@ -88,6 +88,7 @@ class Int4Scheme:
     group_size: int = 128
     symmetric: bool = True
     targets: tuple[str, ...] = ("Linear",)
+    observer: str = "minmax"  # how the ranges were chosen ("minmax", or "mse": a clipping search); informational
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class QuantizationConfig:
                     "dynamic": False,
                     "actorder": None,
                     "block_structure": None,
-                    "observer": "minmax",
+                    "observer": s.observer,
                     "observer_kwargs": {},
                 },
                 "input_activations": None,
@@ -158,7 +159,9 @@ class QuantizationConfig:
                 )
             if w.get("actorder") not in (None, "static"):
                 raise CompressedTensorsError(f"{where}: actorder {w['actorder']!r} (weight_g_idx) is not supported")
-            groups[name] = Int4Scheme(int(w["group_size"]), bool(w.get("symmetric", True)), tuple(g["targets"]))
+            groups[name] = Int4Scheme(
+                int(w["group_size"]), bool(w.get("symmetric", True)), tuple(g["targets"]), w.get("observer") or "minmax"
+            )
         if not groups:
             raise CompressedTensorsError("quantization_config has no config_groups")
         return cls(groups=groups, ignore=tuple(block.get("ignore") or ()))

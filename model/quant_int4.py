@@ -62,12 +62,32 @@ _CUDA_N_MULTIPLE = 8
 _CPU_INNER_K_TILES = 2  # ignored by the CPU packer's layout, kept for the signature
 
 
-def quantize_weight(w_NK: torch.Tensor, group_size: int = 128, symmetric: bool = True) -> Int4Tensors:
-    """Round-to-nearest group-wise int4 with the compressed-tensors scale rules.
+# Range shrink factors tried per group by the MSE search (1.0 = plain min/max).
+MSE_GRID = tuple(1.0 - 0.025 * i for i in range(17))  # 1.0 .. 0.6
+
+
+def _qparams(lo: torch.Tensor, hi: torch.Tensor, symmetric: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    eps = torch.finfo(torch.float32).eps
+    if symmetric:
+        scale = (torch.maximum(-lo, hi) / 7.5).clamp(min=eps)
+        return scale, torch.zeros_like(scale)
+    scale = ((hi - lo) / 15).clamp(min=eps)
+    return scale, (-8 - lo / scale).round().clamp(-8, 7)
+
+
+def _fake_quant(w: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    q = (w / scale.unsqueeze(-1) + zp.unsqueeze(-1)).round().clamp(-8, 7)
+    return q, (q - zp.unsqueeze(-1)) * scale.unsqueeze(-1)
+
+
+def quantize_weight(w_NK: torch.Tensor, group_size: int = 128, symmetric: bool = True, mse: bool = True) -> Int4Tensors:
+    """Group-wise int4 with the compressed-tensors scale rules, optionally with an MSE range search.
 
     symmetric: scale = max|w| / 7.5, so -max maps to -8 and +max to 7.5 (clamped to 7: the error is still at
     most half a step). asymmetric: scale = (max - min) / 15 with min <= 0 <= max so 0 is exact, zero_point =
-    round(-8 - min / scale) in [-8, 7].
+    round(-8 - min / scale) in [-8, 7]. With `mse` (llm-compressor's "mse" observer does the same) each group
+    also tries the range shrunk by the factors in MSE_GRID and keeps the one with the least squared error:
+    clipping a few outliers buys a finer step for all the other weights of the group.
     """
     if w_NK.ndim != 2:
         raise ValueError(f"quantize_weight expects a 2-D weight, got shape {tuple(w_NK.shape)}")
@@ -78,14 +98,16 @@ def quantize_weight(w_NK: torch.Tensor, group_size: int = 128, symmetric: bool =
     w = F.pad(w_NK.float(), (0, groups * group_size - k)).view(n, groups, group_size)
     lo = w.amin(-1).clamp(max=0)
     hi = w.amax(-1).clamp(min=0)
-    eps = torch.finfo(torch.float32).eps
-    if symmetric:
-        scale = (torch.maximum(-lo, hi) / 7.5).clamp(min=eps)
-        zp = torch.zeros_like(scale)
-    else:
-        scale = ((hi - lo) / 15).clamp(min=eps)
-        zp = (-8 - lo / scale).round().clamp(-8, 7)
-    q = (w / scale.unsqueeze(-1) + zp.unsqueeze(-1)).round().clamp(-8, 7)
+    scale, zp = _qparams(lo, hi, symmetric)
+    if mse:
+        best = (_fake_quant(w, scale, zp)[1] - w).pow(2).sum(-1)
+        for p in MSE_GRID[1:]:
+            s_p, z_p = _qparams(lo * p, hi * p, symmetric)
+            err = (_fake_quant(w, s_p, z_p)[1] - w).pow(2).sum(-1)
+            better = err < best
+            best = torch.where(better, err, best)
+            scale, zp = torch.where(better, s_p, scale), torch.where(better, z_p, zp)
+    q = _fake_quant(w, scale, zp)[0]
     q = q.view(n, groups * group_size)[:, :k].to(torch.int8)
     return Int4Tensors(q, scale, None if symmetric else zp.to(torch.int8), group_size)
 
@@ -134,10 +156,10 @@ class Int4Linear(nn.Module):
 
     @classmethod
     def from_linear(
-        cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, impl: str = "fast"
+        cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, impl: str = "fast", mse: bool = True
     ) -> Int4Linear:
-        """Quantize an `nn.Linear` (round to nearest); the new module lives on the linear's device."""
-        t = quantize_weight(linear.weight.detach(), group_size, symmetric)
+        """Quantize an `nn.Linear` (see `quantize_weight`); the new module lives on the linear's device."""
+        t = quantize_weight(linear.weight.detach(), group_size, symmetric, mse)
         dt = _scale_dtype(linear.weight.dtype)
         return cls(t, linear.bias, impl, scale_dtype=dt, compute_dtype=dt)
 
@@ -205,15 +227,17 @@ class Int4Linear(nn.Module):
                 f"Int4Linear was packed for {self._device_type} but got input on {x.device.type}: "
                 "move the model to its device before quantize_int4 / loading"
             )
-        x_BK = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        # Decode calls this ~20 times per layer per token, so skip the no-op reshapes and slices.
+        x_BK = (x if x.dim() == 2 else x.reshape(-1, self.in_features)).to(torch.bfloat16)
         if self._device_type == "cpu":
-            y_BNp = torch.ops.aten._weight_int4pack_mm_for_cpu(
-                x_BK, self.int4pack, self.group_size, self.scales_and_zeros
-            )
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x_BK, self.int4pack, self.group_size, self.scales_and_zeros)
         else:
-            y_BNp = torch.ops.aten._weight_int4pack_mm(x_BK, self.int4pack, self.group_size, self.scales_and_zeros)
-        y_BN = y_BNp[:, : self.out_features]
-        return y_BN.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+            y = torch.ops.aten._weight_int4pack_mm(x_BK, self.int4pack, self.group_size, self.scales_and_zeros)
+        if y.shape[1] != self.out_features:  # N padded for the kernel
+            y = y[:, : self.out_features]
+        if x.dim() != 2:
+            y = y.reshape(*x.shape[:-1], self.out_features)
+        return y.to(x.dtype)
 
     # -- inspection -----------------------------------------------------------------------------------------
 
@@ -270,6 +294,7 @@ def quantize_int4(
     skip: Iterable[str] = DEFAULT_SKIP,
     impl: str = "fast",
     strict: bool = True,
+    mse: bool = True,
 ) -> nn.Module:
     """Swap every `nn.Linear` of `model` whose name no `skip` regex matches for an `Int4Linear`, in place.
 
@@ -294,7 +319,7 @@ def quantize_int4(
                 "pick a smaller group size or add the layer to skip"
             )
     for name, mod in targets:
-        set_submodule(model, name, Int4Linear.from_linear(mod, group_size, symmetric, impl))
+        set_submodule(model, name, Int4Linear.from_linear(mod, group_size, symmetric, impl, mse))
     return model
 
 
@@ -377,6 +402,7 @@ def quantize_checkpoint(
     symmetric: bool = True,
     skip: Iterable[str] = DEFAULT_SKIP,
     progress: Callable[[str], None] | None = None,
+    mse: bool = True,
 ) -> dict:
     """Write `src` (an unquantized HF-layout checkpoint) to `out` as compressed-tensors W4A16 pack-quantized.
 
@@ -395,12 +421,17 @@ def quantize_checkpoint(
         return "quantize"
 
     def quantize_fn(w: torch.Tensor) -> Int4Tensors:
-        t = quantize_weight(w, group_size, symmetric)
+        t = quantize_weight(w, group_size, symmetric, mse)
         t.scale = t.scale.to(_scale_dtype(w.dtype))
         return t
 
     return write_quantized_checkpoint(
-        src, out, quantize_fn, classify, Int4Scheme(group_size, symmetric), progress=progress
+        src,
+        out,
+        quantize_fn,
+        classify,
+        Int4Scheme(group_size, symmetric, observer="mse" if mse else "minmax"),
+        progress=progress,
     )
 
 

@@ -51,6 +51,13 @@ def test_quantize_keep_overrides_the_default_split(tmp_path):
     block = json.loads((tmp_path / "q" / "config.json").read_text())["quantization_config"]
     assert "model.layers.0.mlp.experts.0.up_proj" in block["ignore"] and "lm_head" not in block["ignore"]
     assert block["config_groups"]["group_0"]["weights"]["symmetric"] is False
+    assert block["config_groups"]["group_0"]["weights"]["observer"] == "mse"
+    r = CliRunner().invoke(
+        app, ["quantize", str(src), "-o", str(tmp_path / "m"), "--group-size", "32", "--observer", "minmax"]
+    )
+    assert r.exit_code == 0, r.output
+    block = json.loads((tmp_path / "m" / "config.json").read_text())["quantization_config"]
+    assert block["config_groups"]["group_0"]["weights"]["observer"] == "minmax"
 
 
 def test_quantize_rejects_bad_arguments(tmp_path):

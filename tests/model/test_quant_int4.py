@@ -22,7 +22,7 @@ from model.quant_int4 import (
 def test_round_to_nearest_error_is_at_most_half_a_step(symmetric, group_size):
     torch.manual_seed(0)
     w = torch.randn(40, 256) * torch.linspace(0.1, 3, 256)  # groups with very different ranges
-    t = quantize_weight(w, group_size, symmetric)
+    t = quantize_weight(w, group_size, symmetric, mse=False)
     assert t.q.dtype == torch.int8 and int(t.q.min()) >= -8 and int(t.q.max()) <= 7
     assert t.scale.shape == (40, 256 // group_size)
     assert (t.zero_point is None) == symmetric
@@ -31,6 +31,18 @@ def test_round_to_nearest_error_is_at_most_half_a_step(symmetric, group_size):
     assert (err <= step / 2 + 1e-6).all()
     # and the grid is really used: round to nearest on a fine grid averages about a quarter step
     assert (err / step).mean() < 0.3
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_mse_range_search_never_loses_to_minmax(symmetric):
+    torch.manual_seed(12)
+    w = torch.distributions.StudentT(3.0).sample((64, 256))  # heavy tails: a few outliers per group
+    err = {}
+    for mse in (False, True):
+        t = quantize_weight(w, 128, symmetric, mse=mse)
+        err[mse] = (dequantize_weight(t) - w).pow(2).view(64, 2, 128).sum(-1)
+    assert (err[True] <= err[False] + 1e-6).all()  # per group: 1.0 is one of the candidates
+    assert err[True].sum() < 0.95 * err[False].sum()  # and clipping the outliers really pays here
 
 
 def test_asymmetric_fits_one_sided_groups_better():
