@@ -18,6 +18,7 @@ Life of a load: config.json -> GLM5Config -> GLM5ForCausalLM built on meta -> te
 """
 
 from model.config import GLM5Config, preset
+from model.kv_cache import KVCache
 from model.modeling import GLM5ForCausalLM
 
-__all__ = ["GLM5Config", "GLM5ForCausalLM", "preset"]
+__all__ = ["GLM5Config", "GLM5ForCausalLM", "KVCache", "preset"]

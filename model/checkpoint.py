@@ -3,7 +3,8 @@
 Loading builds the model on the meta device (no memory, no init), then assigns each parameter the tensor read
 from the memory-mapped safetensors file, converted to the target dtype: weights are read once, never
 initialised and then overwritten. FP8 block-quantised weights (float8_e4m3fn with a `<name>_scale_inv` of
-fp32 scales, one per 128x128 block, as GLM-5-FP8 ships) are dequantised on load: W = W_fp8 * scale.
+fp32 scales, one per 128x128 block, as GLM-5-FP8 ships) are dequantised on load: W = W_fp8 * scale, and the
+config loses its `quantization_config` (a later save writes plain weights).
 The router (`mlp.gate.weight`, `e_score_correction_bias`) stays fp32 whatever the dtype, as GLM-5 routes in fp32.
 
 Every problem is collected first and reported in one `CheckpointError` line that names the tensors: missing,
@@ -73,7 +74,9 @@ def quantize_fp8(w: torch.Tensor, block: int = FP8_BLOCK) -> tuple[torch.Tensor,
     return q.to(torch.float8_e4m3fn), scale
 
 
-def read_state_dict(path: Path, expected: dict[str, tuple[torch.Size, torch.dtype]]) -> dict[str, torch.Tensor]:
+def read_state_dict(
+    path: Path, expected: dict[str, tuple[torch.Size, torch.dtype]], fp8_block: int = FP8_BLOCK
+) -> dict[str, torch.Tensor]:
     """Read every expected tensor (converted to its expected dtype), or raise naming all the misfits."""
     where = weight_files(path)
     scales = {n for n in where if n.endswith("_scale_inv") and n[: -len("_scale_inv")] in where}
@@ -101,7 +104,7 @@ def read_state_dict(path: Path, expected: dict[str, tuple[torch.Size, torch.dtyp
                     if sname not in where:
                         raise CheckpointError(f"FP8 tensor {name} has no {sname} in {path}")
                     with safe_open(where[sname], framework="pt") as fs:
-                        t = dequantize_fp8(t, fs.get_tensor(sname))
+                        t = dequantize_fp8(t, fs.get_tensor(sname), fp8_block)
                 if t.shape != shape:
                     mismatched.append(f"{name} is {list(t.shape)}, expected {list(shape)}")
                     continue
@@ -130,9 +133,17 @@ def load_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, dev
     expected = {}
     for name, t in model.state_dict().items():
         expected[name] = (t.shape, torch.float32 if name.endswith(_FP32_SUFFIXES) else dtype)
-    state = read_state_dict(path, expected)
+    quant = cfg.quantization_config or {}
+    block = quant.get("weight_block_size") or [FP8_BLOCK, FP8_BLOCK]
+    if block[0] != block[1]:
+        raise CheckpointError(f"{path}: FP8 weight_block_size {block} is not square")
+    state = read_state_dict(path, expected, fp8_block=int(block[0]))
     model.load_state_dict(state, strict=True, assign=True)
-    return model.to(device).eval()
+    if quant.get("quant_method") == "fp8":  # the weights are dequantised now: a save must not claim FP8
+        model.config = cfg.replace(quantization_config=None)
+    model = model.to(device).eval()
+    model.tie_experts()  # loading assigned fresh per-expert tensors: stack them again for the grouped GEMMs
+    return model
 
 
 def _parse_size(size: int | str) -> int:
@@ -144,12 +155,19 @@ def _parse_size(size: int | str) -> int:
     return int(float(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)])
 
 
+def _own_storage(t: torch.Tensor) -> torch.Tensor:
+    """safetensors refuses tensors that share memory: copy views (e.g. tied expert weights) out."""
+    if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size():
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def save_pretrained(model, path: str | Path, max_shard_size: int | str = "5GB") -> None:
     """Write config.json, generation_config.json and the weights (one file, or shards + index)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg: GLM5Config = model.config
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: _own_storage(v.detach().cpu()) for k, v in model.state_dict().items()}
     dtypes = {v.dtype for k, v in state.items() if not k.endswith(_FP32_SUFFIXES)}
     cfg = cfg.replace(dtype=str(dtypes.pop()).removeprefix("torch.") if len(dtypes) == 1 else cfg.dtype)
     cfg.save(path)

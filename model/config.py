@@ -7,6 +7,11 @@ sizes in `REQUIRED_KEYS` must be present in a file: a config that silently fell 
 only fail later, with a shape error far from the cause. Keys we do not know are kept in `extra`, written back
 on save, and reported once per key.
 
+`model_type` ("glm_moe_dsa") is checked on read and always written, but is not an attribute: peft, when
+transformers 5 is installed, takes any model whose `config.model_type` is a transformers MoE type for
+transformers' fused-expert layout and silently retargets LoRA from our per-expert Linear layers to parameters
+that do not exist here.
+
 Derived values (per-layer MLP and indexer types, the softmax scale, RoPE theta) are properties. Runtime knobs
 (attention path, cache sizes) are not here: they are arguments of the code that uses them.
 Presets: `tiny` (tests), `small` (benchmarks, ~200M), `glm5` (the real sizes, for planning).
@@ -49,7 +54,7 @@ REQUIRED_KEYS = (
 )
 
 # Keys transformers writes that carry no architecture for us (kept so a round trip does not report them).
-_IGNORED_KEYS = {"transformers_version", "_name_or_path", "torch_dtype", "qk_head_dim"}
+_IGNORED_KEYS = {"model_type", "transformers_version", "_name_or_path", "torch_dtype", "qk_head_dim"}
 
 _reported_unknown: set[str] = set()
 
@@ -123,7 +128,6 @@ class GLM5Config:
     layer_types: tuple[str, ...] | None = None  # transformers writes "indexed_attention" per layer
     dtype: str | None = "bfloat16"
     architectures: tuple[str, ...] = (ARCHITECTURE,)
-    model_type: str = MODEL_TYPE
     quantization_config: dict | None = None  # GLM-5-FP8: {"quant_method": "fp8", "weight_block_size": [128, 128]}
     extra: dict = field(default_factory=dict)  # unknown keys, written back on save
 
@@ -131,8 +135,6 @@ class GLM5Config:
         def bad(msg: str) -> None:
             raise ConfigError(f"invalid GLM-5 config: {msg}")
 
-        if self.model_type != MODEL_TYPE:
-            bad(f"model_type is {self.model_type!r}, expected {MODEL_TYPE!r}")
         for name in REQUIRED_KEYS:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -215,6 +217,8 @@ class GLM5Config:
     # ---- file I/O -------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config") -> GLM5Config:
+        if raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+            raise ConfigError(f"{source}: model_type is {raw['model_type']!r}, expected {MODEL_TYPE!r}")
         missing = [k for k in REQUIRED_KEYS if k not in raw]
         if missing:
             raise ConfigError(f"{source} lacks required field(s): {', '.join(missing)}")
@@ -228,6 +232,8 @@ class GLM5Config:
                 kwargs[key] = tuple(value) if isinstance(value, list) else value
             elif key not in _IGNORED_KEYS:
                 extra[key] = value
+        if "rope_parameters" not in raw and raw.get("rope_theta") is not None:  # older files: theta at top level
+            kwargs["rope_parameters"] = {"rope_theta": float(raw["rope_theta"]), "rope_type": "default"}
         if "dtype" not in kwargs and isinstance(raw.get("torch_dtype"), str):
             kwargs["dtype"] = raw["torch_dtype"]
         for key in sorted(set(extra) - _reported_unknown):
@@ -255,7 +261,7 @@ class GLM5Config:
 
     def to_dict(self) -> dict[str, Any]:
         """config.json content: every field (lists for tuples), the derived per-layer lists, unknown keys."""
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"model_type": MODEL_TYPE}
         for f in dataclasses.fields(self):
             if f.name == "extra":
                 continue
@@ -420,8 +426,11 @@ def memory_bytes(cfg: GLM5Config) -> dict[str, int]:
     }
 
 
-def gib(n_bytes: int) -> float:
-    return n_bytes / 2**30
+def human_bytes(n_bytes: int) -> str:
+    for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= div:
+            return f"{n_bytes / div:.2f} {unit}"
+    return f"{n_bytes} B"
 
 
 def human_count(n: int) -> str:

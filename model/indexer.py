@@ -74,17 +74,22 @@ class Indexer(nn.Module):
     ) -> torch.Tensor | None:
         """Top-k key indices [B, T, K] (int64) for each query, or None when all S keys fit in the budget.
 
-        q_idx_T: each query's index in the sequence (key s is visible to query t iff s <= q_idx[t]).
+        q_idx_T: each query's index in the sequence, [T] or [B, T] (key s is visible to query t iff s <= q_idx[t]).
         """
         B, T, n_heads, _ = q_BTID.shape
         S = k_BSD.shape[1]
         if S <= self.topk:
             return None
+        # Queries with fewer than K visible keys (q_idx < K) select all of them: keys 0..K-1, of which the
+        # future ones are masked again by attention. Only the later rows need scores.
+        first = int(((q_idx_T if q_idx_T.dim() == 1 else q_idx_T.amax(0)) < self.topk).sum())
+        out = [torch.arange(self.topk, device=k_BSD.device).expand(B, first, self.topk)]
+        # Scores over all S keys (not just the causal part): top-k is decided by tiny score differences, and
+        # a GEMM over another key count rounds differently and flips near-ties (measured: 1e-2 logit changes).
         chunk = max(1, _SCORE_ELEMS // (n_heads * S))
-        out = []
-        for t0 in range(0, T, chunk):
+        for t0 in range(first, T, chunk):
             sl = slice(t0, t0 + chunk)
             s = self.scores(q_BTID[:, sl], x_BTD[:, sl], k_BSD)
-            future = torch.arange(S, device=s.device)[None, :] > q_idx_T[sl, None]
+            future = torch.arange(S, device=s.device) > q_idx_T[..., sl, None]  # [(B,) t, S]
             out.append(s.masked_fill(future, float("-inf")).topk(self.topk, dim=-1).indices)
         return torch.cat(out, dim=1)

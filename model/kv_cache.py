@@ -34,6 +34,12 @@ class LayerCache:
         self.c_kv, self.k_pe, self.index_k = cat(self.c_kv, c_kv), cat(self.k_pe, k_pe), cat(self.index_k, index_k)
         return self.c_kv, self.k_pe, self.index_k
 
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` tokens (e.g. drop rejected speculative tokens)."""
+        if self.c_kv is not None:
+            self.c_kv, self.k_pe = self.c_kv[:, :length], self.k_pe[:, :length]
+            self.index_k = None if self.index_k is None else self.index_k[:, :length]
+
 
 class KVCache:
     """Caches for every main layer (`layers`) and every MTP layer (`mtp`), which advance separately."""
@@ -50,3 +56,11 @@ class KVCache:
     def length(self) -> int:
         """Tokens seen by the main model."""
         return self.layers[0].length if self.layers else 0
+
+    def truncate(self, length: int, mtp_length: int | None = None) -> None:
+        """Roll the main layers back to `length` tokens (and the MTP layers to `mtp_length`, if given)."""
+        for lc in self.layers:
+            lc.truncate(length)
+        if mtp_length is not None:
+            for lc in self.mtp:
+                lc.truncate(mtp_length)

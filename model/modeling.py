@@ -21,6 +21,7 @@ from torch import nn
 from model.config import GLM5Config
 from model.decoder_layer import DecoderLayer
 from model.kv_cache import KVCache
+from model.moe import MoE
 from model.mtp import MTPLayer
 from model.norms import RMSNorm
 from model.rope import rope_cos_sin
@@ -154,11 +155,20 @@ class GLM5ForCausalLM(nn.Module):
             if name.endswith("mlp.gate.weight"):
                 p.copy_(torch.randn(p.shape, generator=gen) * std)
 
+    def tie_experts(self) -> None:
+        """Re-stack every MoE layer's expert weights (after `.to(...)`); see MoE.tie_experts."""
+        for m in self.modules():
+            if isinstance(m, MoE):
+                m.tie_experts()
+
     @classmethod
     def from_config(cls, cfg: GLM5Config, seed: int | None = None, dtype: torch.dtype = torch.float32):
         model = cls(cfg)
         model.init_weights(seed)
-        return model.to(dtype) if dtype != torch.float32 else model
+        if dtype != torch.float32:
+            model = model.to(dtype)
+            model.tie_experts()
+        return model
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu"):

@@ -10,12 +10,15 @@ Routing (DeepSeek-V3 `noaux_tc`, reference §4), in fp32:
     y = sum_k w_k * expert_{idx_k}(x) + shared_expert(x)
 
 Experts are stored one nn.Linear per projection per expert (`experts.{e}.gate_proj`, ...), as in the
-checkpoint, so peft and INT4 module swaps see ordinary Linear layers. The fast path (`grouped`) sorts the
-(token, slot) pairs by expert and calls each expert once on its contiguous slice: one Python iteration per
-expert that received tokens, never per token. It calls the expert modules themselves and caches nothing, so
-it stays correct when weights change (optimizer steps, loading, LoRA wrapping, INT4 swaps). The plain path
-(`dense_loop`) runs every expert on every token and mixes with the dense [N, E] weight matrix: slow, obviously
-right, and what the fast path is tested against.
+checkpoint, so peft and INT4 module swaps see ordinary Linear layers. Both fast paths sort the (token, slot)
+pairs by expert so that each expert's tokens are one contiguous slice:
+- `stacked`: the experts' weights are views into two stacked tensors (`tie_experts`), so two grouped GEMMs
+  (`torch._grouped_mm`) run every expert with no copy. Used for inference when the tie still holds; it checks
+  that on every call, so a replaced or swapped weight silently falls back to...
+- `grouped`: calls each expert module once on its slice: one Python iteration per expert that got tokens,
+  never per token. It caches nothing, so it is right whatever happened to the weights (training, LoRA, INT4).
+The plain path (`dense_loop`) runs every expert on every token and mixes with the dense [N, E] weight matrix:
+slow, obviously right, and what the fast paths are tested against.
 
 Shapes: N tokens (B*T flattened), D hidden, E routed experts, k experts per token.
 """
@@ -71,34 +74,105 @@ class Router(nn.Module):
 
 
 class MoE(nn.Module):
-    """Routed experts + shared expert. `impl`: 'grouped' (fast) or 'dense_loop' (the plain reference)."""
+    """Routed experts + shared expert.
+
+    `impl`: 'auto' (stacked when it applies, else grouped), 'stacked', 'grouped', or 'dense_loop' (the plain
+    reference). See the module docstring and `tie_experts` for the stacked path.
+    """
 
     def __init__(self, cfg: GLM5Config) -> None:
         super().__init__()
-        self.n_experts = cfg.n_routed_experts
+        self.n_experts, self.inter = cfg.n_routed_experts, cfg.moe_intermediate_size
         self.gate = Router(cfg)
         self.experts = nn.ModuleList(
             [MLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.n_routed_experts)]
         )
         self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts)
-        self.impl = "grouped"
+        self.impl = "auto"
+        self._gate_up: torch.Tensor | None = None  # [E, 2I, D], the storage the experts' gate/up weights view
+        self._down: torch.Tensor | None = None  # [E, D, I]
+        self.tie_experts()
+
+    @torch.no_grad()
+    def tie_experts(self) -> None:
+        """Move every expert's weights into two stacked tensors and make each expert's `Linear.weight` a view
+        of its slice, so that one grouped GEMM can run all experts with no copy and no second set of weights.
+
+        The parameters stay per expert (names, optimizers, peft and INT4 swaps see ordinary Linear layers).
+        Anything that replaces a weight tensor (loading with assign, `.to(dtype/device)`, wrapping or swapping
+        a Linear) breaks the tie; `_stacked_ok` notices and the forward takes the per-expert path, which is
+        always right. The loader re-ties after loading; call `GLM5ForCausalLM.tie_experts()` after moving.
+        In-place updates (optimizer steps, `copy_`) keep the tie, since they write the shared storage.
+        """
+        ws = [(e.gate_proj.weight, e.up_proj.weight, e.down_proj.weight) for e in self.experts]
+        if not all(type(m) is nn.Linear for e in self.experts for m in (e.gate_proj, e.up_proj, e.down_proj)):
+            return
+        g0, _, d0 = ws[0]
+        gate_up = torch.empty(self.n_experts, 2 * self.inter, g0.shape[1], dtype=g0.dtype, device=g0.device)
+        down = torch.empty(self.n_experts, *d0.shape, dtype=d0.dtype, device=d0.device)
+        for e, (expert, (g, u, d)) in enumerate(zip(self.experts, ws, strict=True)):
+            if not g.is_meta:
+                gate_up[e, : self.inter].copy_(g)
+                gate_up[e, self.inter :].copy_(u)
+                down[e].copy_(d)
+            expert.gate_proj.weight = nn.Parameter(gate_up[e, : self.inter], requires_grad=g.requires_grad)
+            expert.up_proj.weight = nn.Parameter(gate_up[e, self.inter :], requires_grad=u.requires_grad)
+            expert.down_proj.weight = nn.Parameter(down[e], requires_grad=d.requires_grad)
+        self._gate_up, self._down = gate_up, down
+
+    def _stacked_ok(self) -> bool:
+        """True if the stacked tensors are still the experts' weights and no gradient is needed through them."""
+        if self._gate_up is None or not hasattr(torch, "_grouped_mm") or self._gate_up.is_meta:
+            return False
+        gu, dn = self._gate_up, self._down
+        for e, ex in enumerate(self.experts):
+            if not (
+                type(ex.gate_proj) is nn.Linear and type(ex.up_proj) is nn.Linear and type(ex.down_proj) is nn.Linear
+            ):
+                return False
+            g, u, d = ex.gate_proj.weight, ex.up_proj.weight, ex.down_proj.weight
+            if g.data_ptr() != gu[e].data_ptr() or u.data_ptr() != gu[e, self.inter :].data_ptr():
+                return False
+            if d.data_ptr() != dn[e].data_ptr() or g.dtype != gu.dtype or d.dtype != dn.dtype:
+                return False
+            if torch.is_grad_enabled() and (g.requires_grad or u.requires_grad or d.requires_grad):
+                return False  # autograd must reach the per-expert parameters: use the module calls
+        return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x_ND = x.reshape(-1, shape[-1])
         w, idx = self.gate(x_ND)
-        routed = self.routed_grouped(x_ND, w, idx) if self.impl == "grouped" else self.routed_dense_loop(x_ND, w, idx)
+        impl = self.impl
+        if impl == "auto":
+            impl = "stacked" if self._stacked_ok() else "grouped"
+        routed = {"stacked": self.routed_stacked, "grouped": self.routed_grouped, "dense_loop": self.routed_dense_loop}[
+            impl
+        ](x_ND, w, idx)
         return (routed + self.shared_experts(x_ND)).view(shape)
 
-    def routed_grouped(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor) -> torch.Tensor:
-        k = idx_Nk.shape[1]
+    def _sort(self, idx_Nk: torch.Tensor):
+        """(token, slot) pairs sorted by expert -> (order into the flat pairs, token of each, count per expert)."""
         flat = idx_Nk.flatten()
-        order = flat.argsort(stable=True)  # (token, slot) pairs sorted by expert
-        token = order // k
-        counts = torch.bincount(flat, minlength=self.n_experts).tolist()  # one host sync per layer
+        order = flat.argsort(stable=True)
+        return order, order // idx_Nk.shape[1], torch.bincount(flat, minlength=self.n_experts)
+
+    def routed_stacked(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor) -> torch.Tensor:
+        """All experts in two grouped GEMMs over the stacked weights (valid only when `_stacked_ok()`)."""
+        order, token, counts = self._sort(idx_Nk)
+        offs = counts.cumsum(0).to(torch.int32)
+        h = torch._grouped_mm(x_ND[token], self._gate_up.transpose(1, 2), offs=offs)  # [N*k, 2I]
+        g, u = h.split(self.inter, dim=-1)
+        ys = torch._grouped_mm(F.silu(g) * u, self._down.transpose(1, 2), offs=offs)  # [N*k, D]
+        ys = ys * w_Nk.flatten()[order, None].to(x_ND.dtype)
+        return torch.zeros_like(x_ND).index_add_(0, token, ys)
+
+    def routed_grouped(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor) -> torch.Tensor:
+        """Each expert module once, on its contiguous slice of the sorted tokens."""
+        order, token, counts = self._sort(idx_Nk)
         xs = x_ND[token]
         outs, start = [], 0
-        for e, n in enumerate(counts):
+        for e, n in enumerate(counts.tolist()):  # one host sync per layer
             if n:
                 outs.append(self.experts[e](xs[start : start + n]))
                 start += n

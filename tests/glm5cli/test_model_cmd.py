@@ -1,0 +1,58 @@
+"""`glm5 model init` / `info` through Typer's CliRunner, on real checkpoint directories."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from typer.testing import CliRunner
+
+from glm5cli.app import app
+from model import GLM5ForCausalLM
+
+runner = CliRunner()
+
+
+def test_init_writes_a_loadable_checkpoint_and_info_reads_it(tmp_path):
+    out = tmp_path / "tiny"
+    r = runner.invoke(app, ["model", "init", "--preset", "tiny", "--out", str(out), "--seed", "5"])
+    assert r.exit_code == 0, r.output
+    assert {"config.json", "generation_config.json", "model.safetensors"} <= {p.name for p in out.iterdir()}
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen["temperature"] == 1.0 and gen["top_p"] == 0.95 and gen["pad_token_id"] == 8128
+    model = GLM5ForCausalLM.from_pretrained(out)
+    assert model(torch.tensor([[1, 2, 3]])).shape == (1, 3, 8192)
+    # same seed, same weights
+    again = tmp_path / "again"
+    runner.invoke(app, ["model", "init", "--preset", "tiny", "--out", str(again), "--seed", "5"])
+    assert (out / "model.safetensors").read_bytes() == (again / "model.safetensors").read_bytes()
+
+    r = runner.invoke(app, ["model", "info", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    n = sum(t.numel() for t in model.state_dict().values())
+    assert d["parameters"]["total"] + d["parameters"]["mtp"] == n
+    assert d["layers"] == {"decoder": 3, "mtp": 1, "dense": 1, "moe": 2, "indexer_full": 3, "indexer_shared": 0}
+    r = runner.invoke(app, ["model", "info", str(out)])
+    assert r.exit_code == 0 and "MTP" in r.output and "tokenizer" in r.output
+
+
+def test_info_for_the_glm5_preset_shows_744b_total_and_40b_active():
+    r = runner.invoke(app, ["model", "info", "--preset", "glm5"])
+    assert r.exit_code == 0, r.output
+    assert "744B total" in r.output and "40.8B active" in r.output
+    d = json.loads(runner.invoke(app, ["model", "info", "--preset", "glm5", "--json"]).output)
+    assert d["layers"]["decoder"] == 78 and d["layers"]["mtp"] == 1
+    kv = d["memory_bytes"]["kv_cache_per_1k_tokens_bf16"]
+    assert kv == 2 * 1024 * 78 * (512 + 64 + 128)
+
+
+def test_bad_invocations_fail_with_a_named_problem(tmp_path):
+    r = runner.invoke(app, ["model", "init", "--preset", "glm5", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 1 and "too big" in r.output
+    r = runner.invoke(app, ["model", "init", "--preset", "huge", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 1 and "unknown preset 'huge'" in r.output
+    r = runner.invoke(app, ["model", "info", str(tmp_path)])
+    assert r.exit_code == 1 and "no config.json" in r.output
+    r = runner.invoke(app, ["model", "info"])
+    assert r.exit_code == 2

@@ -1,0 +1,169 @@
+"""Each fast path against its plain reference, and each piece against a transcription of its formula."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from model import GLM5ForCausalLM
+from model.attention import MLA
+from model.indexer import Indexer
+from model.kv_cache import KVCache
+from model.moe import MoE
+from model.rope import apply_rope, rope_cos_sin
+from tests.model.conftest import randomize, tiny
+
+
+def _inputs(cfg, B=2, T=24):
+    x = torch.randn(B, T, cfg.hidden_size)
+    cos, sin = rope_cos_sin(torch.arange(T).expand(B, T), cfg.qk_rope_head_dim, cfg.rope_base)
+    return x, cos, sin, torch.arange(T)
+
+
+def test_rope_is_the_interleaved_pair_rotation():
+    # Rotating pair (x_2i, x_2i+1) by angle p*f_i is multiplying the complex number x_2i + j x_2i+1 by e^{j p f_i}.
+    R, theta = 8, 10000.0
+    q, k = torch.randn(5, R), torch.randn(5, R)
+    pos = torch.arange(5)
+    cos, sin = rope_cos_sin(pos, R, theta)
+    rot = torch.polar(torch.ones(5, R // 2), torch.atan2(sin, cos))
+    qc = torch.view_as_real(torch.view_as_complex(q.view(5, R // 2, 2)) * rot).flatten(1)
+    kc = torch.view_as_real(torch.view_as_complex(k.view(5, R // 2, 2)) * rot).flatten(1)
+    ours = apply_rope(q, cos, sin) @ apply_rope(k, cos, sin).T
+    assert torch.allclose(ours, qc @ kc.T, atol=1e-5)
+
+
+def test_indexer_scores_match_the_formula():
+    cfg = tiny()
+    ix = randomize(Indexer(cfg))
+    x, cos, sin, q_idx = _inputs(cfg, B=1, T=7)
+    qr = torch.randn(1, 7, cfg.q_lora_rank)
+    q, k = ix.queries(qr, cos, sin), ix.keys(x, cos, sin)
+    w = ix.weights_proj(x) * cfg.index_n_heads**-0.5
+    expect = torch.zeros(1, 7, 7)
+    for t in range(7):
+        for s in range(7):
+            expect[0, t, s] = sum(
+                w[0, t, h] * F.relu(q[0, t, h] @ k[0, s] * cfg.index_head_dim**-0.5) for h in range(cfg.index_n_heads)
+            )
+    assert torch.allclose(ix.scores(q, x, k), expect, atol=1e-5)
+    # keys: LayerNorm with bias, then rope on the first R dims only
+    raw = F.layer_norm(ix.wk(x), (cfg.index_head_dim,), ix.k_norm.weight, ix.k_norm.bias, 1e-6)
+    assert torch.allclose(k[..., cfg.qk_rope_head_dim :], raw[..., cfg.qk_rope_head_dim :], atol=1e-6)
+
+
+def test_indexer_topk_is_causal_and_skipped_when_everything_fits():
+    cfg = tiny(index_topk=4)
+    ix = randomize(Indexer(cfg))
+    x, cos, sin, q_idx = _inputs(cfg, B=1, T=12)
+    q, k = ix.queries(torch.randn(1, 12, cfg.q_lora_rank), cos, sin), ix.keys(x, cos, sin)
+    topk = ix.select(q, x, k, q_idx)
+    scores = ix.scores(q, x, k)[0]
+    for t in range(4, 12):  # rows with >= K visible keys pick the K best visible ones
+        visible = scores[t, : t + 1]
+        assert set(topk[0, t].tolist()) == set(visible.topk(4).indices.tolist())
+    assert Indexer(cfg.replace(index_topk=12)).select(q, x, k, q_idx) is None
+
+
+def test_sparse_gather_path_equals_dense_mask_path():
+    cfg = tiny()
+    mla = randomize(MLA(cfg))
+    x, cos, sin, q_idx = _inputs(cfg, T=40)
+    q_nope, q_pe, _ = mla.project_q(x, cos, sin)
+    c_kv, k_pe = mla.project_kv(x, cos, sin)
+    r = torch.rand(2, 40, 40)
+    r[:, q_idx, q_idx] = 2.0  # distinct random picks (like a real top-k), every query keeping itself
+    topk = r.topk(cfg.index_topk, dim=-1).indices
+    for idx in (topk, None):
+        dense = mla.attend_expanded(q_nope, q_pe, c_kv, k_pe, q_idx, idx)
+        sparse = mla.attend_absorbed(q_nope, q_pe, c_kv, k_pe, q_idx, idx)
+        assert torch.allclose(dense, sparse, atol=1e-5)
+
+
+def test_moe_grouped_path_equals_plain_loop_and_bias_only_selects():
+    cfg = tiny(n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=3)
+    moe = randomize(MoE(cfg))
+    x = torch.randn(3, 10, cfg.hidden_size)
+    out = {}
+    for impl in ("stacked", "grouped", "dense_loop"):
+        moe.impl = impl
+        with torch.no_grad():
+            out[impl] = moe(x)
+    assert torch.allclose(out["stacked"], out["dense_loop"], atol=1e-5)
+    assert torch.allclose(out["grouped"], out["dense_loop"], atol=1e-5)
+    w, idx = moe.gate(x.view(-1, cfg.hidden_size))
+    assert ((idx // 4) == (idx[:, :1] // 4)).all()  # group-limited: all picks in one group of 4
+    assert torch.allclose(w.sum(-1), torch.full((30,), cfg.routed_scaling_factor))
+    with torch.no_grad():
+        moe.gate.e_score_correction_bias[5] = 100.0  # forces expert 5 into every selection...
+    w2, idx2 = moe.gate(x.view(-1, cfg.hidden_size))
+    assert (idx2 == 5).any(-1).all()
+    s = torch.sigmoid(x.view(-1, cfg.hidden_size) @ moe.gate.weight.T)  # ...but weights use unbiased scores
+    expect = s.gather(1, idx2)
+    assert torch.allclose(w2, expect / expect.sum(-1, keepdim=True) * cfg.routed_scaling_factor, atol=1e-6)
+
+
+def test_incremental_greedy_decode_equals_full_recompute():
+    cfg = tiny(index_topk=6, index_topk_pattern="FSF")
+    model = randomize(GLM5ForCausalLM(cfg)).eval()
+    prompt = torch.randint(0, cfg.vocab_size, (2, 5))
+    with torch.no_grad():
+        cache = KVCache.for_config(cfg)
+        logits = model(prompt, cache=cache)
+        seq = prompt
+        for _ in range(6):  # past index_topk: decode steps take the sparse path
+            nxt = logits[:, -1].argmax(-1, keepdim=True)
+            seq = torch.cat([seq, nxt], dim=1)
+            logits = model(nxt, cache=cache)
+            full = model(seq)
+            assert torch.allclose(logits[:, -1], full[:, -1], atol=1e-4)
+        assert cache.length == seq.shape[1] and cache.layers[1].index_k is None  # 'shared' layer: no index keys
+        # roll back 3 tokens (as after rejected drafts) and feed others: same as computing from scratch
+        cache.truncate(seq.shape[1] - 3)
+        other = torch.randint(0, cfg.vocab_size, (2, 3))
+        again = model(other, cache=cache)
+        assert torch.allclose(again, model(torch.cat([seq[:, :-3], other], 1))[:, -3:], atol=1e-4)
+
+
+def test_stacked_experts_follow_weight_changes_or_step_aside():
+    cfg = tiny()
+    moe = randomize(MoE(cfg))
+    moe.tie_experts()  # randomize wrote in place, so the tie already held; re-tying is harmless
+    x = torch.randn(12, cfg.hidden_size)
+    with torch.no_grad():
+        assert moe._stacked_ok()
+        moe.experts[3].up_proj.weight.mul_(2.0)  # in place (as an optimizer step): the stack sees it
+        assert moe._stacked_ok()
+        moe.impl = "auto"
+        fast = moe(x)
+        moe.impl = "dense_loop"
+        assert torch.allclose(fast, moe(x), atol=1e-5)
+        moe.experts[3].up_proj.weight = torch.nn.Parameter(torch.zeros(cfg.moe_intermediate_size, cfg.hidden_size))
+        assert not moe._stacked_ok()  # a replaced weight breaks the tie: 'auto' takes the module path
+        moe.impl = "auto"
+        fast = moe(x)
+        moe.impl = "dense_loop"
+        assert torch.allclose(fast, moe(x), atol=1e-5)
+    assert not moe.double()._stacked_ok()  # .to(dtype) also breaks it
+    moe.experts[0].gate_proj.weight.requires_grad_(True)
+    assert moe.tie_experts() is None and not moe._stacked_ok()  # with grad enabled: the module path
+    with torch.no_grad():
+        assert moe._stacked_ok()
+    assert moe.experts[0].gate_proj.weight.requires_grad
+
+
+def test_ragged_decode_batch_with_per_sequence_indices():
+    # Two sequences of 30 and 19 tokens in one padded cache: per-row q_idx hides the padding from the shorter.
+    cfg = tiny()
+    mla = randomize(MLA(cfg))
+    x, cos, sin, _ = _inputs(cfg, B=2, T=30)
+    c_kv, k_pe = mla.project_kv(x, cos, sin)
+    q_nope, q_pe, qr = mla.project_q(x[:, -1:], cos[:, -1:], sin[:, -1:])
+    q_idx = torch.tensor([[29], [18]])
+    ix = mla.indexer
+    topk = ix.select(ix.queries(qr, cos[:, -1:], sin[:, -1:]), x[:, -1:], ix.keys(x, cos, sin), q_idx)
+    assert (topk[1] <= 18).all()  # never a padded key
+    for impl in (mla.attend_absorbed, mla.attend_expanded):
+        both = impl(q_nope, q_pe, c_kv, k_pe, q_idx, topk)
+        alone = impl(q_nope[1:], q_pe[1:], c_kv[1:, :19], k_pe[1:, :19], torch.tensor([18]), topk[1:])
+        assert torch.allclose(both[1:], alone, atol=1e-5)
