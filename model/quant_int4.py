@@ -20,7 +20,8 @@ Two implementations, chosen by `impl`:
 
 What stays in high precision follows GLM-5's FP8 checkpoint (reference glm5-model.md §2): embeddings and norms
 (not `nn.Linear`, never touched), `lm_head`, the MoE router `mlp.gate`, the MTP `eh_proj` and the DSA indexer's
-`weights_proj`. `DEFAULT_SKIP` lists them as regexes; pass your own `skip` to change it.
+`weights_proj`; plus the indexer's `wk`, which vLLM fuses with `weights_proj` into an unquantized layer.
+`DEFAULT_SKIP` lists them as regexes; pass your own `skip` to change it.
 
 Shape legend: B = leading dims of the input flattened, N = out_features, K = in_features,
 G = K / group_size groups, Np = N padded to the kernel's multiple.
@@ -52,6 +53,9 @@ DEFAULT_SKIP: tuple[str, ...] = (
     r"(^|\.)lm_head$",
     r"(^|\.)mlp\.gate$",  # MoE router: scores are sigmoid-ed and top-k'd, keep them exact
     r"(^|\.)indexer\.weights_proj$",  # DSA indexer head weights (BF16 even in GLM-5-FP8)
+    # FP8 in GLM-5-FP8, but vLLM fuses wk + weights_proj into one *unquantized* wk_weights_proj (it upcasts
+    # FP8 wk to BF16 on load), so an int4 wk would make the checkpoint unloadable there. 0.8M params a layer.
+    r"(^|\.)indexer\.wk$",
     r"(^|\.)eh_proj$",  # MTP input projection (BF16 in GLM-5-FP8)
     r"(^|\.)shared_head\.head$",
 )

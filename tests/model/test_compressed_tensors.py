@@ -248,7 +248,7 @@ def test_writer_output_is_pack_quantized_and_loads_back(tmp_path, symmetric):
     summary = quantize_checkpoint(tmp_path / "src", tmp_path / "out", group_size=32, symmetric=symmetric)
     out = tmp_path / "out"
     assert (out / "tokenizer.json").exists() and (out / "model.safetensors.index.json").exists()
-    assert summary["quantized_modules"] == 2 * (1 + 2 + 5 * 3)
+    assert summary["quantized_modules"] == 2 * (1 + 1 + 5 * 3)
 
     block = json.loads((out / "config.json").read_text())["quantization_config"]
     assert block["quant_method"] == "compressed-tensors" and block["format"] == "pack-quantized"
@@ -264,6 +264,7 @@ def test_writer_output_is_pack_quantized_and_loads_back(tmp_path, symmetric):
     # Linears left in high precision are listed; the router (2-D weight, FP8-split BF16) too; embeddings are not.
     assert "lm_head" in block["ignore"] and "model.layers.1.eh_proj" in block["ignore"]
     assert "model.layers.0.self_attn.indexer.weights_proj" in block["ignore"]
+    assert "model.layers.0.self_attn.indexer.wk" in block["ignore"]
     assert "model.layers.0.mlp.gate" in block["ignore"] and "model.embed_tokens" not in block["ignore"]
 
     state = read_tensors(out)
@@ -345,6 +346,7 @@ def test_glm5_quantized_checkpoint_round_trip(tmp_path):
     assert names == {n for n, m in swapped.named_modules() if isinstance(m, Int4Linear)}
     assert "model.layers.1.mlp.experts.5.down_proj" in names and "model.layers.0.self_attn.kv_b_proj" in names
     assert "lm_head" not in names and not any("weights_proj" in n or "q_b_proj" in n for n in names)
+    assert not any(n.endswith("indexer.wk") for n in names) and "model.layers.0.self_attn.indexer.wq_b" not in names
     assert loaded.model.layers[1].mlp.gate.weight.dtype == torch.float32
 
     ids = torch.randint(0, cfg.vocab_size, (2, 12))
