@@ -84,14 +84,21 @@ def _fake_quant(w: torch.Tensor, scale: torch.Tensor, zp: torch.Tensor) -> tuple
     return q, (q - zp.unsqueeze(-1)) * scale.unsqueeze(-1)
 
 
-def quantize_weight(w_NK: torch.Tensor, group_size: int = 128, symmetric: bool = True, mse: bool = True) -> Int4Tensors:
+def quantize_weight(
+    w_NK: torch.Tensor,
+    group_size: int = 128,
+    symmetric: bool = True,
+    mse: bool = True,
+    scale_dtype: torch.dtype | None = None,
+) -> Int4Tensors:
     """Group-wise int4 with the compressed-tensors scale rules, optionally with an MSE range search.
 
     symmetric: scale = max|w| / 7.5, so -max maps to -8 and +max to 7.5 (clamped to 7: the error is still at
     most half a step). asymmetric: scale = (max - min) / 15 with min <= 0 <= max so 0 is exact, zero_point =
     round(-8 - min / scale) in [-8, 7]. With `mse` (llm-compressor's "mse" observer does the same) each group
     also tries the range shrunk by the factors in MSE_GRID and keeps the one with the least squared error:
-    clipping a few outliers buys a finer step for all the other weights of the group.
+    clipping a few outliers buys a finer step for all the other weights of the group. `scale_dtype`: the dtype
+    the scales will be stored in; they are rounded to it before `q` is computed, so `q` fits the stored scale.
     """
     if w_NK.ndim != 2:
         raise ValueError(f"quantize_weight expects a 2-D weight, got shape {tuple(w_NK.shape)}")
@@ -111,8 +118,11 @@ def quantize_weight(w_NK: torch.Tensor, group_size: int = 128, symmetric: bool =
             better = err < best
             best = torch.where(better, err, best)
             scale, zp = torch.where(better, s_p, scale), torch.where(better, z_p, zp)
+    if scale_dtype is not None:
+        scale = scale.to(scale_dtype).float().clamp(min=torch.finfo(scale_dtype).tiny)
     q = _fake_quant(w, scale, zp)[0]
     q = q.view(n, groups * group_size)[:, :k].to(torch.int8)
+    scale = scale if scale_dtype is None else scale.to(scale_dtype)
     return Int4Tensors(q, scale, None if symmetric else zp.to(torch.int8), group_size)
 
 
@@ -163,8 +173,8 @@ class Int4Linear(nn.Module):
         cls, linear: nn.Linear, group_size: int = 128, symmetric: bool = True, impl: str = "fast", mse: bool = True
     ) -> Int4Linear:
         """Quantize an `nn.Linear` (see `quantize_weight`); the new module lives on the linear's device."""
-        t = quantize_weight(linear.weight.detach(), group_size, symmetric, mse)
         dt = _scale_dtype(linear.weight.dtype)
+        t = quantize_weight(linear.weight.detach(), group_size, symmetric, mse, scale_dtype=dt)
         return cls(t, linear.bias, impl, scale_dtype=dt, compute_dtype=dt)
 
     @classmethod
@@ -425,9 +435,7 @@ def quantize_checkpoint(
         return "quantize"
 
     def quantize_fn(w: torch.Tensor) -> Int4Tensors:
-        t = quantize_weight(w, group_size, symmetric, mse)
-        t.scale = t.scale.to(_scale_dtype(w.dtype))
-        return t
+        return quantize_weight(w, group_size, symmetric, mse, scale_dtype=_scale_dtype(w.dtype))
 
     return write_quantized_checkpoint(
         src,

@@ -46,6 +46,17 @@ def test_mse_range_search_never_loses_to_minmax(symmetric):
     assert err[True].sum() < 0.95 * err[False].sum()  # and clipping the outliers really pays here
 
 
+def test_q_is_computed_against_the_stored_bf16_scale():
+    torch.manual_seed(13)
+    w = torch.randn(32, 256)
+    t = quantize_weight(w, 128, True, mse=False, scale_dtype=torch.bfloat16)
+    assert t.scale.dtype == torch.bfloat16
+    step = t.scale.float().unsqueeze(-1)
+    err = (dequantize_weight(t) - w).abs().view(32, 2, 128)
+    # half a step of the *stored* scale, except where +max clips to 7 steps (at most a step there)
+    assert (err <= step * 0.5 + 1e-6).float().mean() > 0.99 and (err <= step + 1e-6).all()
+
+
 def test_asymmetric_fits_one_sided_groups_better():
     w = torch.rand(16, 128) + 1.0  # all positive: symmetric wastes half of its 16 levels
     e_sym = (dequantize_weight(quantize_weight(w, 32, True)) - w).abs().mean()
