@@ -288,6 +288,10 @@ def write_quantized_checkpoint(
     shards = sorted(src.glob("*.safetensors"))
     if not shards:
         raise FileNotFoundError(f"no *.safetensors in {src}")
+    where: dict[str, Path] = {}
+    for shard in shards:
+        with safe_open(str(shard), framework="pt") as f:
+            where.update(dict.fromkeys(f.keys(), shard))
     out.mkdir(parents=True, exist_ok=True)
 
     quantized: list[str] = []
@@ -299,8 +303,14 @@ def write_quantized_checkpoint(
         for shard in shards:
             with safe_open(str(shard), framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    if name.endswith("_scale_inv") and name[: -len("_scale_inv")] in where:
+                        continue  # an FP8 block scale, consumed with its weight below
                     w = f.get_tensor(name)
                     bytes_in += w.numel() * w.element_size()
+                    if w.dtype == torch.float8_e4m3fn:
+                        # GLM-5-FP8 source: dequantize (128x128 block scales) first; FP8 tensors that stay in
+                        # high precision are written as bf16, since the output is not an FP8 checkpoint.
+                        w = _dequantize_fp8(w, name, where).to(torch.bfloat16)
                     module = name.removesuffix(".weight")
                     if name.endswith(".weight") and w.ndim == 2 and w.is_floating_point():
                         kind = classify(module, w)
@@ -363,6 +373,18 @@ def write_quantized_checkpoint(
         "bytes_out": bytes_out,
         "files": n_files,
     }
+
+
+def _dequantize_fp8(w: torch.Tensor, name: str, where: dict[str, Path]) -> torch.Tensor:
+    from safetensors import safe_open
+
+    from model.checkpoint import dequantize_fp8
+
+    sname = name + "_scale_inv"
+    if sname not in where:
+        raise ValueError(f"FP8 tensor {name} has no {sname} in the checkpoint")
+    with safe_open(str(where[sname]), framework="pt") as f:
+        return dequantize_fp8(w, f.get_tensor(sname))
 
 
 def read_tensors(ckpt_dir: str | Path) -> dict[str, torch.Tensor]:

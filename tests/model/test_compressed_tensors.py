@@ -360,3 +360,35 @@ def test_glm5_quantized_checkpoint_round_trip(tmp_path):
         steps = [loaded(ids[:, t : t + 1], cache=cache) for t in range(8, 12)]
     full = torch.cat([prefix] + steps, dim=1)
     assert (full - y_loaded).abs().max() < 0.05 * y_loaded.abs().max()
+
+
+def test_an_fp8_source_checkpoint_is_dequantized_before_int4(tmp_path):
+    from model.checkpoint import dequantize_fp8, quantize_fp8
+
+    torch.manual_seed(14)
+    src_model = TinyLM()
+    (tmp_path / "fp8").mkdir()
+    tensors, dense = {}, {}
+    for name, t in src_model.state_dict().items():
+        fp8 = name.endswith(".weight") and t.ndim == 2 and "embed" not in name and "lm_head" not in name
+        if fp8 and "mlp.gate." not in name:  # as GLM-5-FP8: linears in FP8 with a block scale each
+            q, scale = quantize_fp8(t)
+            tensors[name], tensors[name + "_scale_inv"] = q, scale
+            dense[name] = dequantize_fp8(q, scale)
+        else:
+            tensors[name] = dense[name] = t.clone()
+    save_file(tensors, str(tmp_path / "fp8" / "model.safetensors"))
+    (tmp_path / "fp8" / "config.json").write_text(json.dumps({"architectures": ["TinyLM"]}))
+    quantize_checkpoint(tmp_path / "fp8", tmp_path / "int4", group_size=32)
+
+    state = read_tensors(tmp_path / "int4")
+    assert not any(k.endswith("_scale_inv") for k in state)
+    assert state["model.layers.0.self_attn.indexer.wk.weight"].dtype == torch.bfloat16  # kept, as bf16
+    reference = TinyLM()
+    reference.load_state_dict(dense)
+    model = TinyLM()
+    model.load_state_dict(apply_compressed_tensors(model, state, read_quantization_config(tmp_path / "int4")))
+    ids = torch.randint(0, 48, (1, 8))
+    with torch.no_grad():
+        y, y_ref = model(ids), reference(ids)
+    assert (y - y_ref).abs().max() < 0.1 * y_ref.abs().max()
