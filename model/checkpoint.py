@@ -126,6 +126,10 @@ def load_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, dev
     dtype = dtype or _dtype_of(cfg)
     with torch.device("meta"):
         model = cls(cfg)
+    if (cfg.quantization_config or {}).get("quant_method") == "compressed-tensors":  # INT4 W4A16
+        from model.quant_int4 import load_compressed_tensors
+
+        return load_compressed_tensors(model, path, dtype, device, _FP32_SUFFIXES).eval()
     expected = {}
     for name, t in model.state_dict().items():
         expected[name] = (t.shape, torch.float32 if name.endswith(_FP32_SUFFIXES) else dtype)
