@@ -1,4 +1,4 @@
-"""`glm5 model`: create and inspect GLM-5 checkpoints (`init`, `info`; `convert` / `quantize` join later)."""
+"""`glm5 model`: create, inspect, convert and quantize GLM-5 checkpoints (`quantize` lives in quantize_cmd.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from pathlib import Path
 import typer
 
 from glm5cli.common import console, fail, print_json
+from glm5cli.quantize_cmd import quantize
 
 app = typer.Typer(no_args_is_help=True)
+app.command("quantize")(quantize)
 
 
 @app.command("init")
@@ -88,7 +90,22 @@ def describe(cfg, source: str, directory: Path | None = None) -> dict:
         out["files"] = files
         out["weights_bytes_on_disk"] = sum((directory / f).stat().st_size for f in files if f.endswith(".safetensors"))
         out["has_tokenizer"] = "tokenizer.json" in files
+        out["quantization"] = _quantization_label(cfg.quantization_config)
     return out
+
+
+def _quantization_label(q: dict | None) -> str | None:
+    """A short name for a checkpoint's `quantization_config`: 'fp8 block 128x128', 'int4 g128 symmetric', None."""
+    if not q:
+        return None
+    if q.get("quant_method") == "fp8":
+        return "fp8 block " + "x".join(str(b) for b in q.get("weight_block_size") or [])
+    if q.get("quant_method") == "compressed-tensors":
+        for group in (q.get("config_groups") or {}).values():
+            w = group.get("weights") or {}
+            sym = "symmetric" if w.get("symmetric", True) else "asymmetric"
+            return f"int{w.get('num_bits', 4)} g{w.get('group_size')} {sym} ({q.get('format', 'pack-quantized')})"
+    return str(q.get("quant_method"))
 
 
 @app.command("info")
@@ -132,6 +149,51 @@ def info(
     ]
     if "files" in d:
         rows.append(("tokenizer", "yes" if d["has_tokenizer"] else "no tokenizer files"))
-        rows.append(("on disk", f"{human_bytes(d['weights_bytes_on_disk'])} of safetensors ({cfg.dtype})"))
+        kind = d["quantization"] or cfg.dtype
+        rows.append(("on disk", f"{human_bytes(d['weights_bytes_on_disk'])} of safetensors ({kind})"))
     for k, v in rows:
         console.print(f"[bold]{k:>10}[/]  {v}", highlight=False)
+
+
+@app.command("convert")
+def convert(
+    src: Path = typer.Argument(..., help="Checkpoint directory: bf16, fp32 or block-FP8 (GLM-5-FP8) weights."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the converted checkpoint to."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="bfloat16 or float32."),
+    max_shard_size: str = typer.Option("5GB", "--max-shard-size", help="Largest safetensors shard, e.g. 5GB."),
+) -> None:
+    """Rewrite a checkpoint in another dtype (FP8 weights are dequantised with their block scales).
+
+    The tokenizer files and chat template are copied along. INT4 (compressed-tensors) checkpoints are not
+    converted back: quantize from the original weights instead.
+    """
+    import json
+    import shutil
+
+    import torch
+
+    from model import GLM5ForCausalLM
+    from model.checkpoint import CheckpointError
+    from model.config import ConfigError
+
+    if dtype not in ("float32", "bfloat16"):
+        fail(f"--dtype must be float32 or bfloat16, got {dtype!r}", code=2)
+    if not (src / "config.json").is_file():
+        fail(f"{src} is not a checkpoint directory (no config.json)")
+    quant = json.loads((src / "config.json").read_text()).get("quantization_config") or {}
+    if quant.get("quant_method") == "compressed-tensors":
+        fail(f"{src} holds INT4 (compressed-tensors) weights; convert the unquantized checkpoint instead")
+    if out.exists() and any(out.iterdir()):
+        fail(f"{out} exists and is not empty", hint="choose a new --out directory")
+    try:
+        with console.status(f"loading {src}..."):
+            model = GLM5ForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype))
+    except (CheckpointError, ConfigError) as e:
+        fail(str(e))
+    model.config = model.config.replace(dtype=dtype)
+    with console.status(f"writing {out}..."):
+        model.save_pretrained(out, max_shard_size=max_shard_size)
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+            if (src / name).is_file():
+                shutil.copy2(src / name, out / name)
+    console.print(f"wrote {out} ({dtype}{', dequantised from FP8' if quant.get('quant_method') == 'fp8' else ''})")

@@ -30,6 +30,7 @@ def serve(
     speculative: str | None = typer.Option(
         None, help="mtp: draft with GLM-5's MTP layer; off: none. Default: mtp for sglang/vllm, off embedded."
     ),
+    num_draft_tokens: int = typer.Option(3, min=1, max=3, help="Tokens the MTP layer drafts per step (1-3)."),
     max_num_seqs: int | None = typer.Option(None, help="Most requests decoded at once."),
     max_queue: int = typer.Option(256, help="Most requests waiting; more get 429 (embedded engine)."),
     max_model_len: int | None = typer.Option(None, help="Context length (default: the checkpoint's)."),
@@ -77,6 +78,7 @@ def serve(
             max_queue=max_queue,
             max_model_len=max_model_len,
             kv_cache_gib=kv_cache_gib,
+            num_draft_tokens=num_draft_tokens,
         )
         raise typer.Exit(code)
 

@@ -41,6 +41,12 @@ class EmbeddedEngine:
         bm = self.core.block_manager
         m["num_free_blocks"] = bm.num_free_blocks
         m["num_total_blocks"] = bm.num_blocks
+        # The engine's speculative counters under the names /metrics publishes (absent without speculation).
+        if m.get("spec_draft_tokens_total"):
+            m["spec_draft_tokens"] = m["spec_draft_tokens_total"]
+            m["spec_accepted_tokens"] = m["spec_accepted_tokens_total"]
+            m["spec_accept_rate"] = m["spec_acceptance_rate"]
+            m["spec_accept_length"] = m["spec_mean_acceptance_length"]
         return m
 
     def shutdown(self) -> None:

@@ -25,22 +25,21 @@ def load_engine(
     max_model_len: int | None,
     console: Console,
     kv_cache_gib: float | None = None,
+    num_draft_tokens: int = 3,
 ):
-    """Build the embedded engine over `model_dir`, showing what it is doing while the weights load."""
+    """Build the embedded engine over `model_dir`, showing what it is doing while the weights load.
+
+    quant="int4" quantizes the weights at load (group 128, symmetric; a checkpoint that is already
+    compressed-tensors INT4 loads as such without it); speculative=True drafts with the checkpoint's MTP layer.
+    """
     import torch
 
-    from serve.engine import LLM, AsyncLLM, EngineConfig
+    from model.modeling import GLM5ForCausalLM
+    from serve.engine import LLM, AsyncLLM
+    from serve.engine.llm import load_tokenizer, resolve_dtype
     from serve.http.engine_adapter import EmbeddedEngine
 
-    fields = set(EngineConfig.__dataclass_fields__)
-    if quant == "int4":
-        try:
-            from model.quant import quantize_int4  # noqa: F401
-        except ImportError:
-            raise SystemExit("--quant int4: INT4 weights are not available in this build of glm5") from None
-    if speculative and "speculative" not in fields and "num_speculative_tokens" not in fields:
-        raise SystemExit("--speculative mtp: the embedded engine in this build has no MTP speculative decoding")
-    kwargs = {}
+    kwargs: dict = {}
     if max_num_seqs:
         kwargs["max_num_seqs"] = max_num_seqs
     if max_model_len:
@@ -48,20 +47,22 @@ def load_engine(
     if kv_cache_gib:
         kwargs["kv_cache_gib"] = kv_cache_gib
     if speculative:
-        kwargs["speculative" if "speculative" in fields else "num_speculative_tokens"] = (
-            "mtp" if "speculative" in fields else 1
-        )
+        kwargs.update(speculative="mtp", num_draft_tokens=num_draft_tokens)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.monotonic()
     with console.status(f"loading {model_dir} ({checkpoint_summary(model_dir)}) onto {device}...", spinner="dots"):
-        llm = LLM(model_dir, device=device, **kwargs)
+        model = GLM5ForCausalLM.from_pretrained(model_dir, dtype=resolve_dtype("auto", device), device=device)
         if quant == "int4":
-            from model.quant import quantize_int4
+            from model.quant_int4 import quantize_int4
 
-            quantize_int4(llm.engine.model)
+            console.print("quantizing weights to INT4 (group 128)...")
+            quantize_int4(model, group_size=128, strict=False)
+        llm = LLM(model, tokenizer=load_tokenizer(model_dir), device=device, **kwargs)
     console.print(
         f"[green]loaded[/] {model_dir} in {time.monotonic() - t0:.1f}s on {device}; "
         f"context {llm.engine.max_model_len} tokens, KV blocks {llm.engine.block_manager.num_blocks}"
+        + (f"; MTP speculative decoding, {num_draft_tokens} drafts" if speculative else "")
+        + ("; INT4 weights" if quant == "int4" else "")
     )
     return EmbeddedEngine(AsyncLLM(llm.engine)), llm.tokenizer
 
@@ -78,6 +79,7 @@ def run_embedded(
     max_queue: int,
     max_model_len: int | None,
     kv_cache_gib: float | None = None,
+    num_draft_tokens: int = 3,
 ) -> int:
     import uvicorn
 
@@ -85,7 +87,9 @@ def run_embedded(
     from serve.http.settings import ServerSettings
 
     console = Console(stderr=True)
-    engine, tokenizer = load_engine(model_dir, quant, speculative, max_num_seqs, max_model_len, console, kv_cache_gib)
+    engine, tokenizer = load_engine(
+        model_dir, quant, speculative, max_num_seqs, max_model_len, console, kv_cache_gib, num_draft_tokens
+    )
     if tokenizer is None:
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")
     name = served_model_name or model_dir.resolve().name

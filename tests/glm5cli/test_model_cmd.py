@@ -56,3 +56,22 @@ def test_bad_invocations_fail_with_a_named_problem(tmp_path):
     assert r.exit_code == 1 and "no config.json" in r.output
     r = runner.invoke(app, ["model", "info"])
     assert r.exit_code == 2
+
+
+def test_convert_rewrites_dtype_and_keeps_the_tokenizer_and_refuses_int4(tmp_path):
+    src, f32, bf16, q = tmp_path / "src", tmp_path / "f32", tmp_path / "bf16", tmp_path / "q"
+    assert runner.invoke(app, ["model", "init", "--preset", "tiny", "--out", str(src)]).exit_code == 0
+    r = runner.invoke(app, ["model", "convert", str(src), "--out", str(bf16)])
+    assert r.exit_code == 0, r.output
+    assert (bf16 / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+    assert json.loads((bf16 / "config.json").read_text())["dtype"] == "bfloat16"
+    ids = torch.tensor([[5, 6, 7, 8]])
+    ref = GLM5ForCausalLM.from_pretrained(src)(ids)
+    assert runner.invoke(app, ["model", "convert", str(bf16), "--out", str(f32), "--dtype", "float32"]).exit_code == 0
+    back = GLM5ForCausalLM.from_pretrained(f32)(ids)
+    assert (back - ref).abs().max() < 0.05 * ref.abs().max()  # bf16 rounding of every weight, nothing more
+    assert runner.invoke(app, ["model", "quantize", str(src), "--out", str(q), "--group-size", "32"]).exit_code == 0
+    r = runner.invoke(app, ["model", "info", str(q), "--json"])
+    assert json.loads(r.output)["quantization"] == "int4 g32 symmetric (pack-quantized)"
+    r = runner.invoke(app, ["model", "convert", str(q), "--out", str(tmp_path / "no")])
+    assert r.exit_code == 1 and "INT4" in r.output
