@@ -29,7 +29,7 @@ def serve(
     api_key: str | None = typer.Option(None, envvar=["GLM5_API_KEY", "OPENAI_API_KEY"], help="Bearer token."),
     random_input_len: int = typer.Option(256, help="Prompt length in tokens (random)."),
     random_output_len: int = typer.Option(64, help="Tokens to generate (random)."),
-    random_range_ratio: float = typer.Option(1.0, help="Lengths drawn from [len * ratio, len]."),
+    random_range_ratio: float = typer.Option(1.0, help="Lengths drawn uniformly between len * ratio and len."),
     gsp_num_groups: int = typer.Option(4, help="Shared-prefix groups."),
     gsp_prompts_per_group: int = typer.Option(8, help="Prompts per shared prefix."),
     gsp_system_prompt_len: int = typer.Option(512, help="Shared system prompt length in tokens."),

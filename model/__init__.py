@@ -13,6 +13,9 @@ Module map, in reading order (a forward goes top to bottom through the network p
 - modeling.py        GLM5Model (trunk) and GLM5ForCausalLM (+ lm_head, mtp_forward, init, from/save_pretrained)
 - kv_cache.py        a simple contiguous per-layer cache (c_kv, k_pe, index keys) for incremental decoding
 - checkpoint.py      Hugging Face safetensors load (meta device, mmap, FP8 dequant, shards) and save
+- quant_int4.py      INT4 weight-only: Int4Linear (torch's int4 kernel + a plain dequantise path), quantize_int4,
+                     quantize / load compressed-tensors checkpoints
+- compressed_tensors.py  the compressed-tensors pack-quantized (W4A16) format: packing, quantization_config
 - tokenizer.py       loads tokenizer.json (a checkpoint's or the shipped one), special ids by name; writes the
                      tokenizer files of a new checkpoint (save_tokenizer_files)
 - chat.py            renders OpenAI messages in the GLM-5 chat format: text, ids, ids + loss masks for training

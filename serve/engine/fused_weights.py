@@ -3,6 +3,8 @@
 Per decoder layer:
   w_in      [Q + C + R + Di, D]  q_a_proj | kv_a_proj_with_mqa | indexer.wk   (all read the normed hidden)
   gate_up   [2I, D] per expert, shared expert and dense MLP: gate_proj | up_proj
+Routed experts whose weights already live in the MoE's own input-major stack (`MoE.tie_experts`) are not fused
+again: their gate_up is a transposed view of that stack, so the experts' weights exist once in memory.
 The model's own parameters are re-pointed to row slices of the fused tensors (storage is shared, nothing is
 copied), so the model, its checkpoint names, `load_state_dict` (which copies in place) and the plain path
 are unchanged. If something replaces a parameter tensor afterwards (`model.to(dtype)`, a module swap), the
@@ -55,7 +57,10 @@ def fuse_layer(layer) -> FusedLayer:
     if attn.indexer is not None:
         w_in = _fuse([attn.q_a_proj, attn.kv_a_proj_with_mqa, attn.indexer.wk])
     if hasattr(mlp, "experts"):
-        gate_up = [_fuse([e.gate_proj, e.up_proj]) for e in mlp.experts]
+        if mlp._stacked_ok():  # views of the model's [E, D, 2I] stack: no second copy of the experts
+            gate_up = [mlp._gate_up[e].T for e in range(len(mlp.experts))]
+        else:
+            gate_up = [_fuse([e.gate_proj, e.up_proj]) for e in mlp.experts]
         shared = _fuse([mlp.shared_experts.gate_proj, mlp.shared_experts.up_proj])
         first = mlp.experts[0].gate_proj
     else:

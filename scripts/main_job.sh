@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The main job, end to end on one CPU machine: create a tiny GLM-5 checkpoint, serve it over the OpenAI API,
+# load-test the server, and run the coding agent headless against it in a scratch git repository, recording
+# its trajectory. A tiny random model writes nonsense: this shows the loop works, not the model's skill.
+# Usage: bash scripts/main_job.sh [WORKDIR]   (default: a new temporary folder)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GLM5=${GLM5:-.venv/bin/glm5}
+WORK=${1:-$(mktemp -d -t glm5-main-XXXX)}
+PORT=${GLM5_PORT:-$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+export GLM5_API_KEY=${GLM5_API_KEY:-main-job-key}
+mkdir -p "$WORK"
+
+echo "== 1. checkpoint: $WORK/tiny"
+[ -f "$WORK/tiny/config.json" ] || $GLM5 model init --preset tiny --out "$WORK/tiny"
+$GLM5 model info "$WORK/tiny"
+
+echo "== 2. glm5 serve on 127.0.0.1:$PORT (log: $WORK/serve.log)"
+$GLM5 serve "$WORK/tiny" --port "$PORT" --served-model-name glm5-tiny --max-model-len 4096 >"$WORK/serve.log" 2>&1 &
+SERVER=$!
+trap 'kill -INT $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 1 240); do
+  curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+  kill -0 $SERVER 2>/dev/null || { cat "$WORK/serve.log"; exit 1; }
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { echo "server not healthy"; cat "$WORK/serve.log"; exit 1; }
+
+echo "== 3. glm5 bench serve (16 requests, 4 at a time)"
+$GLM5 bench serve --base-url "http://127.0.0.1:$PORT" --model glm5-tiny --num-prompts 16 --max-concurrency 4 \
+  --random-input-len 64 --random-output-len 16 --output-file "$WORK/bench_serve.jsonl"
+
+echo "== 4. glm5 code -p in a scratch repository (every tool call denied, 2 turns at most)"
+REPO="$WORK/repo"
+if [ ! -d "$REPO/.git" ]; then
+  mkdir -p "$REPO" && git -C "$REPO" init -q
+  printf 'def add(a, b):\n    return a - b\n' >"$REPO/calc.py"
+  git -C "$REPO" add -A && git -C "$REPO" -c user.email=glm5@localhost -c user.name=glm5 commit -qm init
+fi
+set +e
+(cd "$REPO" && "$OLDPWD/$GLM5" code -p "Fix the bug in calc.py" --base-url "http://127.0.0.1:$PORT/v1" \
+  --model glm5-tiny --api-key-env GLM5_API_KEY --approval deny --max-turns 2 --output-format json) \
+  >"$WORK/code_result.json"
+rc=$?
+set -e
+echo "glm5 code exit code: $rc (0 done, 3 turn limit reached)"
+.venv/bin/python -c "import json,sys; r=json.load(open(sys.argv[1])); print('trajectory:', r['trajectory']); print('stats:', r['stats'])" "$WORK/code_result.json"
+[ "$rc" = 0 ] || [ "$rc" = 3 ]
+echo "== done: everything is under $WORK"
