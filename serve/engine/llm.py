@@ -22,7 +22,7 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 
 def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
     """ "auto": bf16 on a GPU; fp32 on CPU, where bf16 matrix-vector products measured slower
-    (benchmarks/RESULTS_engine.md)."""
+    (benchmarks/RESULTS.md, engine section)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
