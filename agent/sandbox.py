@@ -7,8 +7,10 @@ namespaces (some containers), commands run unsandboxed and `warning` says so; th
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -47,6 +49,9 @@ class Sandbox:
         out = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         # Bind after the tmpfs so a repository or scratch folder under /tmp stays visible and writable. glm5's own
         # folder is read-only inside (a command must not rewrite the permission rules), except the scratch folder.
+        # Toolchains under /tmp (a virtual environment, PATH entries) stay visible, read-only, over the private /tmp.
+        for tool_dir in _tmp_tool_dirs():
+            out += ["--ro-bind-try", tool_dir, tool_dir]
         out += ["--bind", str(root), str(root)]
         if (root / ".glm5").is_dir():
             out += ["--ro-bind", str(root / ".glm5"), str(root / ".glm5")]
@@ -56,3 +61,13 @@ class Sandbox:
         if not self.network:
             out.append("--unshare-net")
         return [*out, "--", *argv]
+
+
+def _tmp_tool_dirs() -> list[str]:
+    """Folders under /tmp that commands need to find programs: this Python's prefixes and PATH entries."""
+    candidates = {sys.prefix, sys.base_prefix, *os.environ.get("PATH", "").split(os.pathsep)}
+    out = set()
+    for c in candidates:
+        if c and os.path.isabs(c) and Path(c).resolve().is_relative_to("/tmp") and Path(c).is_dir():
+            out.add(str(Path(c).resolve()))
+    return sorted(out)
