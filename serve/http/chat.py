@@ -38,7 +38,7 @@ from serve.http.generation import Generation, Result
 from serve.http.logprobs import chat_logprobs
 from serve.http.protocol import ChatCompletionRequest, NamedToolChoice, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
-from serve.http.streaming import DONE, drain, error_event, event_stream, merged, sse
+from serve.http.streaming import drain, event_stream, merged, sse
 
 
 @dataclass(frozen=True)
@@ -177,63 +177,56 @@ async def chat_completions(state: ServerState, request: Request):
         return sse(body)
 
     async def events():
-        try:
-            parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]
-            pending_lps: list[list] = [[] for _ in gens]
-            for i, parser in enumerate(parsers):
+        parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]
+        pending_lps: list[list] = [[] for _ in gens]
+        for i, parser in enumerate(parsers):
+            yield chunk(
+                [
+                    {
+                        "index": i,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
+            for d in parser.feed(prompt.prefill) if prompt.prefill else []:
+                yield chunk([{"index": i, "delta": d, "logprobs": None, "finish_reason": None}])
+        async for i, step in merged(gens):
+            parser = parsers[i]
+            pending_lps[i] += step.logprobs
+            deltas = parser.feed(step.text) if step.text else []
+            if step.finish_reason is not None:
+                deltas += parser.finish()
+            if req.parallel_tool_calls is False:
+                deltas = [d for d in map(_first_call_only, deltas) if d is not None]
+            for d in deltas:
+                lp = None
+                if req.logprobs and pending_lps[i]:
+                    lp, pending_lps[i] = chat_logprobs(state.tokenizer, pending_lps[i], top_n), []
                 yield chunk(
                     [
                         {
                             "index": i,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
+                            "delta": _merge_reasoning(d, req.separate_reasoning),
+                            "logprobs": lp,
                             "finish_reason": None,
                         }
                     ]
                 )
-                for d in parser.feed(prompt.prefill) if prompt.prefill else []:
-                    yield chunk([{"index": i, "delta": d, "logprobs": None, "finish_reason": None}])
-            async for i, step in merged(gens):
-                parser = parsers[i]
-                pending_lps[i] += step.logprobs
-                deltas = parser.feed(step.text) if step.text else []
-                if step.finish_reason is not None:
-                    deltas += parser.finish()
-                if req.parallel_tool_calls is False:
-                    deltas = [d for d in map(_first_call_only, deltas) if d is not None]
-                for d in deltas:
-                    lp = None
-                    if req.logprobs and pending_lps[i]:
-                        lp, pending_lps[i] = chat_logprobs(state.tokenizer, pending_lps[i], top_n), []
-                    yield chunk(
-                        [
-                            {
-                                "index": i,
-                                "delta": _merge_reasoning(d, req.separate_reasoning),
-                                "logprobs": lp,
-                                "finish_reason": None,
-                            }
-                        ]
-                    )
-                if step.finish_reason is not None:
-                    lp = chat_logprobs(state.tokenizer, pending_lps[i], top_n) if req.logprobs else None
-                    pending_lps[i] = []
-                    final = {
-                        "index": i,
-                        "delta": {},
-                        "logprobs": lp,
-                        "finish_reason": finish_reason(step.finish_reason, parser.has_tool_calls),
-                    }
-                    if gens[i].result.stop_reason is not None:
-                        final["stop_reason"] = gens[i].result.stop_reason
-                    yield chunk([final])
-            if include_usage:
-                yield chunk([], usage(state, len(prompt.ids), [g.result for g in gens], prompt.thinking))
-            yield DONE
-        except Exception as e:  # the stream has started: report in-band, never drop the connection silently
-            yield error_event(e)
-            yield DONE
-        finally:
-            ticket.release()
+            if step.finish_reason is not None:
+                lp = chat_logprobs(state.tokenizer, pending_lps[i], top_n) if req.logprobs else None
+                pending_lps[i] = []
+                final = {
+                    "index": i,
+                    "delta": {},
+                    "logprobs": lp,
+                    "finish_reason": finish_reason(step.finish_reason, parser.has_tool_calls),
+                }
+                if gens[i].result.stop_reason is not None:
+                    final["stop_reason"] = gens[i].result.stop_reason
+                yield chunk([final])
+        if include_usage:
+            yield chunk([], usage(state, len(prompt.ids), [g.result for g in gens], prompt.thinking))
 
     return event_stream(events(), ticket)

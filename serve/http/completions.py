@@ -16,7 +16,7 @@ from serve.http.generation import Generation
 from serve.http.logprobs import completion_logprobs
 from serve.http.protocol import CompletionRequest, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
-from serve.http.streaming import DONE, drain, error_event, event_stream, merged, sse
+from serve.http.streaming import drain, event_stream, merged, sse
 
 
 def prompt_ids(state: ServerState, prompt: str | list[int], index: int) -> list[int]:
@@ -101,26 +101,19 @@ async def completions(state: ServerState, request: Request):
         return sse(body)
 
     async def events():
-        try:
-            offsets = [len(e) for e in echoes]
-            for i, e in enumerate(echoes):
-                if e:
-                    yield chunk([{"index": i, "text": e, "logprobs": None, "finish_reason": None}])
-            async for i, step in merged(gens):
-                if not step.text and step.finish_reason is None and not step.logprobs:
-                    continue
-                lp = None
-                if req.logprobs is not None:
-                    lp = completion_logprobs(state.tokenizer, step.logprobs, top_n, offsets[i])
-                offsets[i] += len(step.text)
-                yield chunk([{"index": i, "text": step.text, "logprobs": lp, "finish_reason": step.finish_reason}])
-            if include_usage:
-                yield chunk([], usage())
-            yield DONE
-        except Exception as e:  # the stream has started: report in-band, never drop the connection silently
-            yield error_event(e)
-            yield DONE
-        finally:
-            ticket.release()
+        offsets = [len(e) for e in echoes]
+        for i, e in enumerate(echoes):
+            if e:
+                yield chunk([{"index": i, "text": e, "logprobs": None, "finish_reason": None}])
+        async for i, step in merged(gens):
+            if not step.text and step.finish_reason is None and not step.logprobs:
+                continue
+            lp = None
+            if req.logprobs is not None:
+                lp = completion_logprobs(state.tokenizer, step.logprobs, top_n, offsets[i])
+            offsets[i] += len(step.text)
+            yield chunk([{"index": i, "text": step.text, "logprobs": lp, "finish_reason": step.finish_reason}])
+        if include_usage:
+            yield chunk([], usage())
 
     return event_stream(events(), ticket)

@@ -17,7 +17,7 @@ from serve.http.errors import bad_request
 from serve.http.generation import Generation
 from serve.http.protocol import GenerateRequest, parse_body
 from serve.http.state import ServerState, new_id
-from serve.http.streaming import DONE, drain, error_event, event_stream, merged, sse
+from serve.http.streaming import drain, event_stream, merged, sse
 
 
 def response_body(state: ServerState, gen: Generation, req: GenerateRequest) -> dict:
@@ -75,14 +75,7 @@ async def generate(state: ServerState, request: Request):
         return JSONResponse(response_body(state, gen, req))
 
     async def events():
-        try:
-            async for _ in merged([gen]):
-                yield sse(response_body(state, gen, req))
-            yield DONE
-        except Exception as e:  # the stream has started: report in-band, never drop the connection silently
-            yield error_event(e)
-            yield DONE
-        finally:
-            ticket.release()
+        async for _ in merged([gen]):
+            yield sse(response_body(state, gen, req))
 
     return event_stream(events(), ticket)

@@ -25,11 +25,26 @@ DONE = "data: [DONE]\n\n"
 
 
 def event_stream(events, ticket) -> StreamingResponse:
-    """An SSE response over `events` that gives the request's slots back however it ends. The generator's own
-    `finally` does that when it runs; if the client vanishes before Starlette starts iterating, the generator is
-    never run, so a finalizer on it is the safety net (Ticket.release is idempotent)."""
-    weakref.finalize(events, ticket.release)
-    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    """An SSE response over `events` (an async generator of `sse(...)` strings), framed by `_framed`: `[DONE]`
+    at the end, an in-band error event if something fails after the stream started, and the request's slots
+    given back however it ends. If the client vanishes before Starlette starts iterating, the generator never
+    runs, so a finalizer on it is the safety net (Ticket.release is idempotent)."""
+    framed = _framed(events, ticket)
+    weakref.finalize(framed, ticket.release)
+    return StreamingResponse(framed, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _framed(events, ticket):
+    try:
+        async for event in events:
+            yield event
+        yield DONE
+    except Exception as e:  # the stream has started: report in-band, never drop the connection silently
+        yield error_event(e)
+        yield DONE
+    finally:
+        await events.aclose()  # a client that went away: the inner generator's cleanup runs now, not at GC
+        ticket.release()
 
 
 def sse(obj: dict) -> str:
