@@ -109,15 +109,7 @@ class Environment:
         t0 = time.monotonic()
         with tempfile.TemporaryFile(dir=self.scratch_dir) as out:
             # A file, not a pipe: a command that leaves a child behind (`server &`) must not keep us waiting.
-            proc = subprocess.Popen(
-                self._argv(command),
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self.env,
-            )
+            proc = self._spawn(command, out)
             timed_out = interrupted = False
             rc: int | None = None
             deadline = time.monotonic() + timeout
@@ -163,20 +155,24 @@ class Environment:
         res.full_output_path = str(path)
         return res
 
+    def _spawn(self, command: str, out) -> subprocess.Popen:
+        """The command in its own session (so a timeout kills its whole process group), output to `out`."""
+        return subprocess.Popen(
+            self._argv(command),
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.env,
+        )
+
     def start_background(self, command: str) -> BackgroundJob:
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         job_id = len(self.jobs) + 1
         log = self.scratch_dir / f"job-{job_id}.log"
         with open(log, "wb") as f:
-            proc = subprocess.Popen(
-                self._argv(command),
-                cwd=self.cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self.env,
-            )
+            proc = self._spawn(command, f)
         job = BackgroundJob(job_id, command, proc, log)
         self.jobs[job_id] = job
         return job

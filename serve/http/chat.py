@@ -38,7 +38,7 @@ from serve.http.generation import Generation, Result
 from serve.http.logprobs import chat_logprobs
 from serve.http.protocol import ChatCompletionRequest, NamedToolChoice, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
-from serve.http.streaming import drain, event_stream, merged, sse
+from serve.http.streaming import chunk_writer, drain, event_stream, merged
 
 
 @dataclass(frozen=True)
@@ -170,11 +170,7 @@ async def chat_completions(state: ServerState, request: Request):
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    def chunk(choices: list[dict], use=None) -> str:
-        body = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
-        if include_usage:
-            body["usage"] = use
-        return sse(body)
+    chunk = chunk_writer(rid, created, model, "chat.completion.chunk", include_usage)
 
     async def events():
         parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]

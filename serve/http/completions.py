@@ -16,7 +16,7 @@ from serve.http.generation import Generation
 from serve.http.logprobs import completion_logprobs
 from serve.http.protocol import CompletionRequest, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
-from serve.http.streaming import drain, event_stream, merged, sse
+from serve.http.streaming import chunk_writer, drain, event_stream, merged
 
 
 def prompt_ids(state: ServerState, prompt: str | list[int], index: int) -> list[int]:
@@ -94,11 +94,7 @@ async def completions(state: ServerState, request: Request):
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    def chunk(choices: list[dict], use=None) -> str:
-        body = {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices}
-        if include_usage:
-            body["usage"] = use
-        return sse(body)
+    chunk = chunk_writer(rid, created, model, "text_completion", include_usage)
 
     async def events():
         offsets = [len(e) for e in echoes]

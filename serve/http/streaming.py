@@ -47,6 +47,18 @@ async def _framed(events, ticket):
         ticket.release()
 
 
+def chunk_writer(rid: str, created: int, model: str, object_: str, include_usage: bool):
+    """`chunk(choices, usage=None) -> str`: one SSE chunk of a streamed chat or text completion."""
+
+    def chunk(choices: list[dict], use=None) -> str:
+        body = {"id": rid, "object": object_, "created": created, "model": model, "choices": choices}
+        if include_usage:
+            body["usage"] = use
+        return sse(body)
+
+    return chunk
+
+
 def sse(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
