@@ -44,10 +44,17 @@ class FusedLayer:
     gate_up: list[torch.Tensor | None]  # routed experts (MoE) or [dense MLP]
     shared_gate_up: torch.Tensor | None
     probe: nn.Linear  # a fused linear whose weight must still alias w_in / gate_up[0]
+    # The routed experts still view the MoE's stack (`MoE._stacked_ok()` at fusion time, checked once here
+    # rather than per step: the check walks every expert). `expert_probe` (expert 0: module swaps such as INT4
+    # or LoRA replace every expert) must still alias the stack.
+    stacked: bool = False
+    expert_probe: nn.Linear | None = None
 
     def is_current(self) -> bool:
         ref = self.w_in if self.w_in is not None else self.gate_up[0]
-        return ref is not None and self.probe.weight.data_ptr() == ref.data_ptr()
+        if ref is None or self.probe.weight.data_ptr() != ref.data_ptr():
+            return False
+        return self.expert_probe is None or self.expert_probe.weight.data_ptr() == self.gate_up[0].data_ptr()
 
 
 @torch.no_grad()
@@ -56,8 +63,10 @@ def fuse_layer(layer) -> FusedLayer:
     w_in = None
     if attn.indexer is not None:
         w_in = _fuse([attn.q_a_proj, attn.kv_a_proj_with_mqa, attn.indexer.wk])
+    stacked = False
     if hasattr(mlp, "experts"):
-        if mlp._stacked_ok():  # views of the model's [E, D, 2I] stack: no second copy of the experts
+        stacked = mlp._stacked_ok()
+        if stacked:  # views of the model's [E, D, 2I] stack: no second copy of the experts
             gate_up = [mlp._gate_up[e].T for e in range(len(mlp.experts))]
         else:
             gate_up = [_fuse([e.gate_proj, e.up_proj]) for e in mlp.experts]
@@ -65,4 +74,5 @@ def fuse_layer(layer) -> FusedLayer:
         first = mlp.experts[0].gate_proj
     else:
         gate_up, shared, first = [_fuse([mlp.gate_proj, mlp.up_proj])], None, mlp.gate_proj
-    return FusedLayer(w_in, gate_up, shared, attn.q_a_proj if w_in is not None else first)
+    probe = attn.q_a_proj if w_in is not None else first
+    return FusedLayer(w_in, gate_up, shared, probe, stacked, first if stacked and probe is not first else None)

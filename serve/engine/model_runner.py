@@ -25,7 +25,7 @@ H heads, Dn/Dv/R nope/value/rope head dims, C kv_lora_rank, Di index head dim, D
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -93,6 +93,8 @@ class StepInput:
     slots_N: torch.Tensor
     seqs: list[SeqInput]
     sample_rows: list[int]  # row of the last token of each sampling chunk
+    # Per-step values every layer would otherwise rebuild (decode rows, dense decode slots): filled lazily.
+    memo: dict = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -296,19 +298,16 @@ class ModelRunner:
                     qn, qp = q_nope[None, s.rows], q_pe[None, s.rows]
                     out[s.rows] = self._attend_context(i, attn, qn, qp, s, topk, expanded=True)[0]
             if decodes:
-                rows = torch.tensor([s.offset for s, _ in decodes], device=self.device)
+                if "rows" not in step.memo:
+                    step.memo["rows"] = torch.tensor([s.offset for s, _ in decodes], device=self.device)
+                rows = step.memo["rows"]
                 latent = self.kv.latent_flat(i)
                 if len(decodes) == 1 and decodes[0][1] is None:  # one dense decode: its context as is
                     lat_BKL, valid_BK = decodes[0][0].gather(self.kv.latent_NPK[i])[None], None
                     self.decode_latents_read += lat_BKL.shape[1]
                 else:
-                    # Top-k positions sorted, so the gather walks the cache forward (same result, better locality).
-                    selected = [
-                        s.slots(torch.arange(s.ctx_len, device=self.device) if t is None else t[0, 0].sort().values)
-                        for s, t in decodes
-                    ]
-                    slots_BK, valid_BK = self._pad(selected)
-                    self.decode_latents_read += sum(len(x) for x in selected)
+                    slots_BK, valid_BK, n_read = self._decode_slots(decodes, step)
+                    self.decode_latents_read += n_read
                     lat_BKL = self._gather_rows(latent, slots_BK)
                 out[rows] = self.absorbed_attend(attn, q_nope[rows], q_pe[rows], lat_BKL, valid_BK)
             x_ND = x_ND + attn.o_proj(out.view(N, -1))
@@ -335,7 +334,7 @@ class ModelRunner:
                 for e, wt in zip(experts, weights, strict=True):
                     out[t].add_(self._swiglu(h_ND[t], fused.gate_up[e], mlp.experts[e]), alpha=wt)
             return out
-        if mlp._stacked_ok():  # the experts' own stacked weights: two grouped GEMMs for the whole step
+        if fused.stacked:  # the experts' own stacked weights: two grouped GEMMs for the whole step
             return out.add_(mlp.routed_stacked(h_ND, w_Nk, idx_Nk))
         flat = idx_Nk.flatten()
         order = flat.argsort(stable=True)  # (token, slot) pairs grouped by expert
@@ -349,6 +348,23 @@ class ModelRunner:
                 start += n
         routed = torch.cat(ys) * w_Nk.flatten()[order, None].to(h_ND.dtype)
         return out.index_add_(0, token, routed)
+
+    def _decode_slots(self, decodes, step: StepInput):
+        """Cache slots [B, K] (+ validity, + count) that a batch of decodes attends to: each sequence's top-k,
+        or its whole context when nothing is dropped. Without any top-k the slots are the same in every
+        layer, so they are built once per step."""
+        dense = all(t is None for _, t in decodes)
+        if dense and "dense_slots" in step.memo:
+            return step.memo["dense_slots"]
+        # Top-k positions sorted, so the gather walks the cache forward (same result, better locality).
+        selected = [
+            s.slots(torch.arange(s.ctx_len, device=self.device) if t is None else t[0, 0].sort().values)
+            for s, t in decodes
+        ]
+        res = (*self._pad(selected), sum(len(x) for x in selected))
+        if dense:
+            step.memo["dense_slots"] = res
+        return res
 
     def _pad(self, selected: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Slot lists of different lengths -> [B, K] slots and validity (None when nothing is padded)."""
@@ -379,8 +395,11 @@ class ModelRunner:
 
     @staticmethod
     def _gather_rows(latent_flat, slots_BK) -> torch.Tensor:
-        """[B, K, C + R]: only the given slots are read from the paged cache (one row copy each)."""
-        return latent_flat.index_select(0, slots_BK.flatten()).view(*slots_BK.shape, -1)
+        """[B, K, C + R]: only the given slots are read from the paged cache (one row copy each).
+
+        `F.embedding` is a plain row gather; on CPU it runs 2-4x faster than `index_select` for ~2K rows of
+        ~300 values out of a large pool (measured: 0.3 vs 0.7-1.4 ms, 1 thread)."""
+        return F.embedding(slots_BK.flatten(), latent_flat).view(*slots_BK.shape, -1)
 
     @staticmethod
     def absorbed_attend(attn, q_nope_BHD, q_pe_BHR, lat_BKL, valid_BK=None) -> torch.Tensor:

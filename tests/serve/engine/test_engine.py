@@ -157,3 +157,26 @@ def test_fast_path_keeps_one_copy_of_the_expert_weights():
                 assert mlp._stacked_ok()
             for e, ex in enumerate(mlp.experts):
                 assert ex.gate_proj.weight.data_ptr() == mlp._gate_up[e].data_ptr()
+
+
+def test_replacing_the_experts_after_fusion_makes_the_runner_fuse_again():
+    """The runner decides once per fusion whether the experts view the MoE's stack (the check walks every
+    expert, too slow per step). Replacing the expert weights afterwards must be noticed: the next step fuses
+    again, takes the per-expert path and matches the plain model with the new weights."""
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=4).eval()
+    llm = LLM(model, num_kv_blocks=64)
+    prompts = random_prompts([7, 11, 5], model.config.vocab_size, seed=5)
+    llm.generate(prompts, SamplingParams(max_tokens=2, temperature=0.0))
+    runner = llm.engine.runner
+    assert any(f.stacked for f in runner.fused)
+    g = torch.Generator().manual_seed(9)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for ex in getattr(layer.mlp, "experts", []):
+                for lin in (ex.gate_proj, ex.up_proj, ex.down_proj):  # new tensors: the tie to the stack breaks
+                    lin.weight = torch.nn.Parameter(torch.randn(lin.weight.shape, generator=g) * 0.2)
+    assert not all(f.is_current() for f in runner.fused)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0.0))
+    assert not any(f.stacked for f in runner.fused)
+    for p, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == plain_greedy(model, p, 4)[0]
