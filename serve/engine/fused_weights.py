@@ -3,6 +3,8 @@
 Per decoder layer:
   w_in      [Q + C + R + Di, D]  q_a_proj | kv_a_proj_with_mqa | indexer.wk   (all read the normed hidden)
   gate_up   [2I, D] per expert, shared expert and dense MLP: gate_proj | up_proj
+Every fused weight, and the other linears of a layer (q_b_proj, o_proj, indexer.wq_b, down_proj) and the
+lm_head, is stored input-major ([in, out]; the linear's weight is its transposed view): see `_fuse`.
 Routed experts whose weights already live in the MoE's own input-major stack (`MoE.tie_experts`) are not fused
 again: their gate_up is a transposed view of that stack, so the experts' weights exist once in memory.
 The model's own parameters are re-pointed to row slices of the fused tensors (storage is shared, nothing is
@@ -23,19 +25,31 @@ from torch import nn
 
 
 def _fuse(linears: list[nn.Linear]) -> torch.Tensor | None:
-    """Concatenate the weights along the output dim and re-point each linear to its slice. None if any has
-    a bias or they differ in dtype/device (then the fast path calls them one by one)."""
+    """Concatenate the weights along the output dim, stored input-major, and re-point each linear to its
+    slice. Returns the fused [out, in] weight, a transposed view of [in, out] storage. None if any has a
+    bias or they differ in dtype/device (then the fast path calls them one by one).
+
+    Input-major: `F.linear` with this weight is one GEMM over contiguous [in, out] rows (MKL "NN"). On CPU,
+    for the 1-16 rows of a decode step, that runs up to 1.5x faster than from the checkpoint's [out, in]
+    rows (measured, 1 thread: 768x512 at 16 rows 0.12 vs 0.18 ms; 8192x768 2.4 vs 3.0 ms) and is never
+    slower, including 512-row prefill chunks. The MoE's expert stacks use the same layout (model/moe.py)."""
     if not all(type(lin) is nn.Linear for lin in linears):  # e.g. LoRA or INT4 modules: leave them alone
         return None
     ws = [lin.weight for lin in linears]
     if any(getattr(lin, "bias", None) is not None for lin in linears) or len({(w.dtype, w.device) for w in ws}) > 1:
         return None
-    fused = torch.cat([w.detach() for w in ws], dim=0)
+    if len(ws) == 1 and _input_major(ws[0]):
+        return ws[0]  # already a transposed view of input-major storage (an earlier fusion, or the MoE stack)
+    fused_T = torch.cat([w.detach().T for w in ws], dim=1)  # [in, sum(out)]
     start = 0
     for lin, w in zip(linears, ws, strict=True):
-        lin.weight.data = fused[start : start + w.shape[0]]
+        lin.weight.data = fused_T[:, start : start + w.shape[0]].T
         start += w.shape[0]
-    return fused
+    return fused_T.T
+
+
+def _input_major(w: torch.Tensor) -> bool:
+    return w.dim() == 2 and w.stride(0) == 1 and w.stride(1) >= w.shape[0]
 
 
 @dataclass
@@ -57,12 +71,35 @@ class FusedLayer:
         return self.expert_probe is None or self.expert_probe.weight.data_ptr() == self.gate_up[0].data_ptr()
 
 
-@torch.no_grad()
+def _outside_inference_mode(fn):
+    """Fusion runs from inside the runner's inference_mode, but the tensors it makes become the model's
+    parameters: they must be ordinary tensors, or training the same model later (RL: rollouts with the
+    engine, then an optimizer step) fails on inference tensors."""
+
+    def wrapper(*args, **kwargs):
+        with torch.inference_mode(False), torch.no_grad():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_outside_inference_mode
+def fuse_head(lm_head: nn.Linear) -> None:
+    """The lm_head, input-major (its weight becomes a transposed view; nothing else changes)."""
+    _fuse([lm_head])
+
+
+@_outside_inference_mode
 def fuse_layer(layer) -> FusedLayer:
     attn, mlp = layer.self_attn, layer.mlp
     w_in = None
     if attn.indexer is not None:
         w_in = _fuse([attn.q_a_proj, attn.kv_a_proj_with_mqa, attn.indexer.wk])
+        _fuse([attn.indexer.wq_b])
+    # Linears the fast path calls on their own: stored input-major as well (see _fuse).
+    down = mlp.shared_experts.down_proj if hasattr(mlp, "experts") else mlp.down_proj
+    for lin in (attn.q_b_proj, attn.o_proj, down):
+        _fuse([lin])
     stacked = False
     if hasattr(mlp, "experts"):
         stacked = mlp._stacked_ok()

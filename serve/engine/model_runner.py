@@ -33,7 +33,7 @@ from torch.profiler import record_function
 
 from model.rope import apply_rope
 from serve.engine.config import EngineConfig
-from serve.engine.fused_weights import FusedLayer, fuse_layer
+from serve.engine.fused_weights import FusedLayer, fuse_head, fuse_layer
 from serve.engine.kv_cache import KVCache
 from serve.engine.sampler import Sampler
 from serve.engine.scheduler import ScheduledChunk
@@ -122,6 +122,8 @@ class ModelRunner:
     def _ensure_fused(self) -> None:
         if len(self.fused) != self.cfg.num_hidden_layers or not all(f.is_current() for f in self.fused):
             self.fused = [fuse_layer(layer) for layer in self._layers()]
+            if self.model.lm_head.weight is not self.model.model.embed_tokens.weight:  # tied: the lookup wants rows
+                fuse_head(self.model.lm_head)
 
     # ---- step preparation -------------------------------------------------------------------------
 

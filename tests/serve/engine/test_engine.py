@@ -180,3 +180,29 @@ def test_replacing_the_experts_after_fusion_makes_the_runner_fuse_again():
     assert not any(f.stacked for f in runner.fused)
     for p, out in zip(prompts, outs, strict=True):
         assert out.token_ids == plain_greedy(model, p, 4)[0]
+
+
+def test_the_model_can_be_trained_after_the_engine_has_served_it():
+    """RL runs rollouts with the engine and then optimizer steps on the same model. The runner's weight
+    fusion re-points the model's parameters to new storage while it serves (inside inference_mode); that
+    storage must be ordinary tensors, or backward fails on inference tensors."""
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=6).eval()
+    llm = LLM(model, num_kv_blocks=64)
+    prompts = random_prompts([9, 20], model.config.vocab_size, seed=7)
+    llm.generate(prompts, SamplingParams(max_tokens=3, temperature=0.0))
+    assert not model.model.layers[0].self_attn.q_a_proj.weight.is_contiguous()  # fused input-major views
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    ids = torch.tensor([prompts[1]])
+    logits = model(ids)
+    loss = torch.nn.functional.cross_entropy(logits[0, :-1].float(), ids[0, 1:])
+    loss.backward()
+    assert model.model.layers[0].self_attn.q_a_proj.weight.grad is not None
+    assert model.lm_head.weight.grad is not None
+    opt.step()  # in place: the engine's fused views see the new weights
+    model.eval()
+    with torch.no_grad():
+        llm.engine.update_weights({})  # drop the prefix cache computed with the old weights
+    outs = llm.generate(prompts, SamplingParams(max_tokens=3, temperature=0.0))
+    for p, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == plain_greedy(model, p, 3)[0]
