@@ -65,17 +65,22 @@ class SeqInput:
             self._contiguous = len(bt) == 1 or bool((bt[1:] - bt[:-1] == 1).all())
         return self._contiguous
 
+    # Context index i lives in the slot of position i + pos_offset (the MTP layer's entries start at position 1).
+    pos_offset = 0
+
     def gather(self, paged_NPX: torch.Tensor) -> torch.Tensor:
         """This sequence's whole context [L, X] from a paged tensor: a view if its blocks are consecutive,
         else copied block by block."""
+        rows = slice(self.pos_offset, self.pos_offset + self.ctx_len)
         if self.contiguous:
             first = int(self.block_table[0])
-            return paged_NPX[first : first + len(self.block_table)].flatten(0, 1)[: self.ctx_len]
-        return paged_NPX[self.block_table].flatten(0, 1)[: self.ctx_len]
+            return paged_NPX[first : first + len(self.block_table)].flatten(0, 1)[rows]
+        return paged_NPX[self.block_table].flatten(0, 1)[rows]
 
     def slots(self, idx: torch.Tensor) -> torch.Tensor:
-        """Cache slots of sequence positions `idx`."""
-        return self.block_table[idx // self.block_size] * self.block_size + idx % self.block_size
+        """Cache slots of context indices `idx` (sequence positions idx + pos_offset)."""
+        pos = idx + self.pos_offset if self.pos_offset else idx
+        return self.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     @property
     def rows(self) -> slice:
