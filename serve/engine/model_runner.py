@@ -295,7 +295,9 @@ class ModelRunner:
             iq = self._index_queries(attn, qr[None], cos[None, :, 0], sin[None, :, 0], step)
             out = q.new_empty(N, H, attn.dv)
             decodes: list[tuple[SeqInput, torch.Tensor | None]] = []
-            for j, s in enumerate(step.seqs):
+            if self._all_dense_decodes(step, ix, iq, prev_topk):  # the usual decode step: no per-sequence work
+                decodes = step.memo.setdefault("dense_decodes", [(s, None) for s in step.seqs])
+            for j, s in enumerate(step.seqs if not decodes else ()):
                 topk = self._select(i, j, attn, iq, h[None], s, prev_topk)
                 if s.n == 1:
                     decodes.append((s, topk))
@@ -355,6 +357,20 @@ class ModelRunner:
                 start += n
         routed = torch.cat(ys) * w_Nk.flatten()[order, None].to(h_ND.dtype)
         return out.index_add_(0, token, routed)
+
+    @staticmethod
+    def _all_dense_decodes(step: StepInput, ix, iq, prev_topk) -> bool:
+        """Every chunk is a one-token decode and no sequence's context exceeds this layer's DSA budget (its
+        indexer made no queries, or a 'shared' layer inherits no selection): each attends to its whole
+        context, and `_select` would only record None for each."""
+        if not step.memo.setdefault("all_decode", all(s.n == 1 for s in step.seqs)):
+            return False
+        if ix is not None and iq is not None:
+            return False
+        if ix is None and any(t is not None for t in prev_topk.values()):
+            return False
+        prev_topk.update(dict.fromkeys(range(len(step.seqs))))  # what `_select` records: no selection
+        return True
 
     def _decode_slots(self, decodes, step: StepInput):
         """Cache slots [B, K] (+ validity, + count) that a batch of decodes attends to: each sequence's top-k,
