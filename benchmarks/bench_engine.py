@@ -206,13 +206,25 @@ def main() -> None:
     ap.add_argument("--prefill-max", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; each side keeps its best")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="model dtype for the batch, long and prefill sections (decode always measures both)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sections = set(args.sections.split(","))
     cfg = preset("small").replace(max_position_embeddings=65536)
     model = GLM5ForCausalLM.from_config(cfg, seed=0).eval()
+    if args.dtype != "float32":
+        if "decode" in sections:
+            ap.error("--dtype applies to batch, long and prefill; the decode section always measures both dtypes")
+        model = model.to(getattr(torch, args.dtype))
+        model.tie_experts()  # `.to` replaced the expert tensors: re-stack them (see MoE.tie_experts)
     res: dict = {
         "command": " ".join(sys.argv),
+        "dtype": args.dtype,
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
         f"torch {torch.__version__}",
         "preset": "small",

@@ -91,6 +91,7 @@ class MoE(nn.Module):
         self.impl = "auto"
         self._gate_up: torch.Tensor | None = None  # [E, D, 2I], the storage the experts' gate/up weights view
         self._down: torch.Tensor | None = None  # [E, I, D]
+        self._tied_ptrs: list[tuple[int, int, int]] = []
         self.tie_experts()
 
     @torch.no_grad()
@@ -125,24 +126,27 @@ class MoE(nn.Module):
             expert.up_proj.weight = nn.Parameter(gate_up[e, :, I:].T, requires_grad=u.requires_grad)
             expert.down_proj.weight = nn.Parameter(down[e].T, requires_grad=d.requires_grad)
         self._gate_up, self._down = gate_up, down
+        # Where each expert's gate, up and down weights must start for the tie to hold (checked every forward).
+        self._tied_ptrs = [
+            (gate_up[e].data_ptr(), gate_up[e, :, I:].data_ptr(), down[e].data_ptr()) for e in range(self.n_experts)
+        ]
 
     def _stacked_ok(self) -> bool:
         """True if the stacked tensors are still the experts' weights and no gradient is needed through them."""
         if self._gate_up is None or not hasattr(torch, "_grouped_mm") or self._gate_up.is_meta:
             return False
-        gu, dn = self._gate_up, self._down
-        for e, ex in enumerate(self.experts):
-            if not (
-                type(ex.gate_proj) is nn.Linear and type(ex.up_proj) is nn.Linear and type(ex.down_proj) is nn.Linear
-            ):
-                return False
-            g, u, d = ex.gate_proj.weight, ex.up_proj.weight, ex.down_proj.weight
-            if g.data_ptr() != gu[e].data_ptr() or u.data_ptr() != gu[e, :, self.inter :].data_ptr():
-                return False
-            if d.data_ptr() != dn[e].data_ptr() or g.dtype != gu.dtype or d.dtype != dn.dtype:
-                return False
-            if torch.is_grad_enabled() and (g.requires_grad or u.requires_grad or d.requires_grad):
-                return False  # autograd must reach the per-expert parameters: use the module calls
+        dtype, grad = self._gate_up.dtype, torch.is_grad_enabled()
+        for ex, ptrs in zip(self.experts, self._tied_ptrs, strict=True):
+            mods = ex._modules
+            for name, ptr in zip(("gate_proj", "up_proj", "down_proj"), ptrs, strict=True):
+                lin = mods[name]
+                if type(lin) is not nn.Linear:
+                    return False
+                w = lin._parameters["weight"]
+                if w.data_ptr() != ptr or w.dtype != dtype:
+                    return False
+                if grad and w.requires_grad:
+                    return False  # autograd must reach the per-expert parameters: use the module calls
         return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
