@@ -26,6 +26,7 @@ def load_engine(
     console: Console,
     kv_cache_gib: float | None = None,
     num_draft_tokens: int = 3,
+    dtype: str = "auto",
 ):
     """Build the embedded engine over `model_dir`, showing what it is doing while the weights load.
 
@@ -51,7 +52,7 @@ def load_engine(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.monotonic()
     with console.status(f"loading {model_dir} ({checkpoint_summary(model_dir)}) onto {device}...", spinner="dots"):
-        model = GLM5ForCausalLM.from_pretrained(model_dir, dtype=resolve_dtype("auto", device), device=device)
+        model = GLM5ForCausalLM.from_pretrained(model_dir, dtype=resolve_dtype(dtype, device), device=device)
         if quant == "int4":
             from model.quant_int4 import quantize_int4
 
@@ -59,7 +60,8 @@ def load_engine(
             quantize_int4(model, group_size=128, strict=False)
         llm = LLM(model, tokenizer=load_tokenizer(model_dir), device=device, **kwargs)
     console.print(
-        f"[green]loaded[/] {model_dir} in {time.monotonic() - t0:.1f}s on {device}; "
+        f"[green]loaded[/] {model_dir} in {time.monotonic() - t0:.1f}s on {device} "
+        f"({str(next(model.parameters()).dtype).removeprefix('torch.')}); "
         f"context {llm.engine.max_model_len} tokens, KV blocks {llm.engine.block_manager.num_blocks}"
         + (f"; MTP speculative decoding, {num_draft_tokens} drafts" if speculative else "")
         + ("; INT4 weights" if quant == "int4" else "")
@@ -80,6 +82,7 @@ def run_embedded(
     max_model_len: int | None,
     kv_cache_gib: float | None = None,
     num_draft_tokens: int = 3,
+    dtype: str = "auto",
 ) -> int:
     import uvicorn
 
@@ -88,7 +91,7 @@ def run_embedded(
 
     console = Console(stderr=True)
     engine, tokenizer = load_engine(
-        model_dir, quant, speculative, max_num_seqs, max_model_len, console, kv_cache_gib, num_draft_tokens
+        model_dir, quant, speculative, max_num_seqs, max_model_len, console, kv_cache_gib, num_draft_tokens, dtype
     )
     if tokenizer is None:
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")

@@ -72,5 +72,7 @@ def test_serve_flag_errors(tmp_path):
     assert r.exit_code == 2 and "--engine sglang" in r.output
     r = runner.invoke(app, ["serve", str(tmp_path), "--quant", "int8"])
     assert r.exit_code == 2 and "int4" in r.output
+    r = runner.invoke(app, ["serve", str(tmp_path), "--dtype", "float16"])
+    assert r.exit_code == 2 and "bfloat16" in r.output
     r = runner.invoke(app, ["serve", "m", "--engine", "vllm", "--quant", "int4"])
     assert r.exit_code == 1 and "embedded engine" in r.output

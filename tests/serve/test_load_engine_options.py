@@ -35,3 +35,21 @@ def test_load_engine_with_int4_weights_and_mtp_drafts(tiny_checkpoint):  # noqa:
         assert "glm5:spec_accept_rate" in text and "glm5:spec_draft_tokens_total" in text
     finally:
         engine.shutdown()
+
+
+def test_load_engine_in_bfloat16_generates(tiny_checkpoint):  # noqa: F811
+    """`glm5 serve --dtype bfloat16`: the model and its KV cache in bf16 (the CPU default is float32)."""
+    import torch
+
+    engine, tok = load_engine(tiny_checkpoint, None, False, 2, 128, Console(quiet=True), 0.01, dtype="bfloat16")
+    try:
+        core = engine.core
+        assert next(core.model.parameters()).dtype == torch.bfloat16
+        assert core.runner.kv.latent_NPK[0].dtype == torch.bfloat16
+
+        async def run():
+            return [o async for o in engine.generate(tok.encode("x = 1"), SamplingParams(max_tokens=4), "r")][-1]
+
+        assert len(asyncio.run(run()).token_ids) == 4
+    finally:
+        engine.shutdown()
