@@ -276,7 +276,6 @@ class SpecModelRunner(ModelRunner):
             emitted = [] if out is None else (out if isinstance(out, list) else [out])
             # e: the newest position whose token is known (the sampled one, or the chunk's last prompt token).
             e = start + c.num_tokens - 1 + len(emitted)
-            tokens = s.token_ids + [t.token_id for t in emitted]
             # Carry the main hidden the next chunk's first MTP entry needs (the next chunk starts at e if this
             # one sampled, else at e + 1).
             nxt = e if emitted else e + 1
@@ -295,7 +294,9 @@ class SpecModelRunner(ModelRunner):
                 rows = torch.cat([first[None], rows])
             n = e_w - p0 + 1
             mseq = MTPSeqInput(offset, p0 - 1, n, si.block_table, self.block_size)  # positions p0..e_w
-            ids.extend(tokens[p0 : e_w + 1])
+            # Tokens at positions p0..e_w: the sequence's own from p0 on, then what this step emitted (not appended
+            # yet). Sliced from p0, not copied whole: a decode step must not cost O(context) in Python.
+            ids.extend((s.token_ids[p0:] + [t.token_id for t in emitted])[: e_w + 1 - p0])
             pos.append(mseq.q_idx + 1)
             slots.append(mseq.slots(mseq.q_idx))
             hid.append(rows)
