@@ -206,3 +206,19 @@ def test_the_model_can_be_trained_after_the_engine_has_served_it():
     outs = llm.generate(prompts, SamplingParams(max_tokens=3, temperature=0.0))
     for p, out in zip(prompts, outs, strict=True):
         assert out.token_ids == plain_greedy(model, p, 3)[0]
+
+
+def test_a_model_saved_after_serving_reloads_with_the_same_logits(tmp_path):
+    """Serving re-points the model's parameters to transposed views of fused storage; saving must still write
+    an ordinary checkpoint that reloads to the same function."""
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=8).eval()
+    ids = torch.tensor(random_prompts([30], model.config.vocab_size, seed=9))
+    with torch.no_grad():
+        before = model(ids)
+    LLM(model, num_kv_blocks=64).generate([ids[0].tolist()], SamplingParams(max_tokens=2))
+    assert not model.lm_head.weight.is_contiguous()  # the engine's input-major view
+    model.save_pretrained(tmp_path)
+    reloaded = GLM5ForCausalLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids), before)
+        assert torch.equal(model(ids), before)
