@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+import openai
 import pytest
 
 
@@ -42,3 +43,14 @@ def tiny_engine(tiny_checkpoint):
     engine, tok = load_engine(tiny_checkpoint, None, False, 16, 512, Console(quiet=True), kv_cache_gib=0.05)
     yield engine, tok
     engine.shutdown()
+
+
+@pytest.fixture
+def client(server):
+    """The official `openai` client against the module's `server` fixture (a ServerThread)."""
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def ask(text: str) -> list[dict]:
+    """A one-message chat."""
+    return [{"role": "user", "content": text}]

@@ -16,6 +16,7 @@ import pytest
 from model.tokenizer import Tokenizer
 from serve.http.app import create_app
 from serve.http.settings import ServerSettings
+from tests.serve.conftest import ask
 from tests.serve.scripted_engine import ScriptedEngine
 from tests.serve.server_thread import ServerThread
 
@@ -71,15 +72,6 @@ def server():
         s.wait_healthy()
         s.engine, s.tok = engine, tok
         yield s
-
-
-@pytest.fixture
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-
-
-def ask(text):
-    return [{"role": "user", "content": text}]
 
 
 def last_prompt(server) -> str:

@@ -14,6 +14,7 @@ import pytest
 
 from serve.http.app import create_app
 from serve.http.settings import ServerSettings
+from tests.serve.conftest import ask
 from tests.serve.server_thread import ServerThread
 
 MODEL = "tiny"
@@ -26,15 +27,6 @@ def server(tiny_engine):
         s.wait_healthy()
         s.engine, s.tok = engine, tok
         yield s
-
-
-@pytest.fixture
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-
-
-def ask(text):
-    return [{"role": "user", "content": text}]
 
 
 def greedy_chat(client, text, **kw):
