@@ -136,6 +136,7 @@ class MoE(nn.Module):
         if self._gate_up is None or not hasattr(torch, "_grouped_mm") or self._gate_up.is_meta:
             return False
         dtype, grad = self._gate_up.dtype, torch.is_grad_enabled()
+        # The module and parameter dicts directly: nn.Module.__getattr__ on 3 x E linears is most of this check.
         for ex, ptrs in zip(self.experts, self._tied_ptrs, strict=True):
             mods = ex._modules
             for name, ptr in zip(("gate_proj", "up_proj", "down_proj"), ptrs, strict=True):

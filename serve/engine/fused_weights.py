@@ -71,25 +71,20 @@ class FusedLayer:
         return self.expert_probe is None or self.expert_probe.weight.data_ptr() == self.gate_up[0].data_ptr()
 
 
-def _outside_inference_mode(fn):
-    """Fusion runs from inside the runner's inference_mode, but the tensors it makes become the model's
-    parameters: they must be ordinary tensors, or training the same model later (RL: rollouts with the
-    engine, then an optimizer step) fails on inference tensors."""
-
-    def wrapper(*args, **kwargs):
-        with torch.inference_mode(False), torch.no_grad():
-            return fn(*args, **kwargs)
-
-    return wrapper
+# Fusion runs from inside the runner's inference_mode, but the tensors it makes become the model's parameters:
+# they must be ordinary tensors (inference_mode(False)), or training the same model later (RL: rollouts with
+# the engine, then an optimizer step) fails on inference tensors.
 
 
-@_outside_inference_mode
+@torch.inference_mode(False)
+@torch.no_grad()
 def fuse_head(lm_head: nn.Linear) -> None:
     """The lm_head, input-major (its weight becomes a transposed view; nothing else changes)."""
     _fuse([lm_head])
 
 
-@_outside_inference_mode
+@torch.inference_mode(False)
+@torch.no_grad()
 def fuse_layer(layer) -> FusedLayer:
     attn, mlp = layer.self_attn, layer.mlp
     w_in = None
@@ -112,4 +107,11 @@ def fuse_layer(layer) -> FusedLayer:
     else:
         gate_up, shared, first = [_fuse([mlp.gate_proj, mlp.up_proj])], None, mlp.gate_proj
     probe = attn.q_a_proj if w_in is not None else first
-    return FusedLayer(w_in, gate_up, shared, probe, stacked, first if stacked and probe is not first else None)
+    return FusedLayer(
+        w_in,
+        gate_up,
+        shared,
+        probe,
+        stacked=stacked,
+        expert_probe=first if stacked and probe is not first else None,
+    )
