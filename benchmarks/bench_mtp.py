@@ -6,10 +6,13 @@ tokens a speculative step yields and whether it is faster. Prints a markdown rep
 Sections (ratios are measured in the same run, alternating the two sides, so machine load hits both alike):
   train       the `--preset` model (default tiny) trained from scratch with mtp_loss (LM + 3 chained MTP steps)
               on Python standard-library sources, for a wall-clock budget; held-out losses before and after
-  acceptance  greedy acceptance length (tokens per verification) and rate at k = 1, 2, 3 in the engine on
+  align       the MTP layer aligned with its own main model (finetune/mtp_align.py): greedy continuations of
+              training-text prompts from the engine, then the MTP layer alone trained on them (the main model,
+              and so every output, is unchanged); `--align-steps 0` skips it
+  acceptance  before and after aligning: greedy acceptance length (tokens per verification) and rate at k = 1, 2, 3 in the engine on
               held-out code, outputs checked identical to decoding without speculation; the plain-model
               reference (serve/engine/spec_reference.py) on one prompt, as a cross-check
-  speed       batch-1 decode tokens/s with and without speculation (k = 1, 2, 3)
+  speed       batch-1 decode tokens/s with and without speculation (k = 1, 2, 3), after aligning
   cost        where a speculative step's time goes: verification forward vs a decode step, MTP extend, each
               chained draft step, one lm_head call; distinct routed experts a step reads per MoE layer
               (decode vs verification); the same ratios on the `small` preset (random weights), and the
@@ -31,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).absolute().parents[1]))
 
+from finetune.mtp_align import align_mtp, generate_sequences  # noqa: E402
 from finetune.mtp_loss import MTPTrainConfig, mtp_loss, token_batches, train_mtp  # noqa: E402
 from model.config import preset  # noqa: E402
 from model.modeling import GLM5ForCausalLM  # noqa: E402
@@ -112,7 +116,30 @@ def train(args, tok) -> tuple[GLM5ForCausalLM, dict]:
         "held_out_after": after,
         "held_out_top1_accuracy": accuracy,
     }
-    return model, info | {"held_ids": held_ids}
+    return model, info | {"held_ids": held_ids, "train_ids": train_ids}
+
+
+def align(model, train_ids: list[int], args) -> dict:
+    """Align the MTP layer with the main model on its own greedy continuations of training-text prompts."""
+    gen = torch.Generator().manual_seed(7)
+    plen = 32
+    starts = torch.randint(0, len(train_ids) - plen, (args.align_prompts,), generator=gen).tolist()
+    t = time.perf_counter()
+    seqs = generate_sequences(model, [train_ids[s : s + plen] for s in starts], args.align_new_tokens, ignore_eos=True)
+    gen_s = time.perf_counter() - t
+    cfg = MTPTrainConfig(steps=args.align_steps, lr=3e-3, warmup=10, train_main=False)
+    t = time.perf_counter()
+    hist = align_mtp(
+        model, seqs, cfg, batch_size=8, log_every=max(1, args.align_steps // 6), log=lambda s: print("  " + s)
+    )
+    return {
+        "sequences": len(seqs),
+        "tokens_generated": sum(len(s) - p for s, p in seqs),
+        "generate_seconds": round(gen_s, 1),
+        "train_seconds": round(time.perf_counter() - t, 1),
+        "targets": cfg.targets,
+        "mtp_loss_first_last": [round(hist[0].mtp_mean, 3), round(hist[-1].mtp_mean, 3)],
+    }
 
 
 def held_prompts(held_ids: list[int], n: int, length: int) -> list[list[int]]:
@@ -290,6 +317,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cost-preset", default="small", help="preset whose step costs are measured (random weights)")
+    ap.add_argument("--align-prompts", type=int, default=256, help="training-text prompts to continue for aligning")
+    ap.add_argument("--align-new-tokens", type=int, default=96)
+    ap.add_argument("--align-steps", type=int, default=300, help="MTP-only training steps on them (0: no aligning)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--save", type=Path, default=None, help="save the trained checkpoint here")
     ap.add_argument("--load", type=Path, default=None, help="skip training: load a checkpoint --save wrote")
@@ -301,12 +331,12 @@ def main() -> None:
 
     if args.load:
         model = GLM5ForCausalLM.from_pretrained(args.load).eval()
-        held_ids = corpus(tok, args.corpus_chars)[1]
+        train_ids, held_ids = corpus(tok, args.corpus_chars)
         report["train"] = json.loads((args.load / "train_info.json").read_text())
     else:
         print(f"## train ({args.preset}, {args.train_steps} steps)", flush=True)
         model, info = train(args, tok)
-        held_ids = info.pop("held_ids")
+        held_ids, train_ids = info.pop("held_ids"), info.pop("train_ids")
         report["train"] = info
         if args.save:
             model.save_pretrained(args.save)
@@ -314,6 +344,13 @@ def main() -> None:
     print(json.dumps(report["train"], indent=1), flush=True)
 
     prompts = held_prompts(held_ids, args.prompts, args.prompt_len)
+    if args.align_steps:
+        print("## acceptance before aligning (greedy, engine)", flush=True)
+        report["acceptance_before_align"] = acceptance(model, prompts, args.new_tokens, tok)
+        print(json.dumps(report["acceptance_before_align"], indent=1), flush=True)
+        print(f"## align ({args.align_prompts} prompts, {args.align_steps} MTP-only steps)", flush=True)
+        report["align"] = align(model, train_ids, args)
+        print(json.dumps(report["align"], indent=1), flush=True)
     print("## acceptance (greedy, engine)", flush=True)
     report["acceptance"] = acceptance(model, prompts, args.new_tokens, tok)
     ref = speculative_greedy(model, prompts[0], k=3, max_tokens=min(24, args.new_tokens))

@@ -20,6 +20,13 @@ targets of every term alike, so SFT on agent trajectories trains the MTP layer o
 `train_main=False` runs the main model without gradients and returns the MTP loss alone: that adapts the MTP
 layer to a fine-tuned main model without touching it (what to do after a LoRA SFT, so speculation still pays).
 
+`targets="model"` (self-distillation, as Medusa-2 and EAGLE train their draft heads) replaces each MTP step's
+text token by the main model's own distribution for it: step k at t is trained towards softmax(logits[:, t+1+k]),
+the main model's prediction of token t+2+k from the true prefix, with KL(main || draft) as the loss. What the
+drafts must match to be accepted is the main model's choice, not the text; on text the two differ wherever the
+model is wrong. Run on sequences the model generated itself (finetune/mtp_align.py), the chained steps' inputs
+are also what serving feeds them (the accepted drafts are the model's own tokens).
+
 Shapes: B batch, T tokens, D hidden, V vocab.
 """
 
@@ -54,6 +61,16 @@ def _masked_ce(logits_BTV: torch.Tensor, targets_BT: torch.Tensor, mask_BT: torc
     return (ce * m).sum() / m.sum().clamp(min=1.0)
 
 
+def _masked_kl(teacher_logp_BTV: torch.Tensor, logits_BTV: torch.Tensor, mask_BT: torch.Tensor | None) -> torch.Tensor:
+    """KL(teacher || softmax(logits)) per position, averaged over the masked positions."""
+    logq = F.log_softmax(logits_BTV.float(), dim=-1)
+    kl = (teacher_logp_BTV.exp() * (teacher_logp_BTV - logq)).sum(-1).flatten()
+    if mask_BT is None:
+        return kl.mean()
+    m = mask_BT.flatten().to(kl.dtype)
+    return (kl * m).sum() / m.sum().clamp(min=1.0)
+
+
 def mtp_loss(
     model,
     input_ids: torch.Tensor,
@@ -61,10 +78,12 @@ def mtp_loss(
     mtp_weight: float = 0.3,
     loss_mask: torch.Tensor | None = None,
     train_main: bool = True,
+    targets: str = "tokens",
 ) -> MTPLoss:
     """LM loss + `mtp_weight` * the mean of the `num_steps` chained MTP losses (module docstring).
 
-    input_ids [B, T] with T >= num_steps + 2 (every step needs at least one target).
+    input_ids [B, T] with T >= num_steps + 2 (every step needs at least one target). `targets`: "tokens" (the
+    text, GLM-5's MTP loss) or "model" (the main model's distribution, KL; module docstring).
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [batch, tokens], got shape {tuple(input_ids.shape)}")
@@ -77,6 +96,8 @@ def mtp_loss(
         raise ValueError(f"sequences of {T} tokens are too short for {num_steps} MTP steps (need {num_steps + 2})")
     if loss_mask is not None and loss_mask.shape != input_ids.shape:
         raise ValueError(f"loss_mask shape {tuple(loss_mask.shape)} != input_ids shape {tuple(input_ids.shape)}")
+    if targets not in ("tokens", "model"):
+        raise ValueError(f"targets must be 'tokens' or 'model', got {targets!r}")
     mask = loss_mask.bool() if loss_mask is not None else None
 
     with contextlib.nullcontext() if train_main else torch.no_grad():
@@ -85,13 +106,18 @@ def mtp_loss(
     if not train_main:
         h = h.detach()
 
+    # The main model's log-distribution over token t+1 at each t, the soft target of every step (no gradient).
+    teacher = F.log_softmax(logits.detach().float(), dim=-1) if targets == "model" else None
     steps = []
     for k in range(num_steps):
         n = T - 1 - k
         positions = torch.arange(1 + k, T, device=input_ids.device)
         draft, h = model.mtp_forward(h[:, :n], input_ids[:, 1 + k :], positions, step=k)
         target_mask = None if mask is None else mask[:, 2 + k :]
-        steps.append(_masked_ce(draft[:, : n - 1], input_ids[:, 2 + k :], target_mask))
+        if teacher is None:
+            steps.append(_masked_ce(draft[:, : n - 1], input_ids[:, 2 + k :], target_mask))
+        else:  # draft[:, t] and teacher[:, t+1+k] are both distributions over token t+2+k
+            steps.append(_masked_kl(teacher[:, 1 + k : T - 1], draft[:, : n - 1], target_mask))
     mtp = torch.stack(steps).mean() if steps else lm.new_zeros(())
     loss = (lm + mtp_weight * mtp) if train_main else mtp
     return MTPLoss(loss, float(lm.detach()), [float(s.detach()) for s in steps])
@@ -122,16 +148,18 @@ class MTPTrainConfig:
     num_mtp_steps: int = 3
     mtp_weight: float = 0.3
     train_main: bool = True
+    targets: str = "tokens"  # or "model": self-distillation (mtp_loss)
 
 
 def train_mtp(
     model,
-    batches: Iterable[torch.Tensor],
+    batches: Iterable[torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
     cfg: MTPTrainConfig = MTPTrainConfig(),
     log_every: int = 0,
     log=print,
 ) -> list[MTPLoss]:
     """data -> forward -> mtp_loss -> backward -> clip -> step, `cfg.steps` times. Returns every step's loss.
+    A batch is ids [B, T] or (ids, loss mask [B, T]).
 
     With `train_main=False` only the MTP layer(s) are optimised (the main model is left exactly as it was).
     """
@@ -156,7 +184,11 @@ def train_mtp(
     for step in range(cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
-        out = mtp_loss(model, next(it), cfg.num_mtp_steps, cfg.mtp_weight, train_main=cfg.train_main)
+        batch = next(it)
+        ids, mask = batch if isinstance(batch, tuple) else (batch, None)  # (ids, loss mask) or ids
+        out = mtp_loss(
+            model, ids, cfg.num_mtp_steps, cfg.mtp_weight, mask, train_main=cfg.train_main, targets=cfg.targets
+        )
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
         if cfg.grad_clip:
