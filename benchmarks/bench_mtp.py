@@ -12,7 +12,8 @@ Sections (ratios are measured in the same run, alternating the two sides, so mac
   acceptance  before and after aligning: greedy acceptance length (tokens per verification) and rate at k = 1, 2, 3 in the engine on
               held-out code, outputs checked identical to decoding without speculation; the plain-model
               reference (serve/engine/spec_reference.py) on one prompt, as a cross-check
-  speed       batch-1 decode tokens/s with and without speculation (k = 1, 2, 3), after aligning
+  speed       batch-1 decode tokens/s with and without speculation (k = 1, 2, 3), after aligning; and k = 3
+              drafting from a draft vocabulary of V/4 tokens ranked by the model's own generations
   cost        where a speculative step's time goes: verification forward vs a decode step, MTP extend, each
               chained draft step, one lm_head call; distinct routed experts a step reads per MoE layer
               (decode vs verification); the same ratios on the `small` preset (random weights), and the
@@ -34,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).absolute().parents[1]))
 
-from finetune.mtp_align import align_mtp, generate_sequences  # noqa: E402
+from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences  # noqa: E402
 from finetune.mtp_loss import MTPTrainConfig, mtp_loss, token_batches, train_mtp  # noqa: E402
 from model.config import preset  # noqa: E402
 from model.modeling import GLM5ForCausalLM  # noqa: E402
@@ -119,7 +120,7 @@ def train(args, tok) -> tuple[GLM5ForCausalLM, dict]:
     return model, info | {"held_ids": held_ids, "train_ids": train_ids}
 
 
-def align(model, train_ids: list[int], args) -> dict:
+def align(model, train_ids: list[int], args) -> tuple[list[tuple[list[int], int]], dict]:
     """Align the MTP layer with the main model on its own greedy continuations of training-text prompts."""
     gen = torch.Generator().manual_seed(7)
     plen = 32
@@ -132,7 +133,7 @@ def align(model, train_ids: list[int], args) -> dict:
     hist = align_mtp(
         model, seqs, cfg, batch_size=8, log_every=max(1, args.align_steps // 6), log=lambda s: print("  " + s)
     )
-    return {
+    return seqs, {
         "sequences": len(seqs),
         "tokens_generated": sum(len(s) - p for s, p in seqs),
         "generate_seconds": round(gen_s, 1),
@@ -184,10 +185,12 @@ def acceptance(model, prompts, new_tokens: int, tok) -> dict:
     return out
 
 
-def decode_time(model, k: int | None, prompt: list[int], new_tokens: int, counter=None) -> tuple[float, LLMEngine]:
+def decode_time(
+    model, k: int | None, prompt: list[int], new_tokens: int, counter=None, **engine_kw
+) -> tuple[float, LLMEngine]:
     """Seconds for the decode steps of one request (after its first token), batch 1. Speculation metrics and
     the expert counter cover the decode steps only."""
-    eng = make_engine(model, k, max_num_seqs=1)
+    eng = make_engine(model, k, max_num_seqs=1, **engine_kw)
     eng.add_request(prompt, SamplingParams(temperature=0, max_tokens=new_tokens + 1, ignore_eos=True))
     eng.step()  # prefill + first token (+ first drafts)
     if k:
@@ -200,18 +203,21 @@ def decode_time(model, k: int | None, prompt: list[int], new_tokens: int, counte
     return time.perf_counter() - t, eng
 
 
-def speed(model, prompts, new_tokens: int, rounds: int) -> dict:
+def speed(model, prompts, new_tokens: int, rounds: int, vocab: tuple[int, ...] | None = None) -> dict:
     """Each round runs every prompt under every setting back to back; a setting's rate is its total tokens over
-    its total time, and the per-round ratios show how much the machine's load moved."""
-    names = (("none", None), ("k=1", 1), ("k=2", 2), ("k=3", 3))
-    times: dict[str, list[float]] = {n: [] for n, _ in names}
+    its total time, and the per-round ratios show how much the machine's load moved. With `vocab`, k = 3 also
+    runs with that draft vocabulary."""
+    names = [("none", None, {}), ("k=1", 1, {}), ("k=2", 2, {}), ("k=3", 3, {})]
+    if vocab:
+        names.append(("k=3, draft vocab", 3, {"draft_vocab": vocab}))
+    times: dict[str, list[float]] = {n: [] for n, _, _ in names}
     decode_time(model, 3, prompts[0], 4)  # warm-up (fusion, allocator)
     for _ in range(rounds):
-        for name, k in names:
-            times[name].append(sum(decode_time(model, k, p, new_tokens)[0] for p in prompts))
+        for name, k, kw in names:
+            times[name].append(sum(decode_time(model, k, p, new_tokens, **kw)[0] for p in prompts))
     tokens = rounds * len(prompts) * new_tokens
     out = {}
-    for name, _ in names:
+    for name, _, _ in names:
         per_round = [b / s for b, s in zip(times["none"], times[name], strict=True)]
         out[name] = {
             "tokens_per_s": round(tokens / sum(times[name]), 2),
@@ -344,12 +350,19 @@ def main() -> None:
     print(json.dumps(report["train"], indent=1), flush=True)
 
     prompts = held_prompts(held_ids, args.prompts, args.prompt_len)
+    vocab = None
     if args.align_steps:
         print("## acceptance before aligning (greedy, engine)", flush=True)
         report["acceptance_before_align"] = acceptance(model, prompts, args.new_tokens, tok)
         print(json.dumps(report["acceptance_before_align"], indent=1), flush=True)
         print(f"## align ({args.align_prompts} prompts, {args.align_steps} MTP-only steps)", flush=True)
-        report["align"] = align(model, train_ids, args)
+        seqs, report["align"] = align(model, train_ids, args)
+        # A draft vocabulary of a quarter of the tokens (FR-Spec's share for Llama-3: 32K of 128K), ranked by
+        # the model's own generations; how few tokens this small model's generations actually use is reported.
+        size = model.config.vocab_size // 4
+        vocab = tuple(draft_vocab(seqs, size=size, fallback=train_ids))
+        report["align"]["draft_vocab_size"] = len(vocab)
+        report["align"]["tokens_covering_99pct_of_generations"] = len(draft_vocab(seqs, coverage=0.99))
         print(json.dumps(report["align"], indent=1), flush=True)
     print("## acceptance (greedy, engine)", flush=True)
     report["acceptance"] = acceptance(model, prompts, args.new_tokens, tok)
@@ -363,7 +376,7 @@ def main() -> None:
     )
 
     print("## speed (batch 1)", flush=True)
-    report["speed"] = speed(model, prompts, args.new_tokens, args.rounds)
+    report["speed"] = speed(model, prompts, args.new_tokens, args.rounds, vocab)
     print(json.dumps(report["speed"], indent=1), flush=True)
 
     print(f"## cost ({args.preset}, trained)", flush=True)

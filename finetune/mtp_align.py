@@ -18,7 +18,8 @@ Shapes: B batch, T tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
 import torch
@@ -56,6 +57,37 @@ def generate_sequences(
                 if progress:
                     progress(len(done), len(prompts))
     return [(list(p) + done[i], len(p)) for p, i in zip(prompts, ids, strict=True)]
+
+
+def draft_vocab(
+    seqs: list[tuple[list[int], int]],
+    size: int | None = None,
+    coverage: float = 0.99,
+    fallback: Iterable[int] = (),
+) -> list[int]:
+    """A draft vocabulary for `EngineConfig.draft_vocab` (sorted token ids), ranked by how often the model
+    generated each token in `seqs`: the model's own output is the right sample, since drafts only ever need
+    to propose what it says. `size` None: the fewest top tokens that make up `coverage` of the generated
+    tokens. With a `size`, the top `size`; if the model generated fewer distinct tokens, the rest are the most
+    frequent of `fallback` (a token stream, e.g. the training text)."""
+    if not 0.0 < coverage <= 1.0:
+        raise ValueError(f"coverage must be in (0, 1], got {coverage}")
+    if size is not None and size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    counts = Counter(t for s, p in seqs for t in s[p:])
+    if not counts:
+        raise ValueError("the sequences have no generated tokens to count")
+    ranked = [t for t, _ in counts.most_common()]
+    if size is None:
+        total, n = sum(counts.values()), 0
+        for i, t in enumerate(ranked):
+            n += counts[t]
+            if n >= coverage * total:
+                return sorted(ranked[: i + 1])
+        return sorted(ranked)
+    seen = set(ranked)
+    ranked += [t for t, _ in Counter(fallback).most_common() if t not in seen]
+    return sorted(ranked[:size])
 
 
 def align_batches(

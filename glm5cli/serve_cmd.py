@@ -31,6 +31,12 @@ def serve(
         None, help="mtp: draft with GLM-5's MTP layer; off: none. Default: mtp for sglang/vllm, off embedded."
     ),
     num_draft_tokens: int = typer.Option(3, min=1, max=3, help="Tokens the MTP layer drafts per step (1-3)."),
+    draft_vocab: Path | None = typer.Option(
+        None,
+        help="JSON file of the token ids drafts are drawn from (FR-Spec: each draft then reads only those rows of "
+        "the lm_head; outputs are unchanged). finetune.mtp_align.draft_vocab makes one. Embedded engine, with "
+        "--speculative mtp.",
+    ),
     max_num_seqs: int | None = typer.Option(None, help="Most requests decoded at once."),
     max_queue: int = typer.Option(256, help="Most requests waiting; more get 429 (embedded engine)."),
     max_model_len: int | None = typer.Option(None, help="Context length (default: the checkpoint's)."),
@@ -73,6 +79,16 @@ def serve(
             fail(f"--dtype {dtype!r}: expected auto, float32 or bfloat16", code=EXIT_USAGE)
         if not Path(model).is_dir():
             fail(f"{model} is not a checkpoint directory", hint="glm5 model init --preset tiny --out DIR makes one")
+        vocab = None
+        if draft_vocab is not None:
+            if speculative != "mtp":
+                fail("--draft-vocab is for MTP drafts: add --speculative mtp", code=EXIT_USAGE)
+            from serve.engine.spec_decode import read_draft_vocab
+
+            try:
+                vocab = read_draft_vocab(draft_vocab)
+            except ValueError as e:
+                fail(str(e), code=EXIT_USAGE)
         code = run_embedded(
             model_dir=Path(model),
             host=host,
@@ -87,6 +103,7 @@ def serve(
             kv_cache_gib=kv_cache_gib,
             num_draft_tokens=num_draft_tokens,
             dtype=dtype,
+            draft_vocab=vocab,
         )
         raise typer.Exit(code)
 
@@ -98,6 +115,8 @@ def serve(
 
     if quant:
         fail("--quant applies to the embedded engine; sglang/vLLM read the checkpoint's own quantization")
+    if draft_vocab is not None:
+        fail("--draft-vocab applies to the embedded engine; pass sglang's own option with --engine-arg")
     if precision == "auto":
         precision = checkpoint_precision(model)
     spec = None if speculative == "off" else (speculative or "mtp")

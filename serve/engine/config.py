@@ -31,6 +31,10 @@ class EngineConfig:
     # step by chaining itself, the main model verifies them in the step's forward; serve/engine/spec_decode.py).
     speculative: str | None = None
     num_draft_tokens: int = 3
+    # The tokens drafts are drawn from (FR-Spec's frequency-ranked subset): each draft then reads only these
+    # rows of the lm_head, not all V. None: the whole vocabulary. Outputs never change (the main model verifies
+    # against its full vocabulary); a token outside the set is simply never drafted. See spec_decode.py.
+    draft_vocab: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.attn_impl not in ("plain", "fast"):
@@ -46,5 +50,12 @@ class EngineConfig:
             raise ValueError(f"speculative must be None or 'mtp', got {self.speculative!r}")
         if self.speculative and not 1 <= self.num_draft_tokens <= 8:
             raise ValueError(f"num_draft_tokens must be in 1..8, got {self.num_draft_tokens}")
+        if self.draft_vocab is not None:
+            if self.speculative is None:
+                raise ValueError("draft_vocab is only used with speculative='mtp'")
+            if not self.draft_vocab:
+                raise ValueError("draft_vocab is empty; pass None to draft from the whole vocabulary")
+            if min(self.draft_vocab) < 0 or len(set(self.draft_vocab)) != len(self.draft_vocab):
+                raise ValueError("draft_vocab must hold distinct non-negative token ids")
         if self.kv_cache_gib <= 0:
             raise ValueError(f"kv_cache_gib must be > 0, got {self.kv_cache_gib}")

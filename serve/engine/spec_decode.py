@@ -36,13 +36,21 @@ and `num_draft_tokens` lookahead slots for the drafting that follows; drafts nev
 room a sequence decodes one token). Requests with penalties are not speculated (their distribution depends
 on the tokens before each position; see rejection_sampler.py).
 
+Draft vocabulary (`EngineConfig.draft_vocab`, FR-Spec): a draft multiplies the MTP output by the whole
+lm_head, V x D; at GLM-5's 154,880 x 6144 that is most of the bytes a draft reads. Drafting from the tokens a
+model actually emits (finetune/mtp_align.py `draft_vocab` counts them in its own generations) reads a fraction
+of it. Only drafts change: verification uses the full vocabulary, so outputs are identical, and a token
+outside the set is just never proposed.
+
 Shapes: N tokens in a step, B sequences, D hidden, V vocab, K drafts.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +62,26 @@ from serve.engine.model_runner import ModelRunner, SeqInput, StepInput
 from serve.engine.rejection_sampler import draft_tokens, verify
 from serve.engine.scheduler import ScheduledChunk
 from serve.engine.sequence import Sequence, TokenLogprob
+
+
+def write_draft_vocab(path, token_ids, **info) -> None:
+    """Save a draft vocabulary (EngineConfig.draft_vocab) as JSON: {"draft_vocab": [...], **info}."""
+    Path(path).write_text(json.dumps({"draft_vocab": sorted(int(t) for t in token_ids), **info}) + "\n")
+
+
+def read_draft_vocab(path) -> tuple[int, ...]:
+    """A draft vocabulary file (write_draft_vocab's JSON, or a bare JSON list of token ids) -> token ids.
+    Raises ValueError naming the file and what is wrong with it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read the draft vocabulary {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    ids = data.get("draft_vocab") if isinstance(data, dict) else data
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise ValueError(f'{path}: expected a list of token ids, or {{"draft_vocab": [token ids]}}')
+    return tuple(ids)
 
 
 @dataclass
@@ -130,6 +158,15 @@ class SpecModelRunner(ModelRunner):
         kv.latent_NPK.append(torch.zeros(kv.num_blocks, kv.block_size, kv.C + kv.R, **kw))
         kv.index_k_NPD.append(torch.zeros(kv.num_blocks, kv.block_size, cfg.index_head_dim, **kw))
         self.mtp_fused: FusedLayer | None = None
+        self.draft_ids: torch.Tensor | None = None  # EngineConfig.draft_vocab, and its lm_head rows:
+        self._draft_head: tuple[torch.Tensor, tuple] | None = None  # (input-major [D, n] copy, source key)
+        if engine_cfg.draft_vocab is not None:
+            if type(model.lm_head) is not torch.nn.Linear:
+                raise ValueError(f"draft_vocab needs a plain nn.Linear lm_head, not {type(model.lm_head).__name__}")
+            bad = [t for t in engine_cfg.draft_vocab if t >= cfg.vocab_size]
+            if bad:
+                raise ValueError(f"draft_vocab has token ids beyond the vocabulary ({cfg.vocab_size}): {bad[:5]}")
+            self.draft_ids = torch.tensor(sorted(engine_cfg.draft_vocab), dtype=torch.long, device=self.device)
         self.spec_metrics = SpecMetrics(self.k, accepted_at=[0] * self.k)
 
     # ---- step preparation: the chunk's tokens plus its drafts ----------------------------------------
@@ -316,6 +353,22 @@ class SpecModelRunner(ModelRunner):
         if drafting:
             self._draft(drafting, z_ND[[d[2] for d in drafting]])  # the MTP output at each e gives d_1
 
+    def _draft_logits(self, z_BD: torch.Tensor) -> torch.Tensor:
+        """Draft logits [B, V] (fp32). With a draft vocabulary only its rows of the lm_head are read (a copy,
+        input-major, remade when the lm_head's weight changes) and every other token gets -inf, so sampling,
+        its q, and the rejection rule work on a distribution that is simply zero outside the set."""
+        lm_head = self.model.lm_head
+        if self.draft_ids is None:
+            return lm_head(z_BD).float()
+        w = lm_head.weight
+        key = (w.data_ptr(), w._version, w.dtype)
+        if self._draft_head is None or self._draft_head[1] != key:
+            with torch.inference_mode(False), torch.no_grad():
+                self._draft_head = (w.detach().index_select(0, self.draft_ids).T.contiguous(), key)
+        sub_Bn = (z_BD.to(w.dtype) @ self._draft_head[0]).float()
+        logits_BV = sub_Bn.new_full((sub_Bn.shape[0], w.shape[0]), float("-inf"))
+        return logits_BV.index_copy_(1, self.draft_ids, sub_Bn)
+
     def _draft(self, drafting: list[tuple[Sequence, torch.Tensor, int, int, int]], z_BD: torch.Tensor) -> None:
         """d_1 from the extend's output at e; then d_{j+1} from the layer run again on (its output, d_j) at
         position e + j, for the sequences that want more than j drafts."""
@@ -341,7 +394,7 @@ class SpecModelRunner(ModelRunner):
                 z_BD = self._mtp(step, z_BD)  # fed back: the output after shared_head.norm (mtp_forward's rule)
                 self.spec_metrics.num_chain_steps += 1
             seqs_b = [seqs_all[b] for b in live]
-            logits_BV = self.model.lm_head(z_BD).float()
+            logits_BV = self._draft_logits(z_BD)
             toks, qs = draft_tokens(logits_BV, [s.params for s in seqs_b], [s.generator for s in seqs_b])
             for b, s, t, q in zip(live, seqs_b, toks, qs, strict=True):
                 s.spec.draft_token_ids.append(t)

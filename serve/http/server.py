@@ -27,6 +27,7 @@ def load_engine(
     kv_cache_gib: float | None = None,
     num_draft_tokens: int = 3,
     dtype: str = "auto",
+    draft_vocab: tuple[int, ...] | None = None,
 ):
     """Build the embedded engine over `model_dir`, showing what it is doing while the weights load.
 
@@ -48,7 +49,7 @@ def load_engine(
     if kv_cache_gib:
         kwargs["kv_cache_gib"] = kv_cache_gib
     if speculative:
-        kwargs.update(speculative="mtp", num_draft_tokens=num_draft_tokens)
+        kwargs.update(speculative="mtp", num_draft_tokens=num_draft_tokens, draft_vocab=draft_vocab)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.monotonic()
     with console.status(f"loading {model_dir} ({checkpoint_summary(model_dir)}) onto {device}...", spinner="dots"):
@@ -83,6 +84,7 @@ def run_embedded(
     kv_cache_gib: float | None = None,
     num_draft_tokens: int = 3,
     dtype: str = "auto",
+    draft_vocab: tuple[int, ...] | None = None,
 ) -> int:
     import uvicorn
 
@@ -91,7 +93,16 @@ def run_embedded(
 
     console = Console(stderr=True)
     engine, tokenizer = load_engine(
-        model_dir, quant, speculative, max_num_seqs, max_model_len, console, kv_cache_gib, num_draft_tokens, dtype
+        model_dir,
+        quant,
+        speculative,
+        max_num_seqs,
+        max_model_len,
+        console,
+        kv_cache_gib,
+        num_draft_tokens,
+        dtype,
+        draft_vocab,
     )
     if tokenizer is None:
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")

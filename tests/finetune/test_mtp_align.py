@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from finetune.mtp_align import align_batches, align_mtp, generate_sequences
+from finetune.mtp_align import align_batches, align_mtp, draft_vocab, generate_sequences
 from finetune.mtp_loss import MTPTrainConfig, mtp_loss, token_batches, train_mtp
 from model import GLM5ForCausalLM
 from model.config import preset
@@ -129,3 +129,17 @@ def test_generate_sequences_names_bad_prompts():
         generate_sequences(model, [], 4)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         generate_sequences(model, [[1, 2], []], 4)
+
+
+def test_draft_vocab_ranks_generated_tokens_and_fills_from_a_fallback():
+    seqs = [([9, 9, 1, 1, 1, 2], 2), ([8, 1, 3, 3], 1)]  # generated: 1 x4, 2 x1, 3 x2
+    assert draft_vocab(seqs, coverage=0.5) == [1]
+    assert draft_vocab(seqs, coverage=0.8) == [1, 3]
+    assert draft_vocab(seqs) == [1, 2, 3]
+    assert draft_vocab(seqs, size=2) == [1, 3]
+    # More than the model generated: the most frequent tokens of the fallback stream fill the rest.
+    assert draft_vocab(seqs, size=5, fallback=[7, 7, 7, 5, 5, 1, 4]) == [1, 2, 3, 5, 7]
+    with pytest.raises(ValueError, match="no generated tokens"):
+        draft_vocab([([1, 2], 2)])
+    with pytest.raises(ValueError, match="coverage"):
+        draft_vocab(seqs, coverage=0)

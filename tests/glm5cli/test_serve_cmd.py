@@ -76,3 +76,16 @@ def test_serve_flag_errors(tmp_path):
     assert r.exit_code == 2 and "bfloat16" in r.output
     r = runner.invoke(app, ["serve", "m", "--engine", "vllm", "--quant", "int4"])
     assert r.exit_code == 1 and "embedded engine" in r.output
+    # --draft-vocab: only with MTP drafts, a readable list of token ids, embedded engine only.
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text("[1, 2, 3]")
+    r = runner.invoke(app, ["serve", str(tmp_path), "--draft-vocab", str(vocab)])
+    assert r.exit_code == 2 and "--speculative mtp" in r.output
+    for text, msg in [("[1, 2", "not JSON"), ('{"ids": [1]}', "expected a list of token ids"), ("[1, true]", "list")]:
+        vocab.write_text(text)
+        r = runner.invoke(app, ["serve", str(tmp_path), "--speculative", "mtp", "--draft-vocab", str(vocab)])
+        assert r.exit_code == 2 and msg in r.output and "vocab.json" in r.output, r.output
+    r = runner.invoke(app, ["serve", str(tmp_path), "--speculative", "mtp", "--draft-vocab", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "cannot read the draft vocabulary" in r.output
+    r = runner.invoke(app, ["serve", "m", "--engine", "sglang", "--draft-vocab", str(vocab)])
+    assert r.exit_code == 1 and "embedded engine" in r.output

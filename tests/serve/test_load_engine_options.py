@@ -13,12 +13,16 @@ from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
 
 
 def test_load_engine_with_int4_weights_and_mtp_drafts(tiny_checkpoint):  # noqa: F811
-    engine, tok = load_engine(tiny_checkpoint, "int4", True, 4, 256, Console(quiet=True), 0.01, num_draft_tokens=2)
+    vocab = tuple(range(0, 4000, 2))  # drafts from a draft vocabulary: the lm_head stays high precision
+    engine, tok = load_engine(
+        tiny_checkpoint, "int4", True, 4, 256, Console(quiet=True), 0.01, num_draft_tokens=2, draft_vocab=vocab
+    )
     try:
         llm_engine = engine.core
         model = llm_engine.model
         assert any(isinstance(m, Int4Linear) for m in model.modules())
         assert llm_engine.config.speculative == "mtp" and llm_engine.config.num_draft_tokens == 2
+        assert llm_engine.runner.draft_ids.tolist() == list(vocab)
 
         async def run():
             outs = [o async for o in engine.generate(tok.encode("def add(a, b):"), SamplingParams(max_tokens=8), "r1")]

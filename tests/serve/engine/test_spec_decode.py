@@ -11,7 +11,7 @@ import torch
 from serve import LLM, SamplingParams
 from serve.engine.engine import LLMEngine
 from serve.engine.rejection_sampler import processed_logprobs
-from serve.engine.spec_decode import SpecModelRunner
+from serve.engine.spec_decode import SpecModelRunner, read_draft_vocab, write_draft_vocab
 from serve.engine.spec_reference import mtp_drafts, speculative_greedy
 from tests.serve.engine.conftest import random_prompts
 
@@ -279,3 +279,85 @@ def test_cache_sized_from_memory_counts_the_mtp_layer(tiny_model):
     kv = LLM(tiny_model, kv_cache_gib=gib, speculative="mtp").engine.runner.kv
     assert len(kv.latent_NPK) == tiny_model.config.num_hidden_layers + 1  # the MTP layer is one more layer
     assert gib * 2**30 * 0.95 < kv.num_bytes <= gib * 2**30
+
+
+def _spec_llm(model, **kw) -> LLM:
+    return LLM(model, block_size=4, num_kv_blocks=256, max_num_batched_tokens=32, speculative="mtp", **kw)
+
+
+def test_a_draft_vocabulary_only_changes_drafts(tiny_model, prompts, baseline):
+    """Drafts come from the set only (every draft token, every step), outputs stay identical, and the set of
+    all tokens drafts exactly what the full lm_head drafts."""
+    V = tiny_model.config.vocab_size
+    full = _spec_llm(tiny_model)
+    same_outputs(full.generate(prompts, greedy()), baseline)
+    # The set: half the vocabulary, with a token the full drafter proposes left out.
+    vocab = tuple(range(0, V, 2))
+    llm = _spec_llm(tiny_model, draft_vocab=vocab)
+    drafted: list[int] = []
+    run = llm.engine.runner._draft
+
+    def spy(drafting, z):
+        run(drafting, z)
+        drafted.extend(t for d in drafting for t in d[0].spec.draft_token_ids)
+
+    llm.engine.runner._draft = spy
+    same_outputs(llm.generate(prompts, greedy()), baseline)
+    assert drafted and set(drafted) <= set(vocab)
+    everything = _spec_llm(tiny_model, draft_vocab=tuple(range(V)))
+    same_outputs(everything.generate(prompts, greedy()), baseline)
+    a, b = everything.engine.runner.spec_metrics, full.engine.runner.spec_metrics
+    assert (a.num_draft_tokens, a.accepted_at) == (b.num_draft_tokens, b.accepted_at)
+
+
+def test_draft_vocabulary_under_sampling_keeps_target_logprobs(tiny_model, prompts):
+    params = SamplingParams(temperature=0.8, top_k=50, max_tokens=10, ignore_eos=True, seed=5)
+    llm = _spec_llm(tiny_model, draft_vocab=tuple(range(1, tiny_model.config.vocab_size, 3)))
+    outs = llm.generate(prompts[:3], params)
+    for p, out in zip(prompts[:3], outs, strict=True):
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([p + out.token_ids]))[0]
+        target = processed_logprobs(logits[len(p) - 1 : -1], params)
+        for j, lp in enumerate(out.logprobs):
+            assert lp.logprob == pytest.approx(float(target[j, lp.token_id]), abs=1e-4)
+
+
+def test_draft_head_follows_lm_head_updates(tiny_model):
+    llm = _spec_llm(tiny_model, draft_vocab=(3, 1, 7))
+    runner = llm.engine.runner
+    z = torch.randn(2, tiny_model.config.hidden_size)
+    w = tiny_model.lm_head.weight
+    saved = w.detach().clone()
+    try:
+        with torch.inference_mode():
+            first = runner._draft_logits(z)
+            assert torch.isinf(first[:, 0]).all() and torch.isfinite(first[:, [1, 3, 7]]).all()
+            assert torch.allclose(first[:, [1, 3, 7]], z @ w[[1, 3, 7]].T, atol=1e-5)
+        with torch.no_grad():
+            w.mul_(2.0)  # an optimizer step or a load_state_dict writes in place
+        with torch.inference_mode():
+            assert torch.allclose(runner._draft_logits(z)[:, [1, 3, 7]], 2 * first[:, [1, 3, 7]], atol=1e-5)
+    finally:
+        with torch.no_grad():
+            w.copy_(saved)
+
+
+def test_bad_draft_vocabularies_are_named(tiny_model):
+    V = tiny_model.config.vocab_size
+    for vocab, msg in [
+        ((), "empty"),
+        ((1, 1), "distinct"),
+        ((-1, 2), "non-negative"),
+        ((1, V), "beyond the vocabulary"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            _spec_llm(tiny_model, draft_vocab=vocab)
+    with pytest.raises(ValueError, match="only used with speculative"):
+        LLM(tiny_model, draft_vocab=(1, 2))
+
+
+def test_draft_vocabulary_files_round_trip(tmp_path):
+    write_draft_vocab(tmp_path / "v.json", [5, 3, 9], coverage=0.99)
+    assert read_draft_vocab(tmp_path / "v.json") == (3, 5, 9)
+    (tmp_path / "bare.json").write_text("[4, 2]")
+    assert read_draft_vocab(tmp_path / "bare.json") == (4, 2)
