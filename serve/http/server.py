@@ -65,6 +65,7 @@ def load_engine(
         f"({str(next(model.parameters()).dtype).removeprefix('torch.')}); "
         f"context {llm.engine.max_model_len} tokens, KV blocks {llm.engine.block_manager.num_blocks}"
         + (f"; MTP speculative decoding, {num_draft_tokens} drafts" if speculative else "")
+        + (f" from a {len(draft_vocab)}-token draft vocabulary" if speculative and draft_vocab else "")
         + ("; INT4 weights" if quant == "int4" else "")
     )
     return EmbeddedEngine(AsyncLLM(llm.engine)), llm.tokenizer
