@@ -120,6 +120,22 @@ class ModelRunner:
         # Latents (c_kv + k_pe of one token in one layer) read by batched decode attention: with DSA this
         # grows with index_topk, not with the context. Benchmarks and tests read it.
         self.decode_latents_read = 0
+        self._rope_tab: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def _rope(self, positions_N: torch.Tensor):
+        """(cos, sin) [N, R/2] fp32 for the plain path and (cos, sin) [N, 1, R/2] in the model's dtype for the
+        fast path, looked up in a table of every position so far (the model's rope_cos_sin over 0..P-1, grown
+        by doubling): two index ops per forward instead of computing the frequencies again (a decode step of
+        a small model pays per torch call, and speculative decoding calls this four times a step)."""
+        top = int(positions_N.max()) + 1 if positions_N.numel() else 1
+        if self._rope_tab is None or self._rope_tab[0].shape[0] < top:
+            P = max(top, 2 * self._rope_tab[0].shape[0] if self._rope_tab is not None else 4096)
+            cos, sin = self.model.model.rope(torch.arange(P, device=self.device))
+            self._rope_tab = (cos, sin, cos[:, None].to(self.dtype), sin[:, None].to(self.dtype))
+        cos, sin, cos_dt, sin_dt = self._rope_tab
+        if self.fast:
+            return None, None, (cos_dt[positions_N], sin_dt[positions_N])
+        return cos[positions_N], sin[positions_N], (cos_dt[positions_N], sin_dt[positions_N])
 
     def _layers(self):
         return [self.model.model.layers[i] for i in range(self.cfg.num_hidden_layers)]
@@ -174,11 +190,10 @@ class ModelRunner:
         """Logits [len(sample_rows), V] (fp32) of the step's sampling positions."""
         m = self.model.model
         x_ND = m.embed_tokens(step.input_ids_N)
-        cos, sin = m.rope(step.positions_N)  # [N, R/2] fp32
+        cos, sin, rope_cs = self._rope(step.positions_N)
         prev_topk: dict[int, torch.Tensor | None] = {}
         if self.fast:
             self._ensure_fused()
-            rope_cs = (cos[:, None].to(self.dtype), sin[:, None].to(self.dtype))
         for i, layer in enumerate(self._layers()):
             # record_function labels let a profiler split a step into attention / mlp / lm_head / sampler.
             if self.fast:

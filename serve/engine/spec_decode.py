@@ -207,10 +207,6 @@ class SpecModelRunner(ModelRunner):
             return self._layer_fast(i, layer, fused, x_ND, rope_cs, step, prev_topk)
         return self._layer_plain(i, layer, x_ND, cos, sin, step, prev_topk)
 
-    def _rope(self, positions_N: torch.Tensor):
-        cos, sin = self.model.model.rope(positions_N)  # [N, R/2] fp32
-        return cos, sin, (cos[:, None].to(self.dtype), sin[:, None].to(self.dtype))
-
     def _trunk(self, step: StepInput) -> torch.Tensor:
         """The main layers over the step (the base runner's path) -> hidden after model.norm, every row [N, D]."""
         m = self.model.model
@@ -357,17 +353,20 @@ class SpecModelRunner(ModelRunner):
         """Draft logits [B, V] (fp32). With a draft vocabulary only its rows of the lm_head are read (a copy,
         input-major, remade when the lm_head's weight changes) and every other token gets -inf, so sampling,
         its q, and the rejection rule work on a distribution that is simply zero outside the set."""
-        lm_head = self.model.lm_head
         if self.draft_ids is None:
-            return lm_head(z_BD).float()
-        w = lm_head.weight
+            return self.model.lm_head(z_BD).float()
+        sub_Bn = self._draft_sub_logits(z_BD)
+        logits_BV = sub_Bn.new_full((sub_Bn.shape[0], self.cfg.vocab_size), float("-inf"))
+        return logits_BV.index_copy_(1, self.draft_ids, sub_Bn)
+
+    def _draft_sub_logits(self, z_BD: torch.Tensor) -> torch.Tensor:
+        """Logits of the draft vocabulary's tokens only, [B, n] fp32 (column i is token draft_ids[i])."""
+        w = self.model.lm_head.weight
         key = (w.data_ptr(), w._version, w.dtype)
         if self._draft_head is None or self._draft_head[1] != key:
             with torch.inference_mode(False), torch.no_grad():
                 self._draft_head = (w.detach().index_select(0, self.draft_ids).T.contiguous(), key)
-        sub_Bn = (z_BD.to(w.dtype) @ self._draft_head[0]).float()
-        logits_BV = sub_Bn.new_full((sub_Bn.shape[0], w.shape[0]), float("-inf"))
-        return logits_BV.index_copy_(1, self.draft_ids, sub_Bn)
+        return (z_BD.to(w.dtype) @ self._draft_head[0]).float()
 
     def _draft(self, drafting: list[tuple[Sequence, torch.Tensor, int, int, int]], z_BD: torch.Tensor) -> None:
         """d_1 from the extend's output at e; then d_{j+1} from the layer run again on (its output, d_j) at
@@ -379,23 +378,35 @@ class SpecModelRunner(ModelRunner):
         for j in range(self.k):
             if j > 0:
                 live_next = [b for b in live if drafting[b][3] > j]
-                keep = [live.index(b) for b in live_next]
-                live, z_BD = live_next, z_BD[keep]
+                if len(live_next) < len(live):
+                    z_BD = z_BD[[live.index(b) for b in live_next]]
+                live = live_next
                 if not live:
                     break
-                ids, seqs = [], []
+                # One-token MTP inputs at position p = e + j (context index p - 1); ids, positions and slots
+                # made from Python ints, three tensors per pass (a batch-1 draft pays per torch call).
+                ids, pos, slots, seqs = [], [], [], []
+                bs = self.block_size
                 for i, b in enumerate(live):
-                    s, bt, p = seqs_all[b], drafting[b][1], drafting[b][4] + j
+                    s, p = seqs_all[b], drafting[b][4] + j
                     ids.append(s.spec.draft_token_ids[-1])
-                    seqs.append(MTPSeqInput(i, p - 1, 1, bt, self.block_size))  # position p = context index p-1
-                idx = torch.cat([m.q_idx for m in seqs])
-                slots = torch.cat([m.slots(m.q_idx) for m in seqs])
-                step = StepInput(torch.tensor(ids, dtype=torch.long, device=self.device), idx + 1, slots, seqs, [])
+                    pos.append(p)
+                    slots.append(s.block_table[p // bs] * bs + p % bs)
+                    seqs.append(MTPSeqInput(i, p - 1, 1, drafting[b][1], bs))
+                as_long = dict(dtype=torch.long, device=self.device)
+                step = StepInput(
+                    torch.tensor(ids, **as_long), torch.tensor(pos, **as_long), torch.tensor(slots, **as_long), seqs, []
+                )
                 z_BD = self._mtp(step, z_BD)  # fed back: the output after shared_head.norm (mtp_forward's rule)
                 self.spec_metrics.num_chain_steps += 1
             seqs_b = [seqs_all[b] for b in live]
-            logits_BV = self._draft_logits(z_BD)
-            toks, qs = draft_tokens(logits_BV, [s.params for s in seqs_b], [s.generator for s in seqs_b])
+            if self.draft_ids is not None and all(s.params.greedy for s in seqs_b):
+                # Greedy from a draft vocabulary: the argmax of its own logits, mapped back to token ids.
+                toks = self.draft_ids[self._draft_sub_logits(z_BD).argmax(-1)].tolist()
+                qs = [None] * len(toks)
+            else:
+                logits_BV = self._draft_logits(z_BD)
+                toks, qs = draft_tokens(logits_BV, [s.params for s in seqs_b], [s.generator for s in seqs_b])
             for b, s, t, q in zip(live, seqs_b, toks, qs, strict=True):
                 s.spec.draft_token_ids.append(t)
                 qs_all[b].append(q)
