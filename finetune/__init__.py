@@ -2,5 +2,6 @@
 
 Module map:
 - mtp_loss.py   mtp_loss (LM + GLM-5's chained MTP loss, loss masks, MTP-only mode) and the train_mtp loop
-- mtp_align.py  align the MTP layer with its main model: generate with the engine, self-distil (MTP layer only)
+- mtp_align.py  align the MTP layer with its main model (its generations or recorded responses; MTP layer only),
+                read prompt files, render trajectory samples, rank a draft vocabulary
 """

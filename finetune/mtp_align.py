@@ -18,9 +18,11 @@ Shapes: B batch, T tokens.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -57,6 +59,60 @@ def generate_sequences(
                 if progress:
                     progress(len(done), len(prompts))
     return [(list(p) + done[i], len(p)) for p, i in zip(prompts, ids, strict=True)]
+
+
+def read_prompts(path: Path, tokenizer) -> list[list[int]]:
+    """A JSONL file of prompts -> token ids. Each line: {"prompt": "raw text"} or {"messages": [...]} (OpenAI
+    chat messages, rendered with GLM-5's chat template and its generation prompt; optional "tools"). A bad line
+    raises ValueError naming the file and line."""
+    from model.chat import render
+
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON ({e.msg})") from None
+            if isinstance(row, dict) and isinstance(row.get("prompt"), str) and row["prompt"]:
+                text = row["prompt"]
+            elif isinstance(row, dict) and isinstance(row.get("messages"), list) and row["messages"]:
+                try:
+                    text = render(row["messages"], row.get("tools"), add_generation_prompt=True)
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{where}: bad messages ({e})") from None
+            else:
+                raise ValueError(f'{where}: expected {{"prompt": "text"}} or {{"messages": [...]}}')
+            out.append(tokenizer.encode(text))
+    if not out:
+        raise ValueError(f"{path}: no prompts")
+    return out
+
+
+def sample_sequences(samples: Iterable[dict], tokenizer) -> list[tuple[list[int], int]]:
+    """Recorded model calls -> (ids, prompt length): the prompt and the model's response, rendered with the
+    chat template exactly as training renders them (`render_for_training`), cut after the response's last
+    generated token. `samples` are `agent.trajectory.Trajectory.samples()` dicts (messages, tools, response)."""
+    from model.chat import render_for_training
+
+    out = []
+    for smp in samples:
+        response = smp.get("response") or {}
+        if response.get("role") != "assistant":
+            continue  # a call that failed before the model answered
+        msgs = list(smp["messages"]) + [response]
+        r = render_for_training(tokenizer, msgs, smp.get("tools") or None)
+        mine = [
+            t
+            for t, (i, g) in enumerate(zip(r.message_index, r.generated_mask, strict=True))
+            if g and i == len(msgs) - 1
+        ]
+        if mine:
+            out.append((r.ids[: mine[-1] + 1], mine[0]))
+    return out
 
 
 def draft_vocab(

@@ -19,8 +19,10 @@ app.command("code", help="Run the coding agent in the current git repository (TU
     code_cmd.code
 )
 app.command("serve", help="Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API.")(serve_cmd.serve)
-app.command("finetune", help="Fine-tune (SFT or RL) on trajectories recorded by `glm5 code` and `glm5 bench`.")(
-    finetune_cmd.finetune
+app.add_typer(
+    finetune_cmd.app,
+    name="finetune",
+    help="Fine-tune on trajectories recorded by `glm5 code`: align the MTP layer (built); SFT and RL (not yet).",
 )
 app.add_typer(bench_cmd.app, name="bench", help="Run agentic and serving benchmarks; reports CI can read.")
 app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and quantize GLM-5 checkpoints.")

@@ -1,10 +1,181 @@
-"""`glm5 finetune`: SFT and RL on recorded trajectories."""
+"""`glm5 finetune`: fine-tuning on what the model did. `align-mtp` is built; SFT and RL are not yet."""
 
 from __future__ import annotations
 
-from glm5cli.common import not_built
+import os
+import shutil
+import time
+from pathlib import Path
+
+import typer
+
+from glm5cli.common import EXIT_USAGE, console, err_console, fail, not_built, print_json
+
+app = typer.Typer(no_args_is_help=True)
 
 
-def finetune() -> None:
-    """Fine-tune on trajectories."""
-    not_built("finetune")
+@app.command("align-mtp")
+def align_mtp_cmd(
+    model: Path = typer.Argument(..., help="Checkpoint directory with an MTP layer."),
+    out: Path = typer.Option(..., "--out", help="New checkpoint directory to write (must not exist)."),
+    trajectories: list[Path] = typer.Option(
+        [],
+        "--trajectories",
+        help="Trajectory files, or directories of them (e.g. .glm5/sessions), recorded by `glm5 code` with this "
+        "model: their responses are trained on as they are (repeat the option for more).",
+    ),
+    prompts: Path | None = typer.Option(
+        None,
+        "--prompts",
+        help='JSONL of prompts ({"prompt": text} or {"messages": [...]} per line): the model continues each '
+        "(greedy) and the MTP layer is trained on those continuations.",
+    ),
+    max_new_tokens: int = typer.Option(128, min=1, help="Tokens generated per prompt."),
+    steps: int = typer.Option(300, min=1, help="Training steps (MTP layer only)."),
+    lr: float = typer.Option(3e-3, help="Peak learning rate (AdamW, warm-up then cosine)."),
+    batch_size: int = typer.Option(8, min=1, help="Sequences per step."),
+    max_len: int = typer.Option(2048, min=8, help="Longer sequences keep their last MAX_LEN tokens."),
+    draft_vocab_size: int | None = typer.Option(
+        None,
+        min=0,
+        help="Tokens in the draft vocabulary written beside the weights (ranked by how often the model produced "
+        "them). Default: a quarter of the vocabulary; 0: write none.",
+    ),
+    seed: int = typer.Option(0, help="Seed for batch order."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+) -> None:
+    """Train the MTP layer on the model's own output so that more of its drafts are accepted.
+
+    Speculative decoding (`glm5 serve --speculative mtp`) is faster the more often the MTP layer's drafts are
+    what the model would have said. This trains the MTP layer alone, on the model's recorded responses or on
+    its continuations of your prompts; the rest of the model is not changed, so everything it outputs stays
+    exactly the same. OUT gets the checkpoint (tokenizer and templates copied from MODEL) and, unless
+    --draft-vocab-size 0, a draft_vocab.json for `glm5 serve --draft-vocab`.
+    """
+    if not trajectories and prompts is None:
+        fail("nothing to train on: give --trajectories and/or --prompts", code=EXIT_USAGE)
+    if not (model / "config.json").is_file():
+        fail(f"{model} is not a checkpoint directory (no config.json)")
+    if out.exists():
+        fail(f"{out} already exists", hint="choose a new --out directory; the input checkpoint is never changed")
+    files = _trajectory_files(trajectories)
+
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from agent.trajectory import Trajectory
+    from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences, read_prompts, sample_sequences
+    from finetune.mtp_loss import MTPTrainConfig
+    from model import GLM5ForCausalLM
+    from serve.engine.llm import load_tokenizer
+    from serve.engine.spec_decode import write_draft_vocab
+
+    tok = load_tokenizer(model)
+    if tok is None:
+        fail(f"{model} has no tokenizer.json")
+    seqs: list[tuple[list[int], int]] = []
+    for f in files:
+        try:
+            seqs += sample_sequences(Trajectory.load(f).samples(), tok)
+        except (ValueError, KeyError, TypeError) as e:
+            fail(f"{f}: {e}", code=EXIT_USAGE)
+    prompt_ids: list[list[int]] = []
+    if prompts is not None:
+        try:
+            prompt_ids = read_prompts(prompts, tok)
+        except OSError as e:
+            fail(f"cannot read {prompts}: {e.strerror or e}", code=EXIT_USAGE)
+        except ValueError as e:
+            fail(str(e), code=EXIT_USAGE)
+
+    t0 = time.monotonic()
+    with console.status(f"loading {model}..."):
+        net = GLM5ForCausalLM.from_pretrained(model, dtype=torch.float32)
+    if net.config.num_nextn_predict_layers < 1:
+        fail(f"{model} has no MTP layer to align (num_nextn_predict_layers is 0)")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
+        n_recorded = len(seqs)
+        if prompt_ids:
+            task = bar.add_task("generating", total=len(prompt_ids))
+            seqs += generate_sequences(
+                net, prompt_ids, max_new_tokens, progress=lambda done, _: bar.update(task, completed=done)
+            )
+        seqs = [(s[-max_len:], max(0, p - max(0, len(s) - max_len))) for s, p in seqs]
+        if not any(len(s) > p for s, p in seqs):
+            fail("no model output to train on (the trajectories hold no assistant responses)")
+        task = bar.add_task("training the MTP layer", total=steps)
+        cfg = MTPTrainConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), train_main=False)
+        hist = align_mtp(
+            net,
+            seqs,
+            cfg,
+            batch_size=batch_size,
+            seed=seed,
+            log_every=1,
+            log=lambda _: bar.advance(task),
+        )
+    vocab = None
+    if draft_vocab_size != 0:
+        size = draft_vocab_size or net.config.vocab_size // 4
+        # Past the tokens the model produced: the tokens of the prompts, then the lowest ids (BPE merge order,
+        # roughly how common a token is).
+        rest = [t for s, p in seqs for t in s[:p]] + list(range(net.config.vocab_size))
+        vocab = draft_vocab(seqs, size=min(size, net.config.vocab_size), fallback=rest)
+    # Written next to OUT and renamed into place at the end: a run killed half-way leaves no broken checkpoint.
+    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(model, tmp, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"))
+    net.save_pretrained(tmp)
+    summary = {
+        "out": str(out),
+        "sequences": len(seqs),
+        "from_trajectories": n_recorded,
+        "from_prompts": len(seqs) - n_recorded,
+        "trained_tokens": sum(len(s) - p for s, p in seqs),
+        "steps": steps,
+        "mtp_loss_first": round(hist[0].mtp_mean, 4),
+        "mtp_loss_last": round(sum(h.mtp_mean for h in hist[-10:]) / len(hist[-10:]), 4),
+        "draft_vocab": str(out / "draft_vocab.json") if vocab else None,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    if vocab:
+        write_draft_vocab(tmp / "draft_vocab.json", vocab, source=f"glm5 finetune align-mtp {model}")
+    os.replace(tmp, out)
+    if json_out:
+        print_json(summary)
+        return
+    console.print(
+        f"[green]aligned[/] the MTP layer of {model} on {summary['sequences']} sequences "
+        f"({summary['trained_tokens']:,} model tokens), MTP loss {summary['mtp_loss_first']:.3f} -> "
+        f"{summary['mtp_loss_last']:.3f}, in {summary['seconds']:.0f}s; wrote {out}"
+    )
+    serve = f"glm5 serve {out} --speculative mtp" + (f" --draft-vocab {out / 'draft_vocab.json'}" if vocab else "")
+    console.print(f"serve it with: {serve}")
+
+
+def _trajectory_files(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(p.rglob("*.jsonl"))
+            if not found:
+                fail(f"{p} holds no trajectory (*.jsonl) files", code=EXIT_USAGE)
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            fail(f"{p} does not exist", code=EXIT_USAGE)
+    return files
+
+
+@app.command("sft")
+def sft() -> None:
+    """Supervised fine-tuning (LoRA or full) on recorded trajectories: not built yet."""
+    not_built("finetune sft")
+
+
+@app.command("rl")
+def rl() -> None:
+    """Reinforcement learning (GRPO) with rollouts from the embedded engine: not built yet."""
+    not_built("finetune rl")

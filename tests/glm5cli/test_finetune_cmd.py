@@ -1,0 +1,102 @@
+"""`glm5 finetune align-mtp` as a user runs it: from recorded trajectories and from a prompts file to a new
+checkpoint whose main model is bit-identical and whose draft vocabulary `glm5 serve` reads; bad input named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from agent.trajectory import TrajectoryWriter
+from glm5cli.app import app
+from serve.engine.spec_decode import read_draft_vocab
+from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
+
+runner = CliRunner(env={"COLUMNS": "300"})
+
+
+def _trajectory(path):
+    w = TrajectoryWriter(path)
+    w.write("session", id="s1", schema="glm5-trajectory/1", tools=[])
+    convo = [{"role": "user", "content": "add a function that adds two numbers"}]
+    for i, answer in enumerate(["def add(a, b):\n    return a + b", "Done: `add` is in utils.py."]):
+        w.write("message", index=len(convo) - 1, message=convo[-1])
+        reply = {"role": "assistant", "content": answer, "reasoning_content": f"step {i}"}
+        w.write("model_call", step=i, n_messages=len(convo), response={"choices": [{"message": reply}]})
+        convo += [reply, {"role": "user", "content": "thanks"}]
+    w.write("model_call", step=9, n_messages=len(convo), response={"error": "timeout"})  # no answer: skipped
+    w.close()
+
+
+def test_align_mtp_from_trajectories_and_prompts(tiny_checkpoint, tmp_path):  # noqa: F811
+    sessions = tmp_path / "sessions"
+    _trajectory(sessions / "a.jsonl")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        '{"prompt": "def fib(n):"}\n\n{"messages": [{"role": "user", "content": "write a test"}]}\n'
+        '{"prompt": "import os\\n"}\n'
+    )
+    out = tmp_path / "aligned"
+    args = ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(out), "--trajectories", str(sessions)]
+    args += ["--prompts", str(prompts), "--max-new-tokens", "12", "--steps", "6", "--batch-size", "2", "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{") :])
+    assert summary["from_trajectories"] == 2 and summary["from_prompts"] == 3 and summary["steps"] == 6
+    assert summary["trained_tokens"] > 3 * 12
+    # A full checkpoint: tokenizer and templates from the input, the same main weights, a changed MTP layer.
+    for name in ("config.json", "tokenizer.json", "chat_template.jinja", "model.safetensors", "draft_vocab.json"):
+        assert (out / name).is_file(), name
+    before, after = load_file(tiny_checkpoint / "model.safetensors"), load_file(out / "model.safetensors")
+    assert before.keys() == after.keys()
+    mtp = "model.layers.3."  # tiny: 3 main layers, the MTP layer after them
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith(mtp) for k in changed), sorted(changed)[:4]
+    vocab = read_draft_vocab(out / "draft_vocab.json")
+    assert len(vocab) == 8192 // 4 and len(set(vocab)) == len(vocab)
+    assert not list(tmp_path.glob(".aligned.partial-*"))  # written aside, then renamed into place
+    # The output feeds `glm5 serve --speculative mtp --draft-vocab` (the flags are checked before loading).
+    r = runner.invoke(
+        app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(out), "--prompts", str(prompts)]
+    )
+    assert r.exit_code == 1 and "already exists" in r.output
+
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ('{"prompt": "ok"}\n{"prompt": \n', "prompts.jsonl:2: not JSON"),
+        ('{"prompt": "ok"}\n{"text": "x"}\n', 'prompts.jsonl:2: expected {"prompt": "text"}'),
+        ("\n\n", "no prompts"),
+    ],
+)
+def test_bad_prompt_files_name_file_and_line(tiny_checkpoint, tmp_path, text, msg):  # noqa: F811
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(text)
+    r = runner.invoke(
+        app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(tmp_path / "o"), "--prompts", str(prompts)]
+    )
+    assert r.exit_code == 2 and msg in r.output, r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_align_mtp_usage_errors(tiny_checkpoint, tmp_path):  # noqa: F811
+    base = ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(tmp_path / "o")]
+    r = runner.invoke(app, base)
+    assert r.exit_code == 2 and "nothing to train on" in r.output
+    r = runner.invoke(app, [*base, "--trajectories", str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "does not exist" in r.output
+    (tmp_path / "empty").mkdir()
+    r = runner.invoke(app, [*base, "--trajectories", str(tmp_path / "empty")])
+    assert r.exit_code == 2 and "no trajectory" in r.output
+    (tmp_path / "bad.jsonl").write_text('{"type": "message"}\n')
+    r = runner.invoke(app, [*base, "--trajectories", str(tmp_path / "bad.jsonl")])
+    assert r.exit_code == 2 and "bad.jsonl" in r.output and "not a glm5 trajectory" in r.output
+    r = runner.invoke(app, ["finetune", "align-mtp", str(tmp_path), "--out", str(tmp_path / "o"), "--prompts", "x"])
+    assert r.exit_code == 1 and "not a checkpoint directory" in r.output
+    for verb in ("sft", "rl"):
+        r = runner.invoke(app, ["finetune", verb])
+        assert r.exit_code == 2 and "not built yet" in r.output
