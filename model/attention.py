@@ -84,7 +84,9 @@ class MLA(nn.Module):
     def attend_expanded(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
         """Dense attention over expanded per-head keys; top-k (if any) applied as a mask. -> [B, T, H, Dv].
 
-        q_nope [B,T,H,Dn], q_pe [B,T,H,R], c_kv [B,S,C], k_pe [B,S,R], q_idx [T] or [B,T], topk_idx [B,T,K] or None.
+        q_nope [B,T,H,Dn], q_pe [B,T,H,R], c_kv [B,S,C], k_pe [B,S,R], q_idx [T] or [B,T], topk_idx [B,T,K] or None;
+        a row that sees fewer than K keys must select all it sees (indexer.select's rule, relied on to skip the
+        top-k mask where it would drop nothing).
         Written out (scores, mask, softmax, weighted sum) rather than through SDPA: with Dn+R != Dv and a mask,
         CPU SDPA takes its math fallback, which adds a bool->float mask, a NaN-safe softmax and a scaled copy of
         q and k per call (measured: ~2x the time of this loop on the `small` preset).
@@ -92,27 +94,33 @@ class MLA(nn.Module):
         B, S, _ = c_kv.shape
         H, T = self.n_heads, q_nope.shape[1]
         k_nope, v = self.kv_b_proj(c_kv).view(B, S, H, self.dn + self.dv).split([self.dn, self.dv], dim=-1)
-        q = (torch.cat([q_nope, q_pe], dim=-1) * self.scale).transpose(1, 2)  # [B, H, T, Dn+R], pre-scaled
+        q = torch.cat([q_nope, q_pe], dim=-1).mul_(self.scale).transpose(1, 2)  # [B, H, T, Dn+R], pre-scaled
         k = torch.cat([k_nope, k_pe[:, :, None].expand(B, S, H, self.dr)], dim=-1).permute(0, 2, 3, 1)  # [B,H,Dn+R,S]
         v = v.transpose(1, 2)  # [B, H, S, Dv]
         # Query blocks only look at keys up to their last index (causality): ~40% fewer scores in a prefill.
         q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B*H) batches: views when B == 1
-        outs = []
+        K = topk_idx.shape[-1] if topk_idx is not None else S
+        out = q.new_empty(B, T, H, self.dv)  # each block's output lands here: no concatenation, no copy back
         for t0 in range(0, T, _QUERY_BLOCK):
             t1 = min(t0 + _QUERY_BLOCK, T)
-            s_end = min(S, int(q_idx[..., t1 - 1].max()) + 1)
-            hidden = torch.arange(s_end, device=c_kv.device) > q_idx[..., t0:t1, None]  # [t, s] or [B, t, s]
-            hidden = hidden if hidden.dim() == 3 else hidden[None]
-            if topk_idx is not None:
-                unchosen = torch.ones(B, t1 - t0, S, dtype=torch.bool, device=c_kv.device)
-                hidden = hidden | unchosen.scatter_(-1, topk_idx[:, t0:t1], False)[..., :s_end]  # [B, t, s]
+            last = int(q_idx[..., t1 - 1].max())
+            s_end = min(S, last + 1)
+            future = torch.arange(s_end, device=c_kv.device) > q_idx[..., t0:t1, None]  # [t, s] or [B, t, s]
             # The mask as an additive 0 / -inf bias that the score GEMM accumulates onto (one pass, no fill).
-            bias = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device).masked_fill_(hidden, float("-inf"))
-            bias = bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
+            if last < K:
+                # Every row of the block sees at most K keys, and a row that sees fewer than K selects all of
+                # them (indexer.select's rule): top-k drops nothing here, causality is the whole mask.
+                bias = torch.zeros(future.shape, dtype=q.dtype, device=q.device).masked_fill_(future, float("-inf"))
+            else:
+                bias = torch.full((B, t1 - t0, S), float("-inf"), dtype=q.dtype, device=q.device)
+                bias = bias.scatter_(-1, topk_idx[:, t0:t1], 0.0)[..., :s_end].masked_fill_(future, float("-inf"))
+            bias = bias if bias.dim() == 3 else bias[None]
+            # [1, t, s] broadcasts over the heads; with B > 1 each sequence's mask is repeated per head.
+            bias = bias if B == 1 else bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
             # Every row keeps at least key 0 or its top-k picks, so no row is all -inf.
             probs = torch.baddbmm(bias, q[:, t0:t1], k[..., :s_end]).softmax(-1)  # [B*H, t, s]
-            outs.append(torch.bmm(probs, v[:, :s_end]).unflatten(0, (B, H)))
-        return torch.cat(outs, dim=2).transpose(1, 2)
+            out[:, t0:t1] = torch.bmm(probs, v[:, :s_end]).unflatten(0, (B, H)).transpose(1, 2)
+        return out
 
     def attend_absorbed(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
         """Attention over the latent cache with W_UK / W_UV absorbed. Same arguments and result as expanded.
@@ -170,7 +178,7 @@ class MLA(nn.Module):
         if layer_cache is not None:
             c_kv, k_pe, idx_k = layer_cache.append(c_kv, k_pe, idx_k)
         if self.indexer is not None:
-            topk = self.indexer.select(self.indexer.queries(qr, cos, sin), x_BTD, idx_k, q_idx)
+            topk = self.indexer.select_from_latent(qr, cos, sin, x_BTD, idx_k, q_idx)
         else:
             topk = prev_topk
         if impl == "auto":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from model.attention import MLA
@@ -21,5 +22,10 @@ class DecoderLayer(nn.Module):
     def forward(self, h, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl="auto"):
         """h [B, T, D] -> (h [B, T, D], this layer's top-k indices or None). See MLA.forward for the rest."""
         a, topk = self.self_attn(self.input_layernorm(h), cos, sin, q_idx, layer_cache, prev_topk, impl)
-        h = h + a
-        return h + self.mlp(self.post_attention_layernorm(h)), topk
+        if torch.is_grad_enabled():
+            h = h + a
+            return h + self.mlp(self.post_attention_layernorm(h)), topk
+        # Inference: the residual sums go into the sublayers' own fresh outputs (the same values: addition
+        # commutes exactly), saving two [B, T, D] allocations per layer. Never into `h`: the caller's tensor.
+        h = a.add_(h)
+        return self.mlp(self.post_attention_layernorm(h)).add_(h), topk

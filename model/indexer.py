@@ -69,27 +69,43 @@ class Indexer(nn.Module):
         logits = logits.mul_(Di**-0.5).relu_().view(B, T, n_heads, -1)  # in place: same values, no new buffers
         return torch.matmul(w_BTI[:, :, None, :], logits).squeeze(2)
 
+    def first_scored(self, q_idx_T: torch.Tensor) -> int:
+        """Rows before this one see fewer than K keys and select them all without scores (see `select`)."""
+        return int(((q_idx_T if q_idx_T.dim() == 1 else q_idx_T.amax(0)) < self.topk).sum())
+
+    def select_from_latent(self, qr_BTQ, cos, sin, x_BTD, k_BSD, q_idx_T) -> torch.Tensor | None:
+        """`select` with the queries made here from MLA's q-LoRA latent, only for the rows that get scores: in a
+        prefill the first K rows select keys 0..K-1 whatever their queries (half the rows of a 2K prompt)."""
+        if k_BSD.shape[1] <= self.topk:
+            return None
+        first = self.first_scored(q_idx_T)
+        q = self.queries(qr_BTQ[:, first:], cos[:, first:], sin[:, first:])
+        return self.select(q, x_BTD, k_BSD, q_idx_T, q_offset=first)
+
     def select(
-        self, q_BTID: torch.Tensor, x_BTD: torch.Tensor, k_BSD: torch.Tensor, q_idx_T: torch.Tensor
+        self, q_BTID: torch.Tensor, x_BTD: torch.Tensor, k_BSD: torch.Tensor, q_idx_T: torch.Tensor, q_offset: int = 0
     ) -> torch.Tensor | None:
         """Top-k key indices [B, T, K] (int64, in no particular order) for each query, or None when all S keys fit.
 
         q_idx_T: each query's index in the sequence, [T] or [B, T] (key s is visible to query t iff s <= q_idx[t]).
+        q_BTID holds the queries of rows q_offset..T-1 (rows before `first_scored` need none).
         """
-        B, T, n_heads, _ = q_BTID.shape
+        B, T, n_heads = x_BTD.shape[0], x_BTD.shape[1], q_BTID.shape[2]
         S = k_BSD.shape[1]
         if S <= self.topk:
             return None
         # Queries with fewer than K visible keys (q_idx < K) select all of them: keys 0..K-1, of which the
         # future ones are masked again by attention. Only the later rows need scores.
-        first = int(((q_idx_T if q_idx_T.dim() == 1 else q_idx_T.amax(0)) < self.topk).sum())
+        first = self.first_scored(q_idx_T)
+        if q_offset > first:
+            raise ValueError(f"queries start at row {q_offset}, but row {first} needs scores")
         out = [torch.arange(self.topk, device=k_BSD.device).expand(B, first, self.topk)]
         # Scores over all S keys (not just the causal part): top-k is decided by tiny score differences, and
         # a GEMM over another key count rounds differently and flips near-ties (measured: 1e-2 logit changes).
         chunk = max(1, _SCORE_ELEMS // (n_heads * S))
         for t0 in range(first, T, chunk):
             sl = slice(t0, t0 + chunk)
-            s = self.scores(q_BTID[:, sl], x_BTD[:, sl], k_BSD)
+            s = self.scores(q_BTID[:, t0 - q_offset : t0 - q_offset + chunk], x_BTD[:, sl], k_BSD)
             if int(q_idx_T[..., sl].min()) < S - 1:  # some key lies in some query's future (not in a decode)
                 future = torch.arange(S, device=s.device) > q_idx_T[..., sl, None]  # [(B,) t, S]
                 s = s.masked_fill_(future, float("-inf"))

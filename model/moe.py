@@ -157,10 +157,11 @@ class MoE(nn.Module):
         impl = self.impl
         if impl == "auto":
             impl = "stacked" if self._stacked_ok() else "grouped"
-        routed = {"stacked": self.routed_stacked, "grouped": self.routed_grouped, "dense_loop": self.routed_dense_loop}[
-            impl
-        ](x_ND, w, idx)
-        return (routed + self.shared_experts(x_ND)).view(shape)
+        if impl == "dense_loop":  # the plain reference: as written in the module docstring
+            return (self.routed_dense_loop(x_ND, w, idx) + self.shared_experts(x_ND)).view(shape)
+        # The fast paths add the routed experts' outputs straight into the shared expert's output.
+        routed = self.routed_stacked if impl == "stacked" else self.routed_grouped
+        return routed(x_ND, w, idx, out=self.shared_experts(x_ND)).view(shape)
 
     def _sort(self, idx_Nk: torch.Tensor):
         """(token, slot) pairs sorted by expert -> (order into the flat pairs, token of each, count per expert)."""
@@ -168,19 +169,25 @@ class MoE(nn.Module):
         order = flat.argsort(stable=True)
         return order, order // idx_Nk.shape[1], torch.bincount(flat, minlength=self.n_experts)
 
-    def routed_stacked(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor) -> torch.Tensor:
-        """All experts in two grouped GEMMs over the stacked weights (valid only when `_stacked_ok()`)."""
+    def routed_stacked(
+        self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """All experts in two grouped GEMMs over the stacked weights (valid only when `_stacked_ok()`).
+        The weighted sum per token is added into `out` [N, D] (in place) when given, else into zeros."""
         order, token, counts = self._sort(idx_Nk)
         offs = counts.cumsum(0).to(torch.int32)
         h = torch._grouped_mm(x_ND.index_select(0, token), self._gate_up, offs=offs)  # [N*k, 2I]
         g, u = h.split(self.inter, dim=-1)
         # The routing weight scales the [N*k, I] activation rather than the [N*k, D] output: down is linear.
-        act = F.silu(g).mul_(u).mul_(w_Nk.flatten()[order, None].to(x_ND.dtype))
+        act = F.silu(g, inplace=not torch.is_grad_enabled())  # in place on h's own half when nothing trains
+        act = act.mul_(u).mul_(w_Nk.flatten()[order, None].to(x_ND.dtype))
         ys = torch._grouped_mm(act, self._down, offs=offs)  # [N*k, D]
-        return torch.zeros_like(x_ND).index_add_(0, token, ys)
+        return (torch.zeros_like(x_ND) if out is None else out).index_add_(0, token, ys)
 
-    def routed_grouped(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor) -> torch.Tensor:
-        """Each expert module once, on its contiguous slice of the sorted tokens."""
+    def routed_grouped(
+        self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Each expert module once, on its contiguous slice of the sorted tokens (added into `out` if given)."""
         order, token, counts = self._sort(idx_Nk)
         xs = x_ND.index_select(0, token)
         outs, start = [], 0
@@ -189,7 +196,7 @@ class MoE(nn.Module):
                 outs.append(self.experts[e](xs[start : start + n]))
                 start += n
         ys = torch.cat(outs) * w_Nk.flatten()[order, None].to(x_ND.dtype)
-        return torch.zeros_like(x_ND).index_add_(0, token, ys)
+        return (torch.zeros_like(x_ND) if out is None else out).index_add_(0, token, ys)
 
     def routed_dense_loop(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor) -> torch.Tensor:
         dense_w = torch.zeros(x_ND.shape[0], self.n_experts, dtype=w_Nk.dtype, device=x_ND.device)

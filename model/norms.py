@@ -19,8 +19,13 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        if torch.is_grad_enabled():
+            x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+            return self.weight * x32.to(x.dtype)
+        # Inference: the same operations, in place where the tensor is this function's own (products commute
+        # exactly, so `y * w` is `w * y` bit for bit).
+        y = x32 * x32.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        return y.to(x.dtype).mul_(self.weight)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

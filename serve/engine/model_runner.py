@@ -359,7 +359,7 @@ class ModelRunner:
                     out[t].add_(self._swiglu(h_ND[t], fused.gate_up[e], mlp.experts[e]), alpha=wt)
             return out
         if fused.stacked:  # the experts' own stacked weights: two grouped GEMMs for the whole step
-            return out.add_(mlp.routed_stacked(h_ND, w_Nk, idx_Nk))
+            return mlp.routed_stacked(h_ND, w_Nk, idx_Nk, out=out)
         flat = idx_Nk.flatten()
         order = flat.argsort(stable=True)  # (token, slot) pairs grouped by expert
         token = order // k

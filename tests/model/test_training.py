@@ -35,3 +35,26 @@ def test_fifty_adamw_steps_halve_the_loss():
             assert model.get_parameter("model.layers.3.eh_proj.weight").grad is not None
         opt.step()
     assert loss.item() < first / 2, (first, loss.item())
+
+
+def test_inference_forward_equals_the_training_forward_bit_for_bit():
+    """Without autograd, RMSNorm, the residual sums, the MoE's activation and its routed sum run in place
+    (model/norms.py, decoder_layer.py, moe.py): the logits must be the very same numbers as with autograd, on
+    both fast expert paths, and the training forward must still backpropagate."""
+    torch.manual_seed(0)
+    model = GLM5ForCausalLM.from_config(tiny(), seed=0)
+    ids = torch.randint(0, model.config.vocab_size, (2, 40))
+    for impl in ("stacked", "grouped"):
+        for layer in model.model.layers:
+            if hasattr(layer.mlp, "impl"):
+                layer.mlp.impl = impl
+        train = model(ids)
+        with torch.inference_mode():
+            infer = model(ids)
+        with torch.no_grad():
+            no_grad = model(ids)
+        assert torch.equal(train.detach(), infer) and torch.equal(infer, no_grad), impl
+        F.cross_entropy(train[:, :-1].flatten(0, 1), ids[:, 1:].flatten()).backward()
+        for name in ("model.layers.0.self_attn.q_a_proj.weight", "model.layers.1.mlp.shared_experts.up_proj.weight"):
+            assert model.get_parameter(name).grad.abs().sum() > 0, name
+        model.zero_grad()
