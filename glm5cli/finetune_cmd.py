@@ -93,6 +93,11 @@ def align_mtp_cmd(
         net = GLM5ForCausalLM.from_pretrained(model, dtype=torch.float32)
     if net.config.num_nextn_predict_layers < 1:
         fail(f"{model} has no MTP layer to align (num_nextn_predict_layers is 0)")
+    if (net.config.quantization_config or {}).get("quant_method") == "compressed-tensors":
+        fail(
+            f"{model} holds INT4 weights, which do not train",
+            hint="align the full-precision checkpoint, then `glm5 model quantize` the result",
+        )
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
         n_recorded = len(seqs)

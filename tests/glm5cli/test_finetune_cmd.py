@@ -100,3 +100,14 @@ def test_align_mtp_usage_errors(tiny_checkpoint, tmp_path):  # noqa: F811
     for verb in ("sft", "rl"):
         r = runner.invoke(app, ["finetune", verb])
         assert r.exit_code == 2 and "not built yet" in r.output
+
+
+def test_align_mtp_refuses_int4_checkpoints(tiny_checkpoint, tmp_path):  # noqa: F811
+    q = tmp_path / "int4"
+    r = runner.invoke(app, ["model", "quantize", str(tiny_checkpoint), "--out", str(q), "--observer", "minmax"])
+    assert r.exit_code == 0, r.output
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "x = 1"}\n')
+    r = runner.invoke(app, ["finetune", "align-mtp", str(q), "--out", str(tmp_path / "o"), "--prompts", str(prompts)])
+    assert r.exit_code == 1 and "INT4" in r.output and "glm5 model quantize" in r.output, r.output
+    assert not (tmp_path / "o").exists()
