@@ -22,7 +22,7 @@ class DecoderLayer(nn.Module):
     def forward(self, h, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl="auto"):
         """h [B, T, D] -> (h [B, T, D], this layer's top-k indices or None). See MLA.forward for the rest."""
         a, topk = self.self_attn(self.input_layernorm(h), cos, sin, q_idx, layer_cache, prev_topk, impl)
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or a.dtype != h.dtype:
             h = h + a
             return h + self.mlp(self.post_attention_layernorm(h)), topk
         # Inference: the residual sums go into the sublayers' own fresh outputs (the same values: addition

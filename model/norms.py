@@ -19,7 +19,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or self.weight.dtype != x.dtype:
             x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
             return self.weight * x32.to(x.dtype)
         # Inference: the same operations, in place where the tensor is this function's own (products commute
