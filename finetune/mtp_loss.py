@@ -178,6 +178,21 @@ def train_mtp(
         frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
         return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
+    # MTP-only: everything else is frozen for the loop, so backward computes no gradient for the shared lm_head
+    # and embedding (at GLM-5's size the lm_head's alone is 0.95G values per step), and restored after.
+    trained = {id(p) for p in params}
+    frozen = [] if cfg.train_main else [p for p in model.parameters() if p.requires_grad and id(p) not in trained]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        return _loop(model, batches, cfg, opt, params, lr_at, log_every, log)
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+        model.eval()
+
+
+def _loop(model, batches, cfg: MTPTrainConfig, opt, params, lr_at, log_every: int, log) -> list[MTPLoss]:
     model.train()
     history: list[MTPLoss] = []
     it = iter(batches)
@@ -198,5 +213,4 @@ def train_mtp(
         if log_every and (step % log_every == 0 or step == cfg.steps - 1):
             mtp = " ".join(f"{x:.3f}" for x in out.mtp)
             log(f"step {step:4d}  lm {out.lm:.3f}  mtp [{mtp}]  lr {lr_at(step):.2e}")
-    model.eval()
     return history

@@ -120,3 +120,6 @@ def test_train_main_false_updates_only_the_mtp_layer():
     assert all(h.loss.item() == pytest.approx(sum(h.mtp) / 3, rel=1e-5) for h in hist)  # the MTP loss alone
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all(n.startswith(f"model.layers.{L}.") for n in changed), sorted(changed)[:5]
+    # The rest was frozen for the loop (no gradient computed for the shared lm_head) and is trainable again.
+    assert model.lm_head.weight.grad is None and model.model.embed_tokens.weight.grad is None
+    assert all(p.requires_grad for p in model.parameters())
