@@ -79,6 +79,8 @@ class SeqInput:
 
     def slots(self, idx: torch.Tensor) -> torch.Tensor:
         """Cache slots of context indices `idx` (sequence positions idx + pos_offset)."""
+        if self.contiguous:  # consecutive blocks: one add
+            return idx + (int(self.block_table[0]) * self.block_size + self.pos_offset)
         pos = idx + self.pos_offset if self.pos_offset else idx
         return self.block_table[pos // self.block_size] * self.block_size + pos % self.block_size
 
@@ -420,7 +422,8 @@ class ModelRunner:
         """Prefill rows whose top-k drops keys: each query attends to its own K selected latents, gathered
         row by row from the paged cache (slices of queries bound the [t, K, C + R] gather). Early rows pick
         up masked future positions when fewer than K keys are visible; they are masked again here."""
-        valid_TK = topk_TK <= s.q_idx[:, None]
+        # Rows that see more than K keys picked visible ones only (indexer.select): no re-mask needed.
+        valid_TK = None if s.start >= topk_TK.shape[1] else topk_TK <= s.q_idx[:, None]
         slots_TK = s.slots(topk_TK)
         latent = self.kv.latent_flat(i)
         out = q_nope_THD.new_empty(q_nope_THD.shape[0], attn.n_heads, attn.dv)
@@ -428,7 +431,9 @@ class ModelRunner:
         for t0 in range(0, topk_TK.shape[0], step):
             r = slice(t0, t0 + step)
             lat = self._gather_rows(latent, slots_TK[r])
-            out[r] = self.absorbed_attend(attn, q_nope_THD[r], q_pe_THR[r], lat, valid_TK[r])
+            out[r] = self.absorbed_attend(
+                attn, q_nope_THD[r], q_pe_THR[r], lat, None if valid_TK is None else valid_TK[r]
+            )
         return out
 
     @staticmethod
