@@ -99,7 +99,7 @@ class Indexer(nn.Module):
         first = self.first_scored(q_idx_T)
         if q_offset > first:
             raise ValueError(f"queries start at row {q_offset}, but row {first} needs scores")
-        out = [torch.arange(self.topk, device=k_BSD.device).expand(B, first, self.topk)]
+        out = [torch.arange(self.topk, device=k_BSD.device).expand(B, first, self.topk)] if first else []
         # Scores over all S keys (not just the causal part): top-k is decided by tiny score differences, and
         # a GEMM over another key count rounds differently and flips near-ties (measured: 1e-2 logit changes).
         chunk = max(1, _SCORE_ELEMS // (n_heads * S))
@@ -111,4 +111,4 @@ class Indexer(nn.Module):
                 s = s.masked_fill_(future, float("-inf"))
             # sorted=False: the same set of keys (only the order is free), ~3x faster on CPU for K ~ S/2.
             out.append(s.topk(self.topk, dim=-1, sorted=False).indices)
-        return torch.cat(out, dim=1)
+        return torch.cat(out, dim=1) if len(out) > 1 else out[0]
