@@ -177,8 +177,11 @@ def align_mtp(
     seed: int = 0,
     log_every: int = 0,
     log=print,
+    **checkpointing,
 ) -> list[MTPLoss]:
     """Train the MTP layer alone on (sequence, prompt length) pairs; only generated tokens are targets.
+    `checkpointing`: train_mtp's resume / save / save_every (the batch order is fixed by `seed`, so a resumed
+    run continues the interrupted one exactly).
     `cfg.train_main` is forced off: aligning never changes what the main model outputs.
 
     `cfg.targets`: "tokens" (default) trains on the generated tokens themselves, which for greedy generations
@@ -187,4 +190,4 @@ def align_mtp(
     "tokens" raised acceptance at k = 3 from 2.76 to 3.22, "model" to 2.99 (benchmarks/RESULTS.md)."""
     cfg = replace(cfg, train_main=False)
     batches = align_batches(seqs, batch_size, cfg.num_mtp_steps + 2, seed)
-    return train_mtp(model, batches, cfg, log_every=log_every, log=log)
+    return train_mtp(model, batches, cfg, log_every=log_every, log=log, **checkpointing)

@@ -33,7 +33,7 @@ Shapes: B batch, T tokens, D hidden, V vocab.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -157,20 +157,39 @@ def train_mtp(
     cfg: MTPTrainConfig = MTPTrainConfig(),
     log_every: int = 0,
     log=print,
+    resume: dict | None = None,
+    save: Callable[[dict], None] | None = None,
+    save_every: int = 0,
 ) -> list[MTPLoss]:
     """data -> forward -> mtp_loss -> backward -> clip -> step, `cfg.steps` times. Returns every step's loss.
     A batch is ids [B, T] or (ids, loss mask [B, T]).
 
     With `train_main=False` only the MTP layer(s) are optimised (the main model is left exactly as it was).
+
+    Checkpoints: every `save_every` steps `save(state)` gets the training state (step, trained parameters by
+    name, optimizer state, losses so far); `resume=state` continues from it: the parameters and optimizer are
+    restored and the first `state["step"]` batches of `batches` are skipped, so a deterministic batch stream
+    (token_batches, mtp_align.align_batches with a seed) makes the resumed run the run that was interrupted.
     """
     import math
 
     n_main = model.config.num_hidden_layers
     if cfg.train_main:
-        params = [p for p in model.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     else:
-        params = [p for layer in model.model.layers[n_main:] for p in layer.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and _layer_index(n) >= n_main]
+    params = [p for _, p in named]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    done: list[MTPLoss] = []
+    if resume is not None:
+        names = {n for n, _ in named}
+        if set(resume["params"]) != names:
+            raise ValueError("the checkpoint does not match this model and configuration (different parameters)")
+        with torch.no_grad():
+            for n, p in named:
+                p.copy_(resume["params"][n])
+        opt.load_state_dict(resume["optimizer"])
+        done = [MTPLoss(torch.tensor(sum(m) / max(1, len(m))), lm, list(m)) for lm, m in resume["losses"]]
 
     def lr_at(step: int) -> float:
         if step < cfg.warmup:
@@ -184,19 +203,41 @@ def train_mtp(
     frozen = [] if cfg.train_main else [p for p in model.parameters() if p.requires_grad and id(p) not in trained]
     for p in frozen:
         p.requires_grad_(False)
+
+    def checkpoint(step: int, history: list[MTPLoss]) -> None:
+        if save is not None:
+            save(
+                {
+                    "step": step,
+                    "params": {n: p.detach().clone() for n, p in named},
+                    "optimizer": opt.state_dict(),
+                    "losses": [(h.lm, list(h.mtp)) for h in history],
+                }
+            )
+
     try:
-        return _loop(model, batches, cfg, opt, params, lr_at, log_every, log)
+        return _loop(model, batches, cfg, opt, params, lr_at, log_every, log, done, checkpoint, save_every)
     finally:
         for p in frozen:
             p.requires_grad_(True)
         model.eval()
 
 
-def _loop(model, batches, cfg: MTPTrainConfig, opt, params, lr_at, log_every: int, log) -> list[MTPLoss]:
+def _layer_index(name: str) -> int:
+    """`model.layers.{i}.…` -> i; -1 for parameters outside the layer stack (embedding, final norm, lm_head)."""
+    parts = name.split(".")
+    return int(parts[2]) if len(parts) > 2 and parts[:2] == ["model", "layers"] else -1
+
+
+def _loop(
+    model, batches, cfg: MTPTrainConfig, opt, params, lr_at, log_every, log, done, checkpoint, save_every
+) -> list[MTPLoss]:
     model.train()
-    history: list[MTPLoss] = []
+    history: list[MTPLoss] = list(done)
     it = iter(batches)
-    for step in range(cfg.steps):
+    for _ in range(len(done)):  # the batches the interrupted run already trained on
+        next(it)
+    for step in range(len(done), cfg.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         batch = next(it)
@@ -213,4 +254,6 @@ def _loop(model, batches, cfg: MTPTrainConfig, opt, params, lr_at, log_every: in
         if log_every and (step % log_every == 0 or step == cfg.steps - 1):
             mtp = " ".join(f"{x:.3f}" for x in out.mtp)
             log(f"step {step:4d}  lm {out.lm:.3f}  mtp [{mtp}]  lr {lr_at(step):.2e}")
+        if save_every and (step + 1) % save_every == 0 and step + 1 < cfg.steps:
+            checkpoint(step + 1, history)
     return history

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -42,6 +43,9 @@ def align_mtp_cmd(
         "them). Default: a quarter of the vocabulary; 0: write none.",
     ),
     seed: int = typer.Option(0, help="Seed for batch order."),
+    save_every: int = typer.Option(
+        50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Train the MTP layer on the model's own output so that more of its drafts are accepted.
@@ -51,6 +55,9 @@ def align_mtp_cmd(
     its continuations of your prompts; the rest of the model is not changed, so everything it outputs stays
     exactly the same. OUT gets the checkpoint (tokenizer and templates copied from MODEL) and, unless
     --draft-vocab-size 0, a draft_vocab.json for `glm5 serve --draft-vocab`.
+
+    The run works in .OUT.partial beside OUT and renames it into place at the end. A run that is killed resumes
+    from its last checkpoint when the same command is run again (the generated data is kept too).
     """
     if not trajectories and prompts is None:
         fail("nothing to train on: give --trajectories and/or --prompts", code=EXIT_USAGE)
@@ -59,6 +66,24 @@ def align_mtp_cmd(
     if out.exists():
         fail(f"{out} already exists", hint="choose a new --out directory; the input checkpoint is never changed")
     files = _trajectory_files(trajectories)
+    work = out.with_name(f".{out.name}.partial")
+    settings = {
+        "model": str(model.resolve()),
+        "trajectories": [str(f.resolve()) for f in files],
+        "prompts": str(prompts.resolve()) if prompts else None,
+        "max_new_tokens": max_new_tokens,
+        "steps": steps,
+        "lr": lr,
+        "batch_size": batch_size,
+        "max_len": max_len,
+        "seed": seed,
+    }
+    resuming = work.is_dir() and (work / "run.json").is_file()
+    if resuming and json.loads((work / "run.json").read_text()) != settings:
+        fail(
+            f"{work} holds an interrupted run with other settings",
+            hint="rerun it with the same options to resume it, or delete that directory",
+        )
 
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -74,19 +99,24 @@ def align_mtp_cmd(
     if tok is None:
         fail(f"{model} has no tokenizer.json")
     seqs: list[tuple[list[int], int]] = []
-    for f in files:
-        try:
-            seqs += sample_sequences(Trajectory.load(f).samples(), tok)
-        except (ValueError, KeyError, TypeError) as e:
-            fail(f"{f}: {e}", code=EXIT_USAGE)
     prompt_ids: list[list[int]] = []
-    if prompts is not None:
-        try:
-            prompt_ids = read_prompts(prompts, tok)
-        except OSError as e:
-            fail(f"cannot read {prompts}: {e.strerror or e}", code=EXIT_USAGE)
-        except ValueError as e:
-            fail(str(e), code=EXIT_USAGE)
+    if resuming and (work / "sequences.json").is_file():
+        data = json.loads((work / "sequences.json").read_text())
+        seqs, n_recorded = [(s, p) for s, p in data["sequences"]], data["from_trajectories"]
+    else:
+        for f in files:
+            try:
+                seqs += sample_sequences(Trajectory.load(f).samples(), tok)
+            except (ValueError, KeyError, TypeError) as e:
+                fail(f"{f}: {e}", code=EXIT_USAGE)
+        n_recorded = len(seqs)
+        if prompts is not None:
+            try:
+                prompt_ids = read_prompts(prompts, tok)
+            except OSError as e:
+                fail(f"cannot read {prompts}: {e.strerror or e}", code=EXIT_USAGE)
+            except ValueError as e:
+                fail(str(e), code=EXIT_USAGE)
 
     t0 = time.monotonic()
     with console.status(f"loading {model}..."):
@@ -98,9 +128,14 @@ def align_mtp_cmd(
             f"{model} holds INT4 weights, which do not train",
             hint="align the full-precision checkpoint, then `glm5 model quantize` the result",
         )
+    work.mkdir(parents=True, exist_ok=True)
+    _write_atomic(work / "run.json", json.dumps(settings, indent=1))
+    state_path = work / "align_state.pt"
+    state = torch.load(state_path, weights_only=False) if resuming and state_path.is_file() else None
+    if state is not None:
+        err_console.print(f"resuming {work} from step {state['step']} of {steps}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
-        n_recorded = len(seqs)
         if prompt_ids:
             task = bar.add_task("generating", total=len(prompt_ids))
             seqs += generate_sequences(
@@ -109,7 +144,14 @@ def align_mtp_cmd(
         seqs = [(s[-max_len:], max(0, p - max(0, len(s) - max_len))) for s, p in seqs]
         if not any(len(s) > p for s, p in seqs):
             fail("no model output to train on (the trajectories hold no assistant responses)")
-        task = bar.add_task("training the MTP layer", total=steps)
+        data = {"sequences": seqs, "from_trajectories": n_recorded}
+        _write_atomic(work / "sequences.json", json.dumps(data))
+
+        def save(st: dict) -> None:  # written aside and renamed: a kill mid-write leaves the previous one
+            torch.save(st, state_path.with_suffix(".tmp"))
+            os.replace(state_path.with_suffix(".tmp"), state_path)
+
+        task = bar.add_task("training the MTP layer", total=steps, completed=state["step"] if state else 0)
         cfg = MTPTrainConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), train_main=False)
         hist = align_mtp(
             net,
@@ -119,6 +161,9 @@ def align_mtp_cmd(
             seed=seed,
             log_every=1,
             log=lambda _: bar.advance(task),
+            resume=state,
+            save=save,
+            save_every=save_every,
         )
     vocab = None
     if draft_vocab_size != 0:
@@ -127,10 +172,11 @@ def align_mtp_cmd(
         # roughly how common a token is).
         rest = [t for s, p in seqs for t in s[:p]] + list(range(net.config.vocab_size))
         vocab = draft_vocab(seqs, size=min(size, net.config.vocab_size), fallback=rest)
-    # Written next to OUT and renamed into place at the end: a run killed half-way leaves no broken checkpoint.
-    tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(model, tmp, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"))
+    # The checkpoint is assembled in the work directory and renamed into place: OUT is complete or absent.
+    tmp = work
+    shutil.copytree(
+        model, tmp, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"), dirs_exist_ok=True
+    )
     net.save_pretrained(tmp)
     summary = {
         "out": str(out),
@@ -146,6 +192,8 @@ def align_mtp_cmd(
     }
     if vocab:
         write_draft_vocab(tmp / "draft_vocab.json", vocab, source=f"glm5 finetune align-mtp {model}")
+    for name in ("run.json", "sequences.json", "align_state.pt"):
+        (tmp / name).unlink(missing_ok=True)
     os.replace(tmp, out)
     if json_out:
         print_json(summary)
@@ -157,6 +205,12 @@ def align_mtp_cmd(
     )
     serve = f"glm5 serve {out} --speculative mtp" + (f" --draft-vocab {out / 'draft_vocab.json'}" if vocab else "")
     console.print(f"serve it with: {serve}")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _trajectory_files(paths: list[Path]) -> list[Path]:

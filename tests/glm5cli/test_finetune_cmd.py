@@ -57,7 +57,8 @@ def test_align_mtp_from_trajectories_and_prompts(tiny_checkpoint, tmp_path):  # 
     assert changed and all(k.startswith(mtp) for k in changed), sorted(changed)[:4]
     vocab = read_draft_vocab(out / "draft_vocab.json")
     assert len(vocab) == 8192 // 4 and len(set(vocab)) == len(vocab)
-    assert not list(tmp_path.glob(".aligned.partial-*"))  # written aside, then renamed into place
+    assert not (tmp_path / ".aligned.partial").exists()  # assembled aside, then renamed into place
+    assert not {"run.json", "sequences.json", "align_state.pt"} & {p.name for p in out.iterdir()}
     # The output feeds `glm5 serve --speculative mtp --draft-vocab` (the flags are checked before loading).
     r = runner.invoke(
         app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(out), "--prompts", str(prompts)]
@@ -111,3 +112,48 @@ def test_align_mtp_refuses_int4_checkpoints(tiny_checkpoint, tmp_path):  # noqa:
     r = runner.invoke(app, ["finetune", "align-mtp", str(q), "--out", str(tmp_path / "o"), "--prompts", str(prompts)])
     assert r.exit_code == 1 and "INT4" in r.output and "glm5 model quantize" in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint(tiny_checkpoint, tmp_path, monkeypatch):  # noqa: F811
+    """Killed after its checkpoint at step 4 of 6, the same command resumes there (data not generated again) and
+    ends with exactly the weights of a run that was never interrupted."""
+    import finetune.mtp_align as mtp_align
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f(x):"}\n{"prompt": "for i in range(3):"}\n{"prompt": "import re"}\n')
+    opts = ["--prompts", str(prompts), "--max-new-tokens", "10", "--steps", "6", "--save-every", "2"]
+    opts += ["--batch-size", "2"]
+    whole = tmp_path / "whole"
+    assert (
+        runner.invoke(app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(whole), *opts]).exit_code == 0
+    )
+
+    real = mtp_align.train_mtp
+    saves = []
+
+    def killed_after_second_save(*a, save, **kw):
+        def save_then_die(state):
+            save(state)
+            saves.append(state["step"])
+            if len(saves) == 2:
+                raise KeyboardInterrupt  # as if the process were killed right after writing it
+
+        return real(*a, save=save_then_die, **kw)
+
+    out = tmp_path / "resumed"
+    monkeypatch.setattr(mtp_align, "train_mtp", killed_after_second_save)
+    r = runner.invoke(app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(out), *opts])
+    assert r.exit_code != 0 and saves == [2, 4] and not out.exists()
+    work = tmp_path / ".resumed.partial"
+    assert {"run.json", "sequences.json", "align_state.pt"} <= {p.name for p in work.iterdir()}
+    monkeypatch.setattr(mtp_align, "train_mtp", real)
+    monkeypatch.setattr(mtp_align, "generate_sequences", lambda *a, **k: pytest.fail("generated again"))
+    # Other settings do not silently mix with the interrupted run.
+    r = runner.invoke(app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(out), *opts, "--lr", "1e-2"])
+    assert r.exit_code == 1 and "other settings" in r.output
+    r = runner.invoke(app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(out), *opts])
+    assert r.exit_code == 0, r.output
+    assert "resuming" in r.output and "from step 4 of 6" in r.output
+    a, b = load_file(whole / "model.safetensors"), load_file(out / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not work.exists()
