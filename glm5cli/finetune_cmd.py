@@ -128,8 +128,6 @@ def align_mtp_cmd(
             f"{model} holds INT4 weights, which do not train",
             hint="align the full-precision checkpoint, then `glm5 model quantize` the result",
         )
-    work.mkdir(parents=True, exist_ok=True)
-    _write_atomic(work / "run.json", json.dumps(settings, indent=1))
     state_path = work / "align_state.pt"
     state = torch.load(state_path, weights_only=False) if resuming and state_path.is_file() else None
     if state is not None:
@@ -138,12 +136,18 @@ def align_mtp_cmd(
     with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
         if prompt_ids:
             task = bar.add_task("generating", total=len(prompt_ids))
-            seqs += generate_sequences(
-                net, prompt_ids, max_new_tokens, progress=lambda done, _: bar.update(task, completed=done)
-            )
+            try:
+                seqs += generate_sequences(
+                    net, prompt_ids, max_new_tokens, progress=lambda done, _: bar.update(task, completed=done)
+                )
+            except ValueError as e:  # a prompt too long for the context, a token outside the vocabulary
+                fail(f"{prompts}: {e}", code=EXIT_USAGE)
         seqs = [(s[-max_len:], max(0, p - max(0, len(s) - max_len))) for s, p in seqs]
         if not any(len(s) > p for s, p in seqs):
             fail("no model output to train on (the trajectories hold no assistant responses)")
+        # From here on the run can be resumed: its settings, its data, then its checkpoints.
+        work.mkdir(parents=True, exist_ok=True)
+        _write_atomic(work / "run.json", json.dumps(settings, indent=1))
         data = {"sequences": seqs, "from_trajectories": n_recorded}
         _write_atomic(work / "sequences.json", json.dumps(data))
 

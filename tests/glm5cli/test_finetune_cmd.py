@@ -157,3 +157,14 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tiny_checkpoint, tmp_path
     a, b = load_file(whole / "model.safetensors"), load_file(out / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not work.exists()
+
+
+def test_a_prompt_too_long_for_the_context_is_named_and_leaves_nothing(tiny_checkpoint, tmp_path):  # noqa: F811
+    prompts = tmp_path / "long.jsonl"
+    prompts.write_text(json.dumps({"prompt": "x = 1\n" * 3000}) + "\n")
+    out = tmp_path / "o"
+    r = runner.invoke(
+        app, ["finetune", "align-mtp", str(tiny_checkpoint), "--out", str(out), "--prompts", str(prompts)]
+    )
+    assert r.exit_code == 2 and "long.jsonl" in r.output and "max_model_len" in r.output, r.output
+    assert not out.exists() and not (tmp_path / ".o.partial").exists()
