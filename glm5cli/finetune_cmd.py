@@ -1,4 +1,4 @@
-"""`glm5 finetune`: fine-tuning on what the model did. `align-mtp` is built; SFT and RL are not yet."""
+"""`glm5 finetune`: fine-tuning on what the model did: `sft` (LoRA) and `align-mtp`; RL is not built yet."""
 
 from __future__ import annotations
 
@@ -63,33 +63,26 @@ def align_mtp_cmd(
         fail("nothing to train on: give --trajectories and/or --prompts", code=EXIT_USAGE)
     if not (model / "config.json").is_file():
         fail(f"{model} is not a checkpoint directory (no config.json)")
-    if out.exists():
-        fail(f"{out} already exists", hint="choose a new --out directory; the input checkpoint is never changed")
     files = _trajectory_files(trajectories)
-    work = out.with_name(f".{out.name}.partial")
-    settings = {
-        "model": str(model.resolve()),
-        "trajectories": [str(f.resolve()) for f in files],
-        "prompts": str(prompts.resolve()) if prompts else None,
-        "max_new_tokens": max_new_tokens,
-        "steps": steps,
-        "lr": lr,
-        "batch_size": batch_size,
-        "max_len": max_len,
-        "seed": seed,
-    }
-    resuming = work.is_dir() and (work / "run.json").is_file()
-    if resuming and json.loads((work / "run.json").read_text()) != settings:
-        fail(
-            f"{work} holds an interrupted run with other settings",
-            hint="rerun it with the same options to resume it, or delete that directory",
-        )
+    run = _Run(
+        out,
+        {
+            "model": str(model.resolve()),
+            "trajectories": [str(f.resolve()) for f in files],
+            "prompts": str(prompts.resolve()) if prompts else None,
+            "max_new_tokens": max_new_tokens,
+            "steps": steps,
+            "lr": lr,
+            "batch_size": batch_size,
+            "max_len": max_len,
+            "seed": seed,
+        },
+    )
 
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from agent.trajectory import Trajectory
-    from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences, read_prompts, sample_sequences
+    from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences, read_prompts
     from finetune.mtp_loss import MTPTrainConfig
     from model import GLM5ForCausalLM
     from serve.engine.llm import load_tokenizer
@@ -100,15 +93,11 @@ def align_mtp_cmd(
         fail(f"{model} has no tokenizer.json")
     seqs: list[tuple[list[int], int]] = []
     prompt_ids: list[list[int]] = []
-    if resuming and (work / "sequences.json").is_file():
-        data = json.loads((work / "sequences.json").read_text())
-        seqs, n_recorded = [(s, p) for s, p in data["sequences"]], data["from_trajectories"]
+    saved = run.saved_sequences()
+    if saved is not None:
+        seqs, n_recorded = [(s, p) for s, p in saved["sequences"]], saved["from_trajectories"]
     else:
-        for f in files:
-            try:
-                seqs += sample_sequences(Trajectory.load(f).samples(), tok)
-            except (ValueError, KeyError, TypeError) as e:
-                fail(f"{f}: {e}", code=EXIT_USAGE)
+        seqs = _recorded_sequences(files, tok)
         n_recorded = len(seqs)
         if prompts is not None:
             try:
@@ -128,10 +117,6 @@ def align_mtp_cmd(
             f"{model} holds INT4 weights, which do not train",
             hint="align the full-precision checkpoint, then `glm5 model quantize` the result",
         )
-    state_path = work / "align_state.pt"
-    state = torch.load(state_path, weights_only=False) if resuming and state_path.is_file() else None
-    if state is not None:
-        err_console.print(f"resuming {work} from step {state['step']} of {steps}")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
         if prompt_ids:
@@ -142,19 +127,10 @@ def align_mtp_cmd(
                 )
             except ValueError as e:  # a prompt too long for the context, a token outside the vocabulary
                 fail(f"{prompts}: {e}", code=EXIT_USAGE)
-        seqs = [(s[-max_len:], max(0, p - max(0, len(s) - max_len))) for s, p in seqs]
+        seqs = _truncated(seqs, max_len)
         if not any(len(s) > p for s, p in seqs):
             fail("no model output to train on (the trajectories hold no assistant responses)")
-        # From here on the run can be resumed: its settings, its data, then its checkpoints.
-        work.mkdir(parents=True, exist_ok=True)
-        _write_atomic(work / "run.json", json.dumps(settings, indent=1))
-        data = {"sequences": seqs, "from_trajectories": n_recorded}
-        _write_atomic(work / "sequences.json", json.dumps(data))
-
-        def save(st: dict) -> None:  # written aside and renamed: a kill mid-write leaves the previous one
-            torch.save(st, state_path.with_suffix(".tmp"))
-            os.replace(state_path.with_suffix(".tmp"), state_path)
-
+        state = run.start({"sequences": seqs, "from_trajectories": n_recorded})
         task = bar.add_task("training the MTP layer", total=steps, completed=state["step"] if state else 0)
         cfg = MTPTrainConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), train_main=False)
         hist = align_mtp(
@@ -166,7 +142,7 @@ def align_mtp_cmd(
             log_every=1,
             log=lambda _: bar.advance(task),
             resume=state,
-            save=save,
+            save=run.save,
             save_every=save_every,
         )
     vocab = None
@@ -177,7 +153,7 @@ def align_mtp_cmd(
         rest = [t for s, p in seqs for t in s[:p]] + list(range(net.config.vocab_size))
         vocab = draft_vocab(seqs, size=min(size, net.config.vocab_size), fallback=rest)
     # The checkpoint is assembled in the work directory and renamed into place: OUT is complete or absent.
-    tmp = work
+    tmp = run.work
     shutil.copytree(
         model, tmp, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"), dirs_exist_ok=True
     )
@@ -196,9 +172,7 @@ def align_mtp_cmd(
     }
     if vocab:
         write_draft_vocab(tmp / "draft_vocab.json", vocab, source=f"glm5 finetune align-mtp {model}")
-    for name in ("run.json", "sequences.json", "align_state.pt"):
-        (tmp / name).unlink(missing_ok=True)
-    os.replace(tmp, out)
+    run.finish()
     if json_out:
         print_json(summary)
         return
@@ -209,6 +183,75 @@ def align_mtp_cmd(
     )
     serve = f"glm5 serve {out} --speculative mtp" + (f" --draft-vocab {out / 'draft_vocab.json'}" if vocab else "")
     console.print(f"serve it with: {serve}")
+
+
+class _Run:
+    """A resumable training run that writes OUT: it works in .OUT.partial beside OUT (settings, data,
+    checkpoints), and renames that into place when it is done, so OUT is complete or absent. Rerunning the same
+    command after a kill resumes; other settings are refused rather than mixed into the interrupted run."""
+
+    _FILES = ("run.json", "sequences.json", "state.pt")
+
+    def __init__(self, out: Path, settings: dict):
+        if out.exists():
+            fail(f"{out} already exists", hint="choose a new --out directory; the input checkpoint is never changed")
+        self.out, self.settings = out, settings
+        self.work = out.with_name(f".{out.name}.partial")
+        self.resuming = (self.work / "run.json").is_file()
+        if self.resuming and json.loads((self.work / "run.json").read_text()) != settings:
+            fail(
+                f"{self.work} holds an interrupted run with other settings",
+                hint="rerun it with the same options to resume it, or delete that directory",
+            )
+
+    def saved_sequences(self) -> dict | None:
+        path = self.work / "sequences.json"
+        return json.loads(path.read_text()) if self.resuming and path.is_file() else None
+
+    def start(self, data: dict) -> dict | None:
+        """From here on the run can be resumed: its settings and data are written. -> the last checkpoint."""
+        import torch
+
+        self.work.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
+        _write_atomic(self.work / "sequences.json", json.dumps(data))
+        state_path = self.work / "state.pt"
+        state = torch.load(state_path, weights_only=False) if self.resuming and state_path.is_file() else None
+        if state is not None:
+            err_console.print(f"resuming {self.work} from step {state['step']} of {self.settings['steps']}")
+        return state
+
+    def save(self, state: dict) -> None:
+        """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one."""
+        import torch
+
+        tmp = self.work / "state.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, self.work / "state.pt")
+
+    def finish(self) -> None:
+        for name in self._FILES:
+            (self.work / name).unlink(missing_ok=True)
+        os.replace(self.work, self.out)
+
+
+def _recorded_sequences(files: list[Path], tokenizer) -> list[tuple[list[int], int]]:
+    """(ids, prompt length) of every answered model call in the trajectory files; a bad file is a usage error."""
+    from agent.trajectory import Trajectory
+    from finetune.mtp_align import sample_sequences
+
+    seqs: list[tuple[list[int], int]] = []
+    for f in files:
+        try:
+            seqs += sample_sequences(Trajectory.load(f).samples(), tokenizer)
+        except (ValueError, KeyError, TypeError) as e:
+            fail(f"{f}: {e}", code=EXIT_USAGE)
+    return seqs
+
+
+def _truncated(seqs: list[tuple[list[int], int]], max_len: int) -> list[tuple[list[int], int]]:
+    """Sequences longer than max_len keep their last max_len tokens (the prompt is what gets cut)."""
+    return [(s[-max_len:], max(0, p - max(0, len(s) - max_len))) for s, p in seqs]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -233,9 +276,118 @@ def _trajectory_files(paths: list[Path]) -> list[Path]:
 
 
 @app.command("sft")
-def sft() -> None:
-    """Supervised fine-tuning (LoRA or full) on recorded trajectories: not built yet."""
-    not_built("finetune sft")
+def sft(
+    model: Path = typer.Argument(..., help="Checkpoint directory (full precision)."),
+    out: Path = typer.Option(
+        ..., "--out", help="New directory: the adapter in OUT/adapter; with --merge, OUT is a checkpoint."
+    ),
+    trajectories: list[Path] = typer.Option(
+        ...,
+        "--trajectories",
+        help="Trajectory files, or directories of them (e.g. .glm5/sessions): every recorded response is a "
+        "training target, its prompt the context (repeat the option for more).",
+    ),
+    steps: int = typer.Option(200, min=1, help="Training steps."),
+    lr: float = typer.Option(2e-4, help="Peak learning rate (AdamW, warm-up then cosine)."),
+    rank: int = typer.Option(16, min=1, help="LoRA rank."),
+    alpha: int = typer.Option(32, min=1, help="LoRA alpha (the update is scaled by alpha / rank)."),
+    batch_size: int = typer.Option(4, min=1, help="Sequences per step."),
+    max_len: int = typer.Option(2048, min=8, help="Longer sequences keep their last MAX_LEN tokens."),
+    seed: int = typer.Option(0, help="Seed for batch order."),
+    save_every: int = typer.Option(
+        50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
+    ),
+    merge: bool = typer.Option(
+        False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+) -> None:
+    """Supervised fine-tuning with LoRA on the responses recorded by `glm5 code`.
+
+    Each recorded model call is one example: the conversation up to the call is the context, the response
+    (reasoning, content, tool calls) the target; only the response's tokens are trained on. LoRA adapters
+    (peft) go on the attention and MLP linears of the main layers; everything else stays frozen. The adapter
+    is written in peft's format; --merge also writes a checkpoint `glm5 serve` loads. Resumable like align-mtp;
+    run `glm5 finetune align-mtp` on the result afterwards so that speculative decoding keeps up.
+    """
+    if not (model / "config.json").is_file():
+        fail(f"{model} is not a checkpoint directory (no config.json)")
+    files = _trajectory_files(trajectories)
+    settings = {"model": str(model.resolve()), "trajectories": [str(f.resolve()) for f in files], "steps": steps}
+    settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
+    run = _Run(out, settings | {"merge": merge})
+
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from finetune.sft import LoraSettings, SFTConfig, add_lora, merge_lora, save_adapter, train_sft
+    from model import GLM5ForCausalLM
+    from serve.engine.llm import load_tokenizer
+
+    tok = load_tokenizer(model)
+    if tok is None:
+        fail(f"{model} has no tokenizer.json")
+    saved = run.saved_sequences()
+    seqs: list[tuple[list[int], int]] = []
+    if saved is not None:
+        seqs = [(s, p) for s, p in saved["sequences"]]
+    else:
+        seqs = _recorded_sequences(files, tok)
+        seqs = _truncated(seqs, max_len)
+    if not any(len(s) > p for s, p in seqs):
+        fail("no responses to train on: the trajectories hold no model calls with an answer")
+    t0 = time.monotonic()
+    with console.status(f"loading {model}..."):
+        net = GLM5ForCausalLM.from_pretrained(model, dtype=torch.float32)
+    if (net.config.quantization_config or {}).get("quant_method") == "compressed-tensors":
+        fail(f"{model} holds INT4 weights, which do not train", hint="fine-tune the full-precision checkpoint")
+    net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
+    state = run.start({"sequences": seqs})
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
+        task = bar.add_task("fine-tuning (LoRA)", total=steps, completed=state["step"] if state else 0)
+        cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
+        hist = train_sft(
+            net,
+            seqs,
+            cfg,
+            log_every=1,
+            log=lambda _: bar.advance(task),
+            resume=state,
+            save=run.save,
+            save_every=save_every,
+        )
+    save_adapter(net, run.work / "adapter")
+    if merge:
+        shutil.copytree(
+            model,
+            run.work,
+            ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"),
+            dirs_exist_ok=True,
+        )
+        merge_lora(net).save_pretrained(run.work)
+    summary = {
+        "out": str(out),
+        "adapter": str(out / "adapter"),
+        "merged_checkpoint": str(out) if merge else None,
+        "examples": len(seqs),
+        "trained_tokens": sum(len(s) - p for s, p in seqs),
+        "steps": steps,
+        "loss_first": round(hist[0].lm, 4),
+        "loss_last": round(sum(h.lm for h in hist[-10:]) / len(hist[-10:]), 4),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    run.finish()
+    if json_out:
+        print_json(summary)
+        return
+    console.print(
+        f"[green]fine-tuned[/] {model} with LoRA (rank {rank}) on {summary['examples']} responses "
+        f"({summary['trained_tokens']:,} tokens), loss {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}, "
+        f"in {summary['seconds']:.0f}s; adapter: {out / 'adapter'}"
+    )
+    if merge:
+        console.print(f"serve it with: glm5 serve {out}   (then `glm5 finetune align-mtp {out} ...` for MTP drafts)")
 
 
 @app.command("rl")

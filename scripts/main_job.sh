@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, end to end on one CPU machine: create a tiny GLM-5 checkpoint, serve it over the OpenAI API,
 # load-test the server, run the coding agent headless against it in a scratch git repository, recording its
-# trajectory, and fine-tune the checkpoint's MTP layer on that trajectory (glm5 finetune align-mtp).
+# trajectory, fine-tune the checkpoint on that trajectory with LoRA (glm5 finetune sft --merge), and re-align
+# the fine-tuned model's MTP layer (glm5 finetune align-mtp).
 # A tiny random model writes nonsense: this shows the loop works, not the model's skill.
 # Usage: bash scripts/main_job.sh [WORKDIR]   (default: a new temporary folder)
 set -euo pipefail
@@ -47,7 +48,10 @@ set -e
 echo "glm5 code exit code: $rc (0 done, 3 turn limit reached)"
 .venv/bin/python -c "import json,sys; r=json.load(open(sys.argv[1])); print('trajectory:', r['trajectory']); print('stats:', r['stats'])" "$WORK/code_result.json"
 [ "$rc" = 0 ] || [ "$rc" = 3 ]
-echo "== 5. glm5 finetune align-mtp on what the agent just recorded (MTP layer only; outputs unchanged)"
-rm -rf "$WORK/tiny-aligned"
-$GLM5 finetune align-mtp "$WORK/tiny" --out "$WORK/tiny-aligned" --trajectories "$REPO/.glm5/sessions" --steps 20
+echo "== 5. glm5 finetune sft (LoRA) on what the agent just recorded, merged into a servable checkpoint"
+rm -rf "$WORK/tiny-sft" "$WORK/tiny-sft-aligned"
+$GLM5 finetune sft "$WORK/tiny" --out "$WORK/tiny-sft" --trajectories "$REPO/.glm5/sessions" --steps 10 --merge
+echo "== 6. glm5 finetune align-mtp: the MTP layer re-aligned with the fine-tuned model (outputs unchanged)"
+$GLM5 finetune align-mtp "$WORK/tiny-sft" --out "$WORK/tiny-sft-aligned" --trajectories "$REPO/.glm5/sessions" \
+  --steps 20
 echo "== done: everything is under $WORK"

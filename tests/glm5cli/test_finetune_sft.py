@@ -1,0 +1,131 @@
+"""`glm5 finetune sft`: LoRA on recorded responses, a peft adapter that peft loads, a merged checkpoint with the
+same logits, exact resume after a kill, and the bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import peft
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from agent.trajectory import TrajectoryWriter
+from glm5cli.app import app
+from model import GLM5ForCausalLM
+from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
+
+runner = CliRunner(env={"COLUMNS": "300"})
+ANSWER = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.fixture(scope="module")
+def ckpt(tiny_checkpoint, tmp_path_factory):  # noqa: F811
+    """The tiny checkpoint with its lm_head scaled 20x. A random `tiny` squeezes its logits into a range of ~1
+    (RMSNorm'd hidden times a small random head), so no adapter on the layers can make any token likely; a
+    trained model's head has the range this one gets."""
+    import shutil
+
+    path = tmp_path_factory.mktemp("peaky")
+    shutil.copytree(tiny_checkpoint, path, dirs_exist_ok=True)
+    model = GLM5ForCausalLM.from_pretrained(path)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.save_pretrained(path)
+    return path
+
+
+def _sessions(folder, n=3):
+    for k in range(n):
+        w = TrajectoryWriter(folder / f"s{k}.jsonl")
+        w.write("session", id=f"s{k}", schema="glm5-trajectory/1", tools=[])
+        user = {"role": "user", "content": f"task {k}: write add"}
+        w.write("message", index=0, message=user)
+        w.write(
+            "model_call",
+            step=0,
+            n_messages=1,
+            response={"choices": [{"message": {"role": "assistant", "content": ANSWER}}]},
+        )
+        w.close()
+    return folder
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids]))
+
+
+def test_sft_learns_the_responses_and_writes_a_peft_adapter_and_a_merged_checkpoint(ckpt, tmp_path):
+    sessions = _sessions(tmp_path / "sessions")
+    out = tmp_path / "sft"
+    args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(sessions)]
+    args += ["--steps", "40", "--lr", "3e-3", "--rank", "8", "--batch-size", "3", "--merge", "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{") :])
+    assert summary["examples"] == 3 and summary["loss_last"] < summary["loss_first"] / 4, summary
+    assert (out / "adapter" / "adapter_config.json").is_file() and (out / "tokenizer.json").is_file()
+    # peft itself loads the adapter onto the untouched base model...
+    base = GLM5ForCausalLM.from_pretrained(ckpt).eval()
+    ids = list(range(100, 140))
+    before = _logits(base, ids)
+    cfg = peft.LoraConfig.from_pretrained(str(out / "adapter"))
+    adapted = peft.inject_adapter_in_model(cfg, base)
+    res = peft.set_peft_model_state_dict(adapted, load_file(str(out / "adapter" / "adapter_model.safetensors")))
+    assert not [k for k in res.missing_keys if "lora_" in k] and not res.unexpected_keys
+    with_adapter = _logits(adapted.eval(), ids)
+    assert (with_adapter - before).abs().max() > 1e-3  # the adapter changes the model...
+    # ...and the merged checkpoint is the same function, as a plain model.
+    merged = GLM5ForCausalLM.from_pretrained(out).eval()
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    torch.testing.assert_close(_logits(merged, ids), with_adapter, atol=1e-4, rtol=1e-4)
+    # Only the main layers were adapted: the MTP layer is the base model's.
+    a, b = load_file(ckpt / "model.safetensors"), load_file(out / "model.safetensors")
+    mtp = "model.layers.3."
+    assert all(torch.equal(a[k], b[k]) for k in a if k.startswith(mtp))
+    assert any(not torch.equal(a[k], b[k]) for k in a if ".experts." in k)
+
+
+def test_sft_resumes_exactly_after_a_kill(tiny_checkpoint, tmp_path, monkeypatch):  # noqa: F811
+    import finetune.sft as sft
+
+    sessions = _sessions(tmp_path / "sessions", n=2)
+    opts = ["--trajectories", str(sessions), "--steps", "6", "--save-every", "2", "--rank", "4", "--batch-size", "2"]
+    whole = tmp_path / "whole"
+    assert runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(whole), *opts]).exit_code == 0
+    real, saves = sft.train_mtp, []
+
+    def dies_after_first_save(*a, save, **kw):
+        def save_then_die(state):
+            save(state)
+            saves.append(state["step"])
+            raise KeyboardInterrupt
+
+        return real(*a, save=save_then_die, **kw)
+
+    out = tmp_path / "resumed"
+    monkeypatch.setattr(sft, "train_mtp", dies_after_first_save)
+    r = runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(out), *opts])
+    assert r.exit_code != 0 and saves == [2] and not out.exists()
+    monkeypatch.setattr(sft, "train_mtp", real)
+    r = runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(out), *opts])
+    assert r.exit_code == 0 and "from step 2 of 6" in r.output, r.output
+    a = load_file(whole / "adapter" / "adapter_model.safetensors")
+    b = load_file(out / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("make, msg", [("empty", "no responses to train on"), ("missing", "does not exist")])
+def test_sft_bad_input(tiny_checkpoint, tmp_path, make, msg):  # noqa: F811
+    path = tmp_path / "t.jsonl"
+    if make == "empty":
+        w = TrajectoryWriter(path)
+        w.write("session", id="s", schema="glm5-trajectory/1", tools=[])
+        w.close()
+    r = runner.invoke(
+        app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(tmp_path / "o"), "--trajectories", str(path)]
+    )
+    assert r.exit_code in (1, 2) and msg in r.output, r.output
+    assert not (tmp_path / "o").exists()
