@@ -25,7 +25,12 @@ def test_load_engine_with_int4_weights_and_mtp_drafts(tiny_checkpoint):  # noqa:
         assert llm_engine.runner.draft_ids.tolist() == list(vocab)
 
         async def run():
-            outs = [o async for o in engine.generate(tok.encode("def add(a, b):"), SamplingParams(max_tokens=8), "r1")]
+            outs = [
+                o
+                async for o in engine.generate(
+                    tok.encode("def add(a, b):"), SamplingParams(max_tokens=8, ignore_eos=True, seed=1), "r1"
+                )
+            ]
             return outs[-1]
 
         out = asyncio.run(run())
@@ -52,7 +57,12 @@ def test_load_engine_in_bfloat16_generates(tiny_checkpoint):  # noqa: F811
         assert core.runner.kv.latent_NPK[0].dtype == torch.bfloat16
 
         async def run():
-            return [o async for o in engine.generate(tok.encode("x = 1"), SamplingParams(max_tokens=4), "r")][-1]
+            return [
+                o
+                async for o in engine.generate(
+                    tok.encode("x = 1"), SamplingParams(max_tokens=4, ignore_eos=True, seed=1), "r"
+                )
+            ][-1]
 
         assert len(asyncio.run(run()).token_ids) == 4
     finally:
