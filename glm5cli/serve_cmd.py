@@ -37,6 +37,11 @@ def serve(
         "the lm_head; outputs are unchanged). finetune.mtp_align.draft_vocab makes one. Embedded engine, with "
         "--speculative mtp.",
     ),
+    lora: Path | None = typer.Option(
+        None,
+        help="A LoRA adapter (peft format, e.g. from `glm5 finetune sft`) merged into the weights at load. "
+        "Embedded engine.",
+    ),
     max_num_seqs: int | None = typer.Option(None, help="Most requests decoded at once."),
     max_queue: int = typer.Option(256, help="Most requests waiting; more get 429 (embedded engine)."),
     max_model_len: int | None = typer.Option(None, help="Context length (default: the checkpoint's)."),
@@ -89,6 +94,16 @@ def serve(
                 vocab = read_draft_vocab(draft_vocab)
             except ValueError as e:
                 fail(str(e), code=EXIT_USAGE)
+        adapt = None
+        if lora is not None:
+            if not (lora / "adapter_config.json").is_file():
+                fail(f"{lora} is not a LoRA adapter (no adapter_config.json)", code=EXIT_USAGE)
+
+            def adapt(m):
+                from finetune.sft import load_adapter, merge_lora
+
+                return merge_lora(load_adapter(m, lora))
+
         code = run_embedded(
             model_dir=Path(model),
             host=host,
@@ -104,6 +119,7 @@ def serve(
             num_draft_tokens=num_draft_tokens,
             dtype=dtype,
             draft_vocab=vocab,
+            adapt=adapt,
         )
         raise typer.Exit(code)
 
@@ -117,6 +133,8 @@ def serve(
         fail("--quant applies to the embedded engine; sglang/vLLM read the checkpoint's own quantization")
     if draft_vocab is not None:
         fail("--draft-vocab applies to the embedded engine; pass sglang's own option with --engine-arg")
+    if lora is not None:
+        fail("--lora applies to the embedded engine; merge the adapter first (`glm5 finetune sft --merge`)")
     if precision == "auto":
         precision = checkpoint_precision(model)
     spec = None if speculative == "off" else (speculative or "mtp")

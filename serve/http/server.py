@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -28,11 +29,14 @@ def load_engine(
     num_draft_tokens: int = 3,
     dtype: str = "auto",
     draft_vocab: tuple[int, ...] | None = None,
+    adapt: Callable | None = None,
 ):
     """Build the embedded engine over `model_dir`, showing what it is doing while the weights load.
 
     quant="int4" quantizes the weights at load (group 128, symmetric; a checkpoint that is already
     compressed-tensors INT4 loads as such without it); speculative=True drafts with the checkpoint's MTP layer.
+    `adapt(model) -> model` runs on the loaded weights before quantization (`glm5 serve --lora` merges an
+    adapter with it; serve does not import finetune, the CLI passes it in).
     """
     import torch
 
@@ -54,6 +58,8 @@ def load_engine(
     t0 = time.monotonic()
     with console.status(f"loading {model_dir} ({checkpoint_summary(model_dir)}) onto {device}...", spinner="dots"):
         model = GLM5ForCausalLM.from_pretrained(model_dir, dtype=resolve_dtype(dtype, device), device=device)
+        if adapt is not None:
+            model = adapt(model)
         if quant == "int4":
             from model.quant_int4 import quantize_int4
 
@@ -86,6 +92,7 @@ def run_embedded(
     num_draft_tokens: int = 3,
     dtype: str = "auto",
     draft_vocab: tuple[int, ...] | None = None,
+    adapt: Callable | None = None,
 ) -> int:
     import uvicorn
 
@@ -104,6 +111,7 @@ def run_embedded(
         num_draft_tokens,
         dtype,
         draft_vocab,
+        adapt,
     )
     if tokenizer is None:
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")

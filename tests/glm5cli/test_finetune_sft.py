@@ -81,6 +81,35 @@ def test_sft_learns_the_responses_and_writes_a_peft_adapter_and_a_merged_checkpo
     merged = GLM5ForCausalLM.from_pretrained(out).eval()
     assert not any("lora" in n for n, _ in merged.named_parameters())
     torch.testing.assert_close(_logits(merged, ids), with_adapter, atol=1e-4, rtol=1e-4)
+    # `glm5 serve --lora` merges the adapter at load: the engine generates what the merged checkpoint does.
+    from rich.console import Console
+
+    from finetune.sft import load_adapter, merge_lora
+    from serve.engine import LLM, SamplingParams
+    from serve.http.server import load_engine
+
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    engine, _ = load_engine(
+        ckpt,
+        None,
+        False,
+        2,
+        256,
+        Console(quiet=True),
+        0.01,
+        adapt=lambda m: merge_lora(load_adapter(m, out / "adapter")),
+    )
+    try:
+        import asyncio
+
+        async def gen():
+            return [o async for o in engine.generate(ids, greedy, "r")][-1].token_ids
+
+        served = asyncio.run(gen())
+    finally:
+        engine.shutdown()
+    assert served == LLM(str(out), num_kv_blocks=64).generate([ids], greedy)[0].token_ids
+    assert served != LLM(str(ckpt), num_kv_blocks=64).generate([ids], greedy)[0].token_ids  # the base differs
     # Only the main layers were adapted: the MTP layer is the base model's.
     a, b = load_file(ckpt / "model.safetensors"), load_file(out / "model.safetensors")
     mtp = "model.layers.3."
@@ -115,6 +144,13 @@ def test_sft_resumes_exactly_after_a_kill(tiny_checkpoint, tmp_path, monkeypatch
     a = load_file(whole / "adapter" / "adapter_model.safetensors")
     b = load_file(out / "adapter" / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_serve_lora_flag_errors(tmp_path, tiny_checkpoint):  # noqa: F811
+    r = runner.invoke(app, ["serve", str(tiny_checkpoint), "--lora", str(tmp_path)])
+    assert r.exit_code == 2 and "not a LoRA adapter" in r.output
+    r = runner.invoke(app, ["serve", "m", "--engine", "vllm", "--lora", str(tmp_path)])
+    assert r.exit_code == 1 and "embedded engine" in r.output
 
 
 @pytest.mark.parametrize("make, msg", [("empty", "no responses to train on"), ("missing", "does not exist")])
