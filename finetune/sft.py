@@ -3,7 +3,7 @@
     model = GLM5ForCausalLM.from_pretrained(ckpt)
     add_lora(model, LoraSettings(rank=16))                    # peft adapters on the main layers; the rest frozen
     seqs = sample_sequences(trajectory_samples, tokenizer)    # (ids, prompt length): finetune/mtp_align.py
-    train_sft(model, seqs, SFTConfig(steps=200))              # masked LM loss on the responses only
+    train_sft(model, seqs, MTPTrainConfig(steps=200, lr=2e-4))  # masked LM loss on the responses only
     save_adapter(model, out)                                  # adapter_config.json + adapter_model.safetensors
     merge_lora(model); model.save_pretrained(merged)          # or a plain checkpoint `glm5 serve` can load
 
@@ -18,7 +18,7 @@ exact resume).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -48,15 +48,6 @@ class LoraSettings:
     targets: tuple[str, ...] = field(default=DEFAULT_TARGETS)
 
 
-@dataclass(frozen=True)
-class SFTConfig:
-    steps: int = 200
-    lr: float = 2e-4
-    warmup: int = 10
-    batch_size: int = 4
-    seed: int = 0
-
-
 def add_lora(model, settings: LoraSettings = LoraSettings(), seed: int = 0):
     """Inject peft LoRA adapters into the main layers' target linears; freeze everything else. -> model.
     The adapters' random initialisation comes from `seed` (not the global RNG): a run is reproducible, and an
@@ -82,14 +73,21 @@ def add_lora(model, settings: LoraSettings = LoraSettings(), seed: int = 0):
     return model
 
 
-def train_sft(model, seqs: list[tuple[list[int], int]], cfg: SFTConfig = SFTConfig(), **loop) -> list[MTPLoss]:
+def train_sft(
+    model,
+    seqs: list[tuple[list[int], int]],
+    cfg: MTPTrainConfig = MTPTrainConfig(steps=200, lr=2e-4, warmup=10),
+    batch_size: int = 4,
+    seed: int = 0,
+    **loop,
+) -> list[MTPLoss]:
     """Masked next-token loss on the response tokens of (ids, prompt length) pairs; only the LoRA parameters
-    (whatever requires grad) train. `loop`: train_mtp's log_every / log / resume / save / save_every."""
+    (whatever requires grad) train. `cfg` is train_mtp's, with the MTP steps turned off; `loop`: train_mtp's
+    log_every / log / resume / save / save_every."""
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("nothing to train: add_lora first")
-    batches = align_batches(seqs, cfg.batch_size, 2, cfg.seed)
-    tcfg = MTPTrainConfig(steps=cfg.steps, lr=cfg.lr, warmup=cfg.warmup, num_mtp_steps=0, train_main=True)
-    return train_mtp(model, batches, tcfg, **loop)
+    cfg = replace(cfg, num_mtp_steps=0, train_main=True)
+    return train_mtp(model, align_batches(seqs, batch_size, 2, seed), cfg, **loop)
 
 
 def save_adapter(model, path: Path) -> None:

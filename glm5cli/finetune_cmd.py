@@ -79,12 +79,8 @@ def align_mtp_cmd(
         },
     )
 
-    import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences, read_prompts
     from finetune.mtp_loss import MTPTrainConfig
-    from model import GLM5ForCausalLM
     from serve.engine.llm import load_tokenizer
     from serve.engine.spec_decode import write_draft_vocab
 
@@ -108,17 +104,10 @@ def align_mtp_cmd(
                 fail(str(e), code=EXIT_USAGE)
 
     t0 = time.monotonic()
-    with console.status(f"loading {model}..."):
-        net = GLM5ForCausalLM.from_pretrained(model, dtype=torch.float32)
+    net = _load_for_training(model, "align the full-precision checkpoint, then `glm5 model quantize` the result")
     if net.config.num_nextn_predict_layers < 1:
         fail(f"{model} has no MTP layer to align (num_nextn_predict_layers is 0)")
-    if (net.config.quantization_config or {}).get("quant_method") == "compressed-tensors":
-        fail(
-            f"{model} holds INT4 weights, which do not train",
-            hint="align the full-precision checkpoint, then `glm5 model quantize` the result",
-        )
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
+    with _progress() as bar:
         if prompt_ids:
             task = bar.add_task("generating", total=len(prompt_ids))
             try:
@@ -139,11 +128,7 @@ def align_mtp_cmd(
             cfg,
             batch_size=batch_size,
             seed=seed,
-            log_every=1,
-            log=lambda _: bar.advance(task),
-            resume=state,
-            save=run.save,
-            save_every=save_every,
+            **run.loop(bar, task, state, save_every),
         )
     vocab = None
     if draft_vocab_size != 0:
@@ -154,10 +139,7 @@ def align_mtp_cmd(
         vocab = draft_vocab(seqs, size=min(size, net.config.vocab_size), fallback=rest)
     # The checkpoint is assembled in the work directory and renamed into place: OUT is complete or absent.
     tmp = run.work
-    shutil.copytree(
-        model, tmp, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"), dirs_exist_ok=True
-    )
-    net.save_pretrained(tmp)
+    _write_checkpoint(model, net, tmp)
     summary = {
         "out": str(out),
         "sequences": len(seqs),
@@ -229,10 +211,48 @@ class _Run:
         torch.save(state, tmp)
         os.replace(tmp, self.work / "state.pt")
 
+    def loop(self, bar, task, state: dict | None, save_every: int) -> dict:
+        """train_mtp's loop arguments: advance `task` on `bar` every step, resume from `state`, checkpoint here."""
+        return {
+            "log_every": 1,
+            "log": lambda _: bar.advance(task),
+            "resume": state,
+            "save": self.save,
+            "save_every": save_every,
+        }
+
     def finish(self) -> None:
         for name in self._FILES:
             (self.work / name).unlink(missing_ok=True)
         os.replace(self.work, self.out)
+
+
+def _load_for_training(model: Path, int4_hint: str):
+    """The checkpoint in fp32 for training; INT4 weights (which do not train) are refused with `int4_hint`."""
+    import torch
+
+    from model import GLM5ForCausalLM
+
+    with console.status(f"loading {model}..."):
+        net = GLM5ForCausalLM.from_pretrained(model, dtype=torch.float32)
+    if (net.config.quantization_config or {}).get("quant_method") == "compressed-tensors":
+        fail(f"{model} holds INT4 weights, which do not train", hint=int4_hint)
+    return net
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    return Progress(*columns, console=err_console, transient=not err_console.is_terminal)
+
+
+def _write_checkpoint(source: Path, net, dest: Path) -> None:
+    """`net`'s weights plus everything else of the `source` checkpoint (config, tokenizer, chat template)."""
+    shutil.copytree(
+        source, dest, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"), dirs_exist_ok=True
+    )
+    net.save_pretrained(dest)
 
 
 def _recorded_sequences(files: list[Path], tokenizer) -> list[tuple[list[int], int]]:
@@ -317,11 +337,8 @@ def sft(
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
     run = _Run(out, settings | {"merge": merge})
 
-    import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from finetune.sft import LoraSettings, SFTConfig, add_lora, merge_lora, save_adapter, train_sft
-    from model import GLM5ForCausalLM
+    from finetune.mtp_loss import MTPTrainConfig
+    from finetune.sft import LoraSettings, add_lora, merge_lora, save_adapter, train_sft
     from serve.engine.llm import load_tokenizer
 
     tok = load_tokenizer(model)
@@ -337,35 +354,23 @@ def sft(
     if not any(len(s) > p for s, p in seqs):
         fail("no responses to train on: the trajectories hold no model calls with an answer")
     t0 = time.monotonic()
-    with console.status(f"loading {model}..."):
-        net = GLM5ForCausalLM.from_pretrained(model, dtype=torch.float32)
-    if (net.config.quantization_config or {}).get("quant_method") == "compressed-tensors":
-        fail(f"{model} holds INT4 weights, which do not train", hint="fine-tune the full-precision checkpoint")
+    net = _load_for_training(model, "fine-tune the full-precision checkpoint")
     net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
     state = run.start({"sequences": seqs})
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=err_console, transient=not err_console.is_terminal) as bar:
+    with _progress() as bar:
         task = bar.add_task("fine-tuning (LoRA)", total=steps, completed=state["step"] if state else 0)
-        cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
+        cfg = MTPTrainConfig(steps=steps, lr=lr, warmup=max(1, steps // 20))
         hist = train_sft(
             net,
             seqs,
             cfg,
-            log_every=1,
-            log=lambda _: bar.advance(task),
-            resume=state,
-            save=run.save,
-            save_every=save_every,
+            batch_size=batch_size,
+            seed=seed,
+            **run.loop(bar, task, state, save_every),
         )
     save_adapter(net, run.work / "adapter")
     if merge:
-        shutil.copytree(
-            model,
-            run.work,
-            ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"),
-            dirs_exist_ok=True,
-        )
-        merge_lora(net).save_pretrained(run.work)
+        _write_checkpoint(model, merge_lora(net), run.work)
     summary = {
         "out": str(out),
         "adapter": str(out / "adapter"),
