@@ -102,6 +102,10 @@ class SpecState:
     draft_probs_KV: torch.Tensor | None = None  # q of each draft (None for greedy requests)
     hidden_D: torch.Tensor | None = None  # main hidden (after model.norm) at position hidden_pos
     hidden_pos: int = -1
+    # The newest position whose MTP entry an extend wrote (from the main hidden, not a draft's), and the
+    # sequence's preemption count then: a preemption frees the blocks, and the entry with them.
+    extended_pos: int = -1
+    extended_epoch: int = 0
 
 
 @dataclass
@@ -121,6 +125,7 @@ class SpecMetrics:
     extend_s: float = 0.0
     chain_s: float = 0.0
     num_chain_steps: int = 0
+    num_extend_rows: int = 0  # MTP extend rows (one per position whose MTP entry the extend writes)
 
     @property
     def acceptance_rate(self) -> float:
@@ -319,8 +324,13 @@ class SpecModelRunner(ModelRunner):
 
             e_w = min(e, len(s.block_table) * self.block_size - 1)  # no slot past the block table
             p0 = max(start, 1)  # position 0 has no MTP entry
+            if st.extended_pos == start and st.extended_epoch == s.num_preemptions and prev_hidden is not None:
+                # The previous step's extend already wrote `start` from the same token and main hidden (its
+                # drafts wrote only the positions after it): one row less per step.
+                p0 = start + 1
             if e_w < p0:
                 continue
+            st.extended_pos, st.extended_epoch = e_w, s.num_preemptions
             rows = hidden_ND[si.offset + (p0 - 1 - start) + (1 if p0 == start else 0) : si.offset + (e_w - start)]
             if p0 == start:  # h_{start-1} is from the previous step (or zeros after a prefix-cache hit)
                 first = prev_hidden if prev_hidden is not None else hidden_ND.new_zeros(D)
@@ -345,6 +355,7 @@ class SpecModelRunner(ModelRunner):
             torch.tensor(ids, dtype=torch.long, device=self.device), torch.cat(pos), torch.cat(slots), seqs, []
         )
         z_ND = self._mtp(mstep, torch.cat(hid))
+        self.spec_metrics.num_extend_rows += len(ids)
         self.spec_metrics.extend_s += time.perf_counter() - t0
         if drafting:
             self._draft(drafting, z_ND[[d[2] for d in drafting]])  # the MTP output at each e gives d_1

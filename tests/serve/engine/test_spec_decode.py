@@ -146,13 +146,15 @@ def test_preemption_and_prefix_caching_with_speculation(tiny_model, prompts, bas
     assert llm.engine.block_manager.num_free_blocks == 24
 
 
-def test_engine_drafts_are_the_plain_models_chained_drafts(tiny_model, prompts):
+@pytest.mark.parametrize("num_kv_blocks", [256, 16])
+def test_engine_drafts_are_the_plain_models_chained_drafts(tiny_model, prompts, num_kv_blocks):
     """The paged MTP cache (extend from main hiddens, chained drafts, carried hidden across prefill chunks,
-    sparse past index_topk) proposes exactly what the plain model computes from scratch."""
+    sparse past index_topk, a step's extend skipping the position the previous one wrote, preemption that
+    frees it) proposes exactly what the plain model computes from scratch."""
     llm = LLM(
         tiny_model,
         block_size=4,
-        num_kv_blocks=256,
+        num_kv_blocks=num_kv_blocks,  # 16 blocks of 4 are too few for all four: sequences get preempted
         max_num_batched_tokens=16,  # the 23- and 41-token prompts are prefilled in chunks
         enable_prefix_caching=False,
         speculative="mtp",
@@ -160,7 +162,7 @@ def test_engine_drafts_are_the_plain_models_chained_drafts(tiny_model, prompts):
     )
     eng = llm.engine
     for p in prompts:
-        eng.add_request(p, greedy(max_tokens=6))
+        eng.add_request(p, greedy(max_tokens=10))
     checked = 0
     while eng.has_unfinished:
         eng.step()
@@ -170,6 +172,17 @@ def test_engine_drafts_are_the_plain_models_chained_drafts(tiny_model, prompts):
                 assert drafts == mtp_drafts(tiny_model, seq.token_ids, len(drafts)), seq.request_id
                 checked += 1
     assert checked >= 10
+    assert (eng.metrics().num_preemptions > 0) == (num_kv_blocks < 100)
+
+
+def test_each_position_is_extended_once_without_preemption(tiny_model, prompts):
+    """Every position gets one MTP entry from the extend: a prompt's positions 1.. once, then each decode
+    step only the tokens it emitted (the newest position before them was written by the step before)."""
+    llm = LLM(tiny_model, block_size=4, num_kv_blocks=256, speculative="mtp", num_draft_tokens=3)
+    out = llm.generate(prompts, greedy(max_tokens=10))
+    m = llm.engine.runner.spec_metrics
+    assert m.num_verifications > 0
+    assert m.num_extend_rows == sum(len(p) + len(o.token_ids) - 1 for p, o in zip(prompts, out, strict=True))
 
 
 def test_plain_reference_matches_plain_greedy(tiny_model, prompts, baseline):
