@@ -13,7 +13,8 @@ Sections (ratios are measured in the same run, alternating the two sides, so mac
               held-out code, outputs checked identical to decoding without speculation; the plain-model
               reference (serve/engine/spec_reference.py) on one prompt, as a cross-check
   speed       batch-1 decode tokens/s with and without speculation (k = 1, 2, 3), after aligning; and k = 3
-              drafting from a draft vocabulary of V/4 tokens ranked by the model's own generations
+              drafting from draft vocabularies of V/4 and V/16 tokens ranked by the model's own generations
+              (`--draft-vocab-fractions`), with their acceptance (drafts outside the set can no longer match)
   cost        where a speculative step's time goes: verification forward vs a decode step, MTP extend, each
               chained draft step, one lm_head call; distinct routed experts a step reads per MoE layer
               (decode vs verification); the same ratios on the `small` preset (random weights), and the
@@ -165,18 +166,20 @@ def run_all(engine: LLMEngine, prompts, new_tokens: int) -> list[list[int]]:
     return [done[i] for i in ids]
 
 
-def acceptance(model, prompts, new_tokens: int, tok) -> dict:
+def acceptance(model, prompts, new_tokens: int, tok, vocabs: dict[str, tuple[int, ...]] | None = None) -> dict:
     base = run_all(make_engine(model, None), prompts, new_tokens)
     # How repetitive the greedy text is matters: a loop is easy to draft. Report it beside the acceptance.
     out: dict = {
         "distinct_token_fraction": round(statistics.mean(len(set(b)) / len(b) for b in base), 3),
         "sample_continuation": tok.decode(base[0]),
     }
-    for k in (1, 2, 3):
-        eng = make_engine(model, k)
+    settings = [(k, k, {}) for k in (1, 2, 3)]
+    settings += [(f"3, draft vocab {name}", 3, {"draft_vocab": v}) for name, v in (vocabs or {}).items()]
+    for key, k, kw in settings:
+        eng = make_engine(model, k, **kw)
         toks = run_all(eng, prompts, new_tokens)
         m = eng.runner.spec_metrics
-        out[k] = {
+        out[key] = {
             "identical_to_no_speculation": toks == base,
             "acceptance_length": round(m.mean_acceptance_length, 3),
             "acceptance_rate": round(m.acceptance_rate, 3),
@@ -203,18 +206,21 @@ def decode_time(
     return time.perf_counter() - t, eng
 
 
-def speed(model, prompts, new_tokens: int, rounds: int, vocab: tuple[int, ...] | None = None) -> dict:
+def speed(model, prompts, new_tokens: int, rounds: int, vocabs: dict[str, tuple[int, ...]] | None = None) -> dict:
     """Each round runs every prompt under every setting back to back; a setting's rate is its total tokens over
-    its total time, and the per-round ratios show how much the machine's load moved. With `vocab`, k = 3 also
-    runs with that draft vocabulary."""
+    its total time, and the per-round ratios show how much the machine's load moved. With `vocabs`, k = 3 also
+    runs with each of those draft vocabularies."""
     names = [("none", None, {}), ("k=1", 1, {}), ("k=2", 2, {}), ("k=3", 3, {})]
-    if vocab:
-        names.append(("k=3, draft vocab", 3, {"draft_vocab": vocab}))
-    times: dict[str, list[float]] = {n: [] for n, _, _ in names}
+    names += [(f"k=3, draft vocab {name}", 3, {"draft_vocab": v}) for name, v in (vocabs or {}).items()]
+    times: dict[str, list[float]] = {n: [0.0] * rounds for n, _, _ in names}
     decode_time(model, 3, prompts[0], 4)  # warm-up (fusion, allocator)
-    for _ in range(rounds):
-        for name, k, kw in names:
-            times[name].append(sum(decode_time(model, k, p, new_tokens, **kw)[0] for p in prompts))
+    for r in range(rounds):
+        # Settings interleaved per prompt (each request is ~0.1-0.3 s), in an order that rotates with the
+        # prompt, so that a load spike of a second or two lands on all settings rather than on one.
+        for i, p in enumerate(prompts):
+            for j in range(len(names)):
+                name, k, kw = names[(i + r + j) % len(names)]
+                times[name][r] += decode_time(model, k, p, new_tokens, **kw)[0]
     tokens = rounds * len(prompts) * new_tokens
     out = {}
     for name, _, _ in names:
@@ -223,6 +229,7 @@ def speed(model, prompts, new_tokens: int, rounds: int, vocab: tuple[int, ...] |
             "tokens_per_s": round(tokens / sum(times[name]), 2),
             "speedup": round(sum(times["none"]) / sum(times[name]), 3),
             "speedup_per_round": [round(x, 2) for x in per_round],
+            "speedup_median_round": round(statistics.median(per_round), 3),
             # Load spikes only ever slow a round down: the fastest round of each side is the least disturbed.
             "speedup_best_rounds": round(min(times["none"]) / min(times[name]), 3),
         }
@@ -326,6 +333,11 @@ def main() -> None:
     ap.add_argument("--align-prompts", type=int, default=256, help="training-text prompts to continue for aligning")
     ap.add_argument("--align-new-tokens", type=int, default=96)
     ap.add_argument("--align-steps", type=int, default=300, help="MTP-only training steps on them (0: no aligning)")
+    ap.add_argument(
+        "--draft-vocab-fractions",
+        default="4,16",
+        help="draft vocabularies of V/n tokens to measure, comma-separated n (empty: none)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--save", type=Path, default=None, help="save the trained checkpoint here")
     ap.add_argument("--load", type=Path, default=None, help="skip training: load a checkpoint --save wrote")
@@ -350,22 +362,23 @@ def main() -> None:
     print(json.dumps(report["train"], indent=1), flush=True)
 
     prompts = held_prompts(held_ids, args.prompts, args.prompt_len)
-    vocab = None
+    vocabs: dict[str, tuple[int, ...]] = {}
     if args.align_steps:
         print("## acceptance before aligning (greedy, engine)", flush=True)
         report["acceptance_before_align"] = acceptance(model, prompts, args.new_tokens, tok)
         print(json.dumps(report["acceptance_before_align"], indent=1), flush=True)
         print(f"## align ({args.align_prompts} prompts, {args.align_steps} MTP-only steps)", flush=True)
         seqs, report["align"] = align(model, train_ids, args)
-        # A draft vocabulary of a quarter of the tokens (FR-Spec's share for Llama-3: 32K of 128K), ranked by
-        # the model's own generations; how few tokens this small model's generations actually use is reported.
-        size = model.config.vocab_size // 4
-        vocab = tuple(draft_vocab(seqs, size=size, fallback=train_ids))
-        report["align"]["draft_vocab_size"] = len(vocab)
+        # Draft vocabularies ranked by the model's own generations: V/4 is FR-Spec's share for Llama-3 (32K of
+        # 128K); V/16 would be 9.7K of GLM-5's 155K. How few tokens this small model's generations actually use
+        # is reported beside them.
+        for n in [int(x) for x in args.draft_vocab_fractions.split(",") if x.strip()]:
+            vocabs[f"V/{n}"] = tuple(draft_vocab(seqs, size=model.config.vocab_size // n, fallback=train_ids))
+        report["align"]["draft_vocab_sizes"] = {name: len(v) for name, v in vocabs.items()}
         report["align"]["tokens_covering_99pct_of_generations"] = len(draft_vocab(seqs, coverage=0.99))
         print(json.dumps(report["align"], indent=1), flush=True)
     print("## acceptance (greedy, engine)", flush=True)
-    report["acceptance"] = acceptance(model, prompts, args.new_tokens, tok)
+    report["acceptance"] = acceptance(model, prompts, args.new_tokens, tok, vocabs)
     ref = speculative_greedy(model, prompts[0], k=3, max_tokens=min(24, args.new_tokens))
     report["acceptance_plain_reference_k3_prompt0"] = round(ref.acceptance_length, 3)
     print(
@@ -376,7 +389,7 @@ def main() -> None:
     )
 
     print("## speed (batch 1)", flush=True)
-    report["speed"] = speed(model, prompts, args.new_tokens, args.rounds, vocab)
+    report["speed"] = speed(model, prompts, args.new_tokens, args.rounds, vocabs)
     print(json.dumps(report["speed"], indent=1), flush=True)
 
     print(f"## cost ({args.preset}, trained)", flush=True)
