@@ -40,7 +40,8 @@ def align_mtp_cmd(
         None,
         min=0,
         help="Tokens in the draft vocabulary written beside the weights (ranked by how often the model produced "
-        "them). Default: a quarter of the vocabulary; 0: write none.",
+        "them). Default: a sixteenth of the vocabulary, or more if that many tokens make up less than 99.9% of "
+        "what the model generated here; 0: write none.",
     ),
     seed: int = typer.Option(0, help="Seed for batch order."),
     save_every: int = typer.Option(
@@ -79,7 +80,13 @@ def align_mtp_cmd(
         },
     )
 
-    from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences, read_prompts
+    from finetune.mtp_align import (
+        align_mtp,
+        default_draft_vocab_size,
+        draft_vocab,
+        generate_sequences,
+        read_prompts,
+    )
     from finetune.mtp_loss import MTPTrainConfig
     from serve.engine.llm import load_tokenizer
     from serve.engine.spec_decode import write_draft_vocab
@@ -132,7 +139,7 @@ def align_mtp_cmd(
         )
     vocab = None
     if draft_vocab_size != 0:
-        size = draft_vocab_size or net.config.vocab_size // 4
+        size = draft_vocab_size or default_draft_vocab_size(seqs, net.config.vocab_size)
         # Past the tokens the model produced: the tokens of the prompts, then the lowest ids (BPE merge order,
         # roughly how common a token is).
         rest = [t for s, p in seqs for t in s[:p]] + list(range(net.config.vocab_size))

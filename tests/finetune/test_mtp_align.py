@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from finetune.mtp_align import align_batches, align_mtp, draft_vocab, generate_sequences
+from finetune.mtp_align import align_batches, align_mtp, default_draft_vocab_size, draft_vocab, generate_sequences
 from finetune.mtp_loss import MTPTrainConfig, mtp_loss, token_batches, train_mtp
 from model import GLM5ForCausalLM
 from model.config import preset
@@ -143,3 +143,11 @@ def test_draft_vocab_ranks_generated_tokens_and_fills_from_a_fallback():
         draft_vocab([([1, 2], 2)])
     with pytest.raises(ValueError, match="coverage"):
         draft_vocab(seqs, coverage=0)
+
+
+def test_default_draft_vocab_size_grows_with_what_the_model_says():
+    narrow = [([0] + [t % 10 for t in range(500)], 1)]  # 10 distinct tokens
+    assert default_draft_vocab_size(narrow, 8192) == 512  # V/16
+    broad = [([0] + list(range(2000)) * 2, 1)]  # 2000 tokens, equally often: 99.9% needs 1998 of them
+    assert default_draft_vocab_size(broad, 8192) == 1998
+    assert default_draft_vocab_size(broad, 1024) == 1024  # never past the vocabulary

@@ -56,7 +56,7 @@ def test_align_mtp_from_trajectories_and_prompts(tiny_checkpoint, tmp_path):  # 
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all(k.startswith(mtp) for k in changed), sorted(changed)[:4]
     vocab = read_draft_vocab(out / "draft_vocab.json")
-    assert len(vocab) == 8192 // 4 and len(set(vocab)) == len(vocab)
+    assert len(vocab) == 8192 // 16 and len(set(vocab)) == len(vocab)  # few distinct tokens: V/16
     assert not (tmp_path / ".aligned.partial").exists()  # assembled aside, then renamed into place
     assert not {"run.json", "sequences.json", "state.pt"} & {p.name for p in out.iterdir()}
     # The output feeds `glm5 serve --speculative mtp --draft-vocab` (the flags are checked before loading).
