@@ -3,10 +3,17 @@
     python benchmarks/bench_prefill.py [--preset small] [--tokens 512] [--reps 5] [--threads 2]
 
 Writes a random-initialised checkpoint with our `save_pretrained`, loads it in both implementations (fp32),
-checks that the logits agree, then times full forward passes (logits for every position) over one sequence,
-alternating the two so that machine load hits both alike. Prints the median tokens/s of each, by wall clock
-and by process CPU time, and the ratios; also the ratio of the fastest runs by CPU time (on a shared machine,
-other load only ever adds time, so the minimum is the least disturbed estimate).
+checks that they agree, then times two things, alternating the two implementations so that machine load hits
+both alike:
+  forward          the model's forward over one sequence, logits for every position (training, scoring);
+                   our GLM5ForCausalLM vs GlmMoeDsaForCausalLM
+  serving prefill  what a prefill is in serving: the prompt in, its KV cache written, the next token's
+                   logits out. Ours: one step of the engine (serve/engine, paged latent cache, fused
+                   projections); transformers: its forward as generate() runs a prefill (use_cache=True,
+                   logits_to_keep=1)
+For each it prints the median tokens/s, by wall clock and by process CPU time, and the ratios; also the ratio
+of the fastest runs by CPU time (on a shared machine, other load only ever adds time, so the minimum is the
+least disturbed estimate).
 rms_norm_eps is set to 1e-6 so that both compute the same function (transformers hard-codes 1e-6 for
 q_a/kv_a_layernorm, we follow rms_norm_eps as vLLM does).
 """
@@ -56,11 +63,66 @@ def main() -> None:
         hf = transformers.GlmMoeDsaForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
     ids = torch.randint(0, cfg.vocab_size - 64, (1, args.tokens), generator=torch.Generator().manual_seed(0))
 
+    # 1. The model's forward, logits for every position (what training and scoring compute).
     runs = {"ours": lambda: ours(ids), "transformers": lambda: hf(ids).logits}
     with torch.inference_mode():
         diff = (runs["ours"]() - runs["transformers"]()).abs().max().item()
-        times: dict[str, list[float]] = {k: [] for k in runs}
-        cpu: dict[str, list[float]] = {k: [] for k in runs}
+    print(
+        f"machine: {cpu_name()}, {args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}"
+    )
+    print(
+        f"transformers experts implementation: {hf.config._experts_implementation}, attention: {hf.config._attn_implementation}"
+    )
+    print(f"\n## forward, logits for every position ({args.preset}, {args.tokens} tokens, fp32, {args.reps} reps)")
+    print(f"max |logit diff| {diff:.2e}")
+    report(runs, args)
+
+    # 2. Serving prefill: the prompt in, its KV cache written and the next token's logits out, which is what a
+    # prefill is in serving. Ours: the engine's step (paged latent cache, fused projections, one chunk);
+    # transformers: its forward as generate() runs a prefill (use_cache=True builds its cache, and
+    # logits_to_keep=1 projects only the last position).
+    from serve.engine import EngineConfig, LLMEngine, SamplingParams
+
+    n = args.tokens
+    engine = LLMEngine(
+        ours,
+        config=EngineConfig(
+            max_num_seqs=1,
+            block_size=16,
+            num_kv_blocks=n // 16 + 4,
+            max_num_batched_tokens=n,
+            enable_prefix_caching=False,  # the same prompt every rep: a cache hit would skip the work
+        ),
+    )
+    prompt = ids[0].tolist()
+
+    def ours_prefill():
+        engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=5))
+        (out,) = engine.step()  # the whole prompt is one chunk: prefill, then the first token
+        assert out.finished and not engine.has_unfinished, "the prefill took more than one step"
+        return out
+
+    serving = {"ours": ours_prefill, "transformers": lambda: hf(ids, use_cache=True, logits_to_keep=1).logits}
+    with torch.inference_mode():
+        got = serving["ours"]().logprobs[0].top
+        ref = torch.log_softmax(serving["transformers"]()[0, -1].float(), -1)
+        want = dict(zip(*[t.tolist() for t in ref.topk(5)][::-1], strict=True))
+    same_top = list(got) == list(want)
+    lp_diff = max(abs(got[t] - want[t]) for t in want if t in got) if set(got) & set(want) else float("nan")
+    print(f"\n## serving prefill: cache written, next-token logits ({args.tokens} tokens, fp32, {args.reps} reps)")
+    print(f"top-5 next tokens identical: {same_top}; max |logprob diff| {lp_diff:.2e}")
+    report(serving, args)
+
+
+def report(runs: dict, args) -> None:
+    """Times the runs alternately (machine load hits both alike) and prints tokens/s, ratios, fastest runs."""
+    import torch
+
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    with torch.inference_mode():
+        for fn in runs.values():  # warm-up
+            fn()
         load_before = os.getloadavg()
         for _ in range(args.reps):
             for name, fn in runs.items():
@@ -69,16 +131,8 @@ def main() -> None:
                 times[name].append(time.perf_counter() - t0)
                 cpu[name].append(time.process_time() - c0)
         load_after = os.getloadavg()
-
     tps = {k: args.tokens / statistics.median(v) for k, v in times.items()}
     cpu_tps = {k: args.tokens / statistics.median(v) for k, v in cpu.items()}
-    print(
-        f"machine: {cpu_name()}, {args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}"
-    )
-    print(
-        f"transformers experts implementation: {hf.config._experts_implementation}, attention: {hf.config._attn_implementation}"
-    )
-    print(f"preset {args.preset}, {args.tokens} tokens, fp32, {args.reps} reps; max |logit diff| {diff:.2e}")
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     for k in runs:
         ms = [round(t * 1e3) for t in times[k]]

@@ -53,12 +53,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from serve.engine.config import EngineConfig
 from serve.engine.fused_weights import FusedLayer, fuse_layer
 from serve.engine.kv_cache import KVCache
-from serve.engine.model_runner import ModelRunner, SeqInput, StepInput
+from serve.engine.model_runner import ModelRunner, SeqInput, StepInput, rms_norm
 from serve.engine.rejection_sampler import draft_tokens, verify
 from serve.engine.scheduler import ScheduledChunk
 from serve.engine.sequence import Sequence, TokenLogprob
@@ -239,8 +238,8 @@ class SpecModelRunner(ModelRunner):
         return norm(layer.shared_head.norm, z)
 
     def _norm(self, norm, x: torch.Tensor) -> torch.Tensor:
-        """An RMSNorm module: one fused kernel on the fast path (as `_layer_fast` does), the module on the plain."""
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.eps) if self.fast else norm(x)
+        """An RMSNorm module: `rms_norm` on the fast path (as `_layer_fast` does), the module on the plain."""
+        return rms_norm(norm, x) if self.fast else norm(x)
 
     # ---- the step ---------------------------------------------------------------------------------
 

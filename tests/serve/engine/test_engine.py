@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from model.config import preset
+from model.indexer import Indexer
 from model.modeling import GLM5ForCausalLM
+from model.norms import RMSNorm
 from serve import LLM, SamplingParams
 from serve.engine.config import EngineConfig
 from serve.engine.engine import LLMEngine
+from serve.engine.model_runner import rms_norm
 from tests.serve.engine.conftest import plain_greedy, random_prompts
 
 MAX_TOKENS = 8
@@ -222,3 +226,35 @@ def test_a_model_saved_after_serving_reloads_with_the_same_logits(tmp_path):
     with torch.no_grad():
         assert torch.equal(reloaded(ids), before)
         assert torch.equal(model(ids), before)
+
+
+@pytest.mark.parametrize("rows, dim", [(1, 64), (3, 64), (40, 384), (512, 768)])
+def test_fast_path_rms_norm_gives_the_modules_bits(rows, dim):
+    """`rms_norm` (F.rms_norm for a few values, the module's in-place path for many) computes exactly what the
+    model's RMSNorm does, on a strided view too (the fast path normalises slices of a fused projection)."""
+    norm = RMSNorm(dim, 1e-6)
+    torch.nn.init.normal_(norm.weight)
+    x = torch.randn(rows, dim + 32)[:, 16 : 16 + dim]
+    with torch.inference_mode():
+        want = norm(x)
+        assert torch.equal(rms_norm(norm, x), want)
+        assert torch.equal(F.rms_norm(x, (dim,), norm.weight, norm.eps), want)
+
+
+def test_index_queries_only_for_rows_that_get_scores(tiny_model, monkeypatch):
+    """A prefill chunk's first index_topk - start rows see fewer keys than the budget and select them all: the
+    indexer makes queries only for the rows after them (and in a chunk that starts past the budget, all)."""
+    K = tiny_model.config.index_topk
+    rows = []
+    real = Indexer.queries
+    monkeypatch.setattr(Indexer, "queries", lambda self, qr, *a: rows.append(qr.shape[1]) or real(self, qr, *a))
+    prompt = random_prompts([K + 9], tiny_model.config.vocab_size, seed=5)[0]
+    engine = LLMEngine(tiny_model, config=EngineConfig(block_size=4, num_kv_blocks=64, max_num_batched_tokens=K + 4))
+    engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
+    engine.step()  # rows 0..K+3: queries for the last 4
+    assert rows and set(rows) == {4}
+    rows.clear()
+    engine.step()  # rows K+4..K+8, all past the budget
+    assert set(rows) == {5}
+    out = engine.step()[0]
+    assert out.token_ids == plain_greedy(tiny_model, prompt, 2)[0]
