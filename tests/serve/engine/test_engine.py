@@ -228,7 +228,7 @@ def test_a_model_saved_after_serving_reloads_with_the_same_logits(tmp_path):
         assert torch.equal(model(ids), before)
 
 
-@pytest.mark.parametrize("rows, dim", [(1, 64), (3, 64), (40, 384), (512, 768)])
+@pytest.mark.parametrize("rows, dim", [(1, 64), (3, 64), (40, 384), (100, 768), (512, 768)])
 def test_fast_path_rms_norm_gives_the_modules_bits(rows, dim):
     """`rms_norm` (F.rms_norm for a few values, the module's in-place path for many) computes exactly what the
     model's RMSNorm does, on a strided view too (the fast path normalises slices of a fused projection)."""
