@@ -34,7 +34,7 @@ class EngineConfig:
     # The tokens drafts are drawn from (FR-Spec's frequency-ranked subset): each draft then reads only these
     # rows of the lm_head, not all V. None: the whole vocabulary. Outputs never change (the main model verifies
     # against its full vocabulary); a token outside the set is simply never drafted. See spec_decode.py.
-    draft_vocab: tuple[int, ...] | None = field(default=None, repr=False)  # up to V/4 ids: not in repr
+    draft_vocab: tuple[int, ...] | None = field(default=None, repr=False)  # thousands of ids: not in repr
 
     def __post_init__(self) -> None:
         if self.attn_impl not in ("plain", "fast"):
