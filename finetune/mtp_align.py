@@ -65,6 +65,12 @@ def read_prompts(path: Path, tokenizer) -> list[list[int]]:
     """A JSONL file of prompts -> token ids. Each line: {"prompt": "raw text"} or {"messages": [...]} (OpenAI
     chat messages, rendered with GLM-5's chat template and its generation prompt; optional "tools"). A bad line
     raises ValueError naming the file and line."""
+    return [ids for ids, _, _ in read_prompt_rows(path, tokenizer)]
+
+
+def read_prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
+    """`read_prompts`, keeping each line's object and its "FILE:LINE" (other keys, such as an RL task's
+    reward, are the caller's to read and to report by that location)."""
     from model.chat import render
 
     out = []
@@ -86,7 +92,7 @@ def read_prompts(path: Path, tokenizer) -> list[list[int]]:
                     raise ValueError(f"{where}: bad messages ({e})") from None
             else:
                 raise ValueError(f'{where}: expected {{"prompt": "text"}} or {{"messages": [...]}}')
-            out.append(tokenizer.encode(text))
+            out.append((tokenizer.encode(text), row, where))
     if not out:
         raise ValueError(f"{path}: no prompts")
     return out

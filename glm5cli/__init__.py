@@ -4,7 +4,7 @@
 - model_cmd.py  `glm5 model init|info|convert|quantize`: checkpoints
 - code_cmd.py   `glm5 code`: the coding agent (TUI, or headless with -p)
 - serve_cmd.py  `glm5 serve`: OpenAI-compatible server (embedded engine, or sglang / vLLM)
-- finetune_cmd.py `glm5 finetune`: align-mtp (the MTP layer on the model's own output), sft (LoRA); RL not built yet
+- finetune_cmd.py `glm5 finetune`: align-mtp (the MTP layer on the model's own output), sft (LoRA), rl (GRPO + IcePop)
 - bench_cmd.py  `glm5 bench`: agentic and serving benchmarks
 - common.py     helpers shared by the commands (errors, console, JSON output)
 

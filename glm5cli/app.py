@@ -22,7 +22,7 @@ app.command("serve", help="Serve a GLM-5 checkpoint over an OpenAI-compatible HT
 app.add_typer(
     finetune_cmd.app,
     name="finetune",
-    help="Fine-tune on trajectories recorded by `glm5 code`: LoRA SFT, MTP alignment (RL: not yet).",
+    help="Fine-tune: LoRA SFT on what `glm5 code` recorded, RL (GRPO) on tasks with checkable rewards, MTP alignment.",
 )
 app.add_typer(bench_cmd.app, name="bench", help="Run agentic and serving benchmarks; reports CI can read.")
 app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and quantize GLM-5 checkpoints.")

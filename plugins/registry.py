@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENTRY_POINT_GROUP = "glm5.plugins"
-DEFAULT_PLUGINS = ("plugins.builtin_tools", "plugins.mcp_tools")
+DEFAULT_PLUGINS = ("plugins.builtin_tools", "plugins.mcp_tools", "plugins.builtin_rewards")
 HOOKS = ("register_tools", "register_benchmarks", "register_rewards")
 
 

@@ -54,4 +54,11 @@ $GLM5 finetune sft "$WORK/tiny" --out "$WORK/tiny-sft" --trajectories "$REPO/.gl
 echo "== 6. glm5 finetune align-mtp: the MTP layer re-aligned with the fine-tuned model (outputs unchanged)"
 $GLM5 finetune align-mtp "$WORK/tiny-sft" --out "$WORK/tiny-sft-aligned" --trajectories "$REPO/.glm5/sessions" \
   --steps 20
+echo "== 7. glm5 finetune rl: GRPO on tasks a command checks (here: does the completion contain a digit?)"
+rm -rf "$WORK/tiny-rl"
+printf '%s\n' '{"prompt": "def add(a, b):"}' '{"messages": [{"role": "user", "content": "Count to three."}]}' \
+  >"$WORK/rl_tasks.jsonl"
+$GLM5 finetune rl "$WORK/tiny-sft" --out "$WORK/tiny-rl" --tasks "$WORK/rl_tasks.jsonl" --steps 4 \
+  --prompts-per-step 2 --group-size 4 --max-new-tokens 16 \
+  --reward '{"type": "command", "run": "grep -qE \"[0-9]\"", "timeout": 10}'
 echo "== done: everything is under $WORK"

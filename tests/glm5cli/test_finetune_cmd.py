@@ -98,8 +98,6 @@ def test_align_mtp_usage_errors(tiny_checkpoint, tmp_path):  # noqa: F811
     assert r.exit_code == 2 and "bad.jsonl" in r.output and "not a glm5 trajectory" in r.output
     r = runner.invoke(app, ["finetune", "align-mtp", str(tmp_path), "--out", str(tmp_path / "o"), "--prompts", "x"])
     assert r.exit_code == 1 and "not a checkpoint directory" in r.output
-    r = runner.invoke(app, ["finetune", "rl"])
-    assert r.exit_code == 2 and "not built yet" in r.output
 
 
 def test_align_mtp_refuses_int4_checkpoints(tiny_checkpoint, tmp_path):  # noqa: F811

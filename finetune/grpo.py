@@ -1,0 +1,313 @@
+"""RL with GRPO + IcePop, GLM-5's reasoning-RL objective (reference: finetuning-rl.md §1.2, Eq. 1), on-policy,
+with rollouts from the embedded engine serving the very model being trained.
+
+    model = add_lora(GLM5ForCausalLM.from_pretrained(ckpt), LoraSettings(targets=RL_TARGETS))
+    tasks = [RLTask(prompt_ids, score), ...]            # score(completion text) -> reward, or None
+    train_grpo(model, tokenizer, tasks, GRPOConfig(steps=100))
+
+Each step takes `prompts_per_step` tasks and samples `group_size` completions of each from an LLMEngine on the
+same model (its weights are the trainer's, so the rollouts are on-policy). The engine returns each sampled
+token's logprob under the distribution it sampled from (pi_infer). Then, per token of completion i of a group:
+
+    A_i     = (R_i - mean(R)) / (std(R) + 1e-6)              group-normalised advantage (no KL term)
+    rho     = pi_train_old / pi_infer                        train/inference mismatch (same weights)
+    pop     = rho if 1/beta <= rho <= beta else 0            IcePop: mismatched tokens are dropped
+    r       = pi_train / pi_train_old                        1 at the first update, with gradient
+    loss    = -(1/G) sum_i 1/|y_i| sum_t pop * min(r A_i, clip(r, 1 - eps_low, 1 + eps_high) A_i)
+
+beta = 2, eps_low = 0.2, eps_high = 0.28 are GLM-5's. The log-probabilities use the sampling temperature, as the
+engine's do. A completion whose reward is None (the checker itself failed) is left out of its group; a group
+with fewer than two scored completions, or whose rewards are all equal, has no signal and adds nothing (it is
+counted). `updates_per_batch` > 1 reuses a batch for several optimizer steps, where the clip matters.
+
+The indexer is never trained (GLM-5 §3.2 freezes it in RL; LoRA does not target it), and `RL_TARGETS` leaves
+out kv_b_proj: the engine's absorbed attention reads kv_b_proj's dense weight, which a LoRA wrapper would
+bypass in the rollouts. Runs are exactly resumable: sampling seeds come from (seed, step, task, i) and the
+task order from (seed, epoch).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from finetune.sft import DEFAULT_TARGETS
+
+RL_TARGETS = tuple(t for t in DEFAULT_TARGETS if t != "kv_b_proj")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    steps: int = 100
+    prompts_per_step: int = 4
+    group_size: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    lr: float = 1e-5
+    warmup: int = 0
+    updates_per_batch: int = 1
+    icepop_beta: float = 2.0
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    max_grad_norm: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError("group_size must be >= 2: GRPO's advantage compares completions of one prompt")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0: RL samples (greedy rollouts have no spread to learn from)")
+        if self.icepop_beta <= 1:
+            raise ValueError("icepop_beta must be > 1 (the kept band is [1/beta, beta])")
+        for name in ("steps", "prompts_per_step", "max_new_tokens", "updates_per_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+
+@dataclass
+class RLTask:
+    prompt_ids: list[int]
+    score: Callable[[str], float | None]  # completion text -> reward; None: the checker failed
+    name: str = ""
+
+
+@dataclass
+class Rollout:
+    """One sampled completion: its tokens, their logprobs under the sampling policy, its reward."""
+
+    task: int
+    prompt_ids: list[int]
+    ids: list[int]
+    infer_logprobs: list[float]
+    reward: float | None
+    text: str = ""
+
+
+@dataclass
+class StepStats:
+    step: int
+    reward_mean: float
+    reward_std: float
+    groups_with_signal: int
+    groups: int
+    failed: int  # completions whose checker failed (left out)
+    loss: float
+    icepop_masked: float  # fraction of tokens IcePop dropped
+    mismatch: float  # mean |log pi_train - log pi_infer| over the tokens: the train/serve logprob gap
+    clipped: float  # fraction of tokens whose ratio was clipped (only with updates_per_batch > 1)
+    completion_tokens: float  # mean completion length
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def advantages(rewards: list[float | None]) -> list[float | None]:
+    """Group-normalised advantages; None for the left-out completions. All zero when there is no signal."""
+    scored = [r for r in rewards if r is not None]
+    if len(scored) < 2:
+        return [None if r is None else 0.0 for r in rewards]
+    mean = sum(scored) / len(scored)
+    std = math.sqrt(sum((r - mean) ** 2 for r in scored) / len(scored))
+    return [None if r is None else (r - mean) / (std + 1e-6) for r in rewards]
+
+
+def task_order(n_tasks: int, step: int, per_step: int, seed: int) -> list[int]:
+    """The tasks of `step`: epochs of seeded permutations, read `per_step` at a time (a resume reads the same)."""
+    out = []
+    for k in range(step * per_step, (step + 1) * per_step):
+        epoch, i = divmod(k, n_tasks)
+        perm = list(range(n_tasks))
+        random.Random(f"{seed}:{epoch}").shuffle(perm)
+        out.append(perm[i])
+    return out
+
+
+def rollout(engine, tasks: list[RLTask], which: list[int], cfg: GRPOConfig, step: int, tokenizer=None):
+    """`group_size` completions of each task in `which`, sampled by `engine` -> groups of Rollouts."""
+    from serve.engine.sampling_params import SamplingParams
+
+    reqs = {}
+    for g, t in enumerate(which):
+        for i in range(cfg.group_size):
+            params = SamplingParams(
+                temperature=cfg.temperature,
+                max_tokens=cfg.max_new_tokens,
+                seed=hash((cfg.seed, step, g, i)) & 0x7FFFFFFF,
+            )
+            rid = engine.add_request(list(tasks[t].prompt_ids), params, request_id=f"rl-{step}-{g}-{i}")
+            reqs[rid] = (g, t)
+    done = {}
+    while engine.has_unfinished:
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out
+    groups: list[list[Rollout]] = [[] for _ in which]
+    for rid, (g, t) in reqs.items():
+        out = done[rid]
+        if len(out.logprobs) != len(out.token_ids):
+            raise RuntimeError(
+                f"{rid}: the engine returned {len(out.logprobs)} logprobs for {len(out.token_ids)} tokens"
+            )
+        text = tokenizer.decode(out.token_ids) if tokenizer is not None else out.text
+        groups[g].append(
+            Rollout(t, tasks[t].prompt_ids, list(out.token_ids), [lp.logprob for lp in out.logprobs], None, text)
+        )
+    for group in groups:
+        for r in group:
+            r.reward = tasks[r.task].score(r.text)
+    return groups
+
+
+def _token_logprobs(model, rollouts: list[Rollout], temperature: float) -> list[torch.Tensor]:
+    """log pi_train of each completion's tokens (with gradient), at the sampling temperature."""
+    seqs = [r.prompt_ids + r.ids for r in rollouts]
+    T = max(len(s) for s in seqs)
+    pad = 0
+    ids = torch.tensor([s + [pad] * (T - len(s)) for s in seqs])
+    logits = model(ids).float() / temperature  # right padding: no position sees a pad before it
+    out = []
+    for b, r in enumerate(rollouts):
+        p = len(r.prompt_ids)
+        lp = torch.log_softmax(logits[b, p - 1 : p - 1 + len(r.ids)], -1)
+        out.append(lp.gather(-1, torch.tensor(r.ids)[:, None])[:, 0])
+    return out
+
+
+def grpo_loss(model, groups: list[list[Rollout]], cfg: GRPOConfig, old: list[torch.Tensor] | None = None):
+    """GRPO + IcePop over the groups -> (loss, stats dict, the old logprobs to reuse). Zero loss without signal."""
+    batch, adv = [], []
+    for group in groups:
+        for r, a in zip(group, advantages([r.reward for r in group]), strict=True):
+            if a is not None and a != 0.0 and r.ids:
+                batch.append(r)
+                adv.append(a)
+    stats = {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0}
+    if not batch:
+        return None, stats, old
+    new = _token_logprobs(model, batch, cfg.temperature)
+    if old is None:
+        old = [x.detach() for x in new]
+    n_groups = len(groups)
+    total = new[0].new_zeros(())
+    masked = clipped = n_tok = 0
+    mismatch = 0.0
+    for r, a, lp, lp_old in zip(batch, adv, new, old, strict=True):
+        infer = torch.tensor(r.infer_logprobs, dtype=lp.dtype)
+        rho = torch.exp(lp_old - infer)
+        keep = (rho >= 1 / cfg.icepop_beta) & (rho <= cfg.icepop_beta)
+        pop = torch.where(keep, rho, torch.zeros_like(rho))
+        ratio = torch.exp(lp - lp_old)
+        surrogate = torch.minimum(ratio * a, ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high) * a)
+        total = total + (pop * surrogate).mean() / cfg.group_size
+        masked += int((~keep).sum())
+        clipped += int(((ratio < 1 - cfg.eps_low) | (ratio > 1 + cfg.eps_high)).sum())
+        mismatch += float((lp_old - infer).abs().sum())
+        n_tok += len(r.ids)
+    stats = {"icepop_masked": masked / n_tok, "mismatch": mismatch / n_tok, "clipped": clipped / n_tok}
+    return -total / n_groups, stats, old
+
+
+def train_grpo(
+    model,
+    tasks: list[RLTask],
+    cfg: GRPOConfig,
+    tokenizer=None,
+    engine=None,
+    log: Callable[[StepStats], None] | None = None,
+    resume: dict | None = None,
+    save: Callable[[dict], None] | None = None,
+    save_every: int = 0,
+) -> list[StepStats]:
+    """The RL loop (module docstring). Trains the parameters that require grad (LoRA's, after `add_lora`).
+    `engine`: an LLMEngine on `model` (one is made if None). Checkpoints: `save(state)` every `save_every`
+    steps and at the end (step, trained parameters by name, optimizer state, stats so far); `resume=state`
+    continues from one, and the resumed run is the interrupted one (same tasks, same sampling seeds)."""
+    from serve.engine import EngineConfig, LLMEngine
+
+    if not tasks:
+        raise ValueError("no tasks")
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if not params:
+        raise ValueError("nothing to train: no parameter requires grad (add LoRA adapters first)")
+    if engine is None:
+        n = cfg.prompts_per_step * cfg.group_size
+        longest = max(len(t.prompt_ids) for t in tasks) + cfg.max_new_tokens
+        engine = LLMEngine(
+            model,
+            tokenizer=tokenizer,
+            # No prefix cache: a step's rollouts are then computed the same way whatever ran before, which
+            # keeps a resumed run identical to the interrupted one.
+            config=EngineConfig(max_num_seqs=n, max_model_len=longest + 1, seed=cfg.seed, enable_prefix_caching=False),
+        )
+    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=0.0)
+    history: list[StepStats] = []
+    start = 0
+    if resume is not None:
+        if set(resume["params"]) != set(params):
+            raise ValueError("the checkpoint's trained parameters are not this model's")
+        with torch.no_grad():
+            for n, p in params.items():
+                p.copy_(resume["params"][n])
+        opt.load_state_dict(resume["optimizer"])
+        history = [StepStats(**h) for h in resume["history"]]
+        start = resume["step"]
+        engine.weights_changed()
+
+    def checkpoint(step: int) -> None:
+        if save is not None:
+            save(
+                {
+                    "step": step,
+                    "params": {n: p.detach().clone() for n, p in params.items()},
+                    "optimizer": opt.state_dict(),
+                    "history": [asdict(h) for h in history],
+                }
+            )
+
+    for step in range(start, cfg.steps):
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else cfg.lr
+        for group in opt.param_groups:
+            group["lr"] = lr
+        which = task_order(len(tasks), step, cfg.prompts_per_step, cfg.seed)
+        groups = rollout(engine, tasks, which, cfg, step, tokenizer)
+        rewards = [r.reward for g in groups for r in g if r.reward is not None]
+        signal = sum(1 for g in groups if any(a for a in advantages([r.reward for r in g]) if a))
+        loss_value, stats, old = 0.0, {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0}, None
+        for u in range(cfg.updates_per_batch):
+            loss, st, old = grpo_loss(model, groups, cfg, old)
+            if loss is None:
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.max_grad_norm)
+            opt.step()
+            if u == 0:
+                loss_value, stats = float(loss.detach()), st
+            else:
+                stats["clipped"] = max(stats["clipped"], st["clipped"])
+        if signal:
+            engine.weights_changed()  # in place: the engine serves the same tensors; its prefix cache is stale
+        mean = sum(rewards) / len(rewards) if rewards else 0.0
+        history.append(
+            StepStats(
+                step=step + 1,
+                reward_mean=mean,
+                reward_std=math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0,
+                groups_with_signal=signal,
+                groups=len(groups),
+                failed=sum(1 for g in groups for r in g if r.reward is None),
+                loss=loss_value,
+                completion_tokens=sum(len(r.ids) for g in groups for r in g) / sum(len(g) for g in groups),
+                **stats,
+            )
+        )
+        if log is not None:
+            log(history[-1])
+        if save_every and (step + 1) % save_every == 0 and step + 1 < cfg.steps:
+            checkpoint(step + 1)
+    checkpoint(cfg.steps)
+    return history

@@ -1,0 +1,156 @@
+"""GRPO + IcePop (finetune/grpo.py): group advantages, the IcePop mask, the direction of the update, learning a
+checkable reward on `tiny` with rollouts from the engine serving the model being trained, left-out
+completions, and exact resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from finetune.grpo import (
+    RL_TARGETS,
+    GRPOConfig,
+    RLTask,
+    Rollout,
+    advantages,
+    grpo_loss,
+    task_order,
+    train_grpo,
+)
+from finetune.sft import LoraSettings, add_lora
+from model import GLM5ForCausalLM
+from model.tokenizer import Tokenizer
+from plugins.builtin_rewards import register_rewards
+
+torch.set_num_threads(1)
+REWARDS: dict = {}
+register_rewards(lambda name, make: REWARDS.__setitem__(name, make), None)
+PROMPTS = ["def f(x):", "import os\n", "class A:", "# note"]
+
+
+def peaky_model(tiny_model_cfg=None):
+    """`tiny` with its lm_head scaled 20x (a random tiny's logits all sit within ~1 of each other, so nothing is
+    learnable in a few steps; a trained head has this range), LoRA on RL_TARGETS."""
+    from model.config import preset
+
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return add_lora(model, LoraSettings(rank=8, alpha=16, targets=RL_TARGETS), seed=0)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.shipped()
+
+
+def tasks(tok, pattern=r"[0-9]", score=None):
+    s = score or REWARDS["regex"]({"type": "regex", "pattern": pattern})
+    return [RLTask(tok.encode(p), s, p) for p in PROMPTS]
+
+
+def test_advantages_are_normalised_per_group():
+    a = advantages([1.0, 0.0, 0.0, 1.0])
+    assert a == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
+    assert advantages([0.5, 0.5, 0.5]) == [0.0, 0.0, 0.0]  # no signal
+    assert advantages([1.0, None, 0.0])[1] is None and advantages([1.0, None, 0.0])[0] > 0  # left out
+    assert advantages([1.0, None]) == [0.0, None]  # one scored completion: nothing to compare
+
+
+def test_task_order_is_seeded_and_covers_every_task_each_epoch():
+    first_epoch = [t for s in range(2) for t in task_order(4, s, 2, seed=3)]
+    assert sorted(first_epoch) == [0, 1, 2, 3]
+    assert task_order(4, 5, 2, seed=3) == task_order(4, 5, 2, seed=3)
+    assert [task_order(4, s, 2, seed=3) for s in range(4)] != [task_order(4, s, 2, seed=4) for s in range(4)]
+
+
+def _rollout(model, prompt, ids, reward, shift=0.0):
+    """A completion with its true logprobs as the 'inference' ones (shifted by `shift` in log space)."""
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([prompt + ids]))[0].float(), -1)
+    infer = [float(lp[len(prompt) - 1 + i, t]) + shift for i, t in enumerate(ids)]
+    return Rollout(0, prompt, ids, infer, reward)
+
+
+def test_the_update_raises_the_rewarded_completion_and_icepop_drops_mismatched_tokens(tok):
+    model = peaky_model()
+    cfg = GRPOConfig(group_size=2, lr=1e-2)
+    prompt = tok.encode("def f(x):")
+    good, bad = [11, 12, 13], [21, 22, 23]
+    group = [_rollout(model, prompt, good, 1.0), _rollout(model, prompt, bad, 0.0)]
+    loss, stats, _ = grpo_loss(model, [group], cfg)
+    assert stats["icepop_masked"] == 0.0 and stats["mismatch"] < 1e-4  # same weights: the engine agrees
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=0.05)
+    before = [_rollout(model, prompt, ids, 0).infer_logprobs for ids in (good, bad)]
+    loss.backward()
+    opt.step()
+    after = [_rollout(model, prompt, ids, 0).infer_logprobs for ids in (good, bad)]
+    assert sum(after[0]) > sum(before[0]) and sum(after[1]) < sum(before[1])
+    # Sampling probabilities 3x off the trainer's (log 3 > log 2 = IcePop's band): every token dropped, no gradient.
+    model.zero_grad()
+    far = [_rollout(model, prompt, good, 1.0, shift=1.1), _rollout(model, prompt, bad, 0.0, shift=-1.1)]
+    loss, stats, _ = grpo_loss(model, [far], cfg)
+    assert stats["icepop_masked"] == 1.0
+    loss.backward()
+    assert all(p.grad is None or not p.grad.any() for p in params)
+    # No signal (equal rewards): no loss at all.
+    assert grpo_loss(model, [[_rollout(model, prompt, good, 1.0), _rollout(model, prompt, bad, 1.0)]], cfg)[0] is None
+
+
+def test_grpo_learns_a_checkable_reward_with_on_policy_engine_rollouts(tok):
+    model = peaky_model()
+    cfg = GRPOConfig(steps=24, prompts_per_step=2, group_size=8, max_new_tokens=6, lr=5e-3)
+    hist = train_grpo(model, tasks(tok), cfg, tokenizer=tok)
+    first, last = [sum(h.reward_mean for h in part) / 4 for part in (hist[:4], hist[-4:])]
+    assert first < 0.5 and last > 0.85, [round(h.reward_mean, 2) for h in hist]
+    assert all(h.icepop_masked < 0.01 for h in hist)  # engine and trainer compute the same probabilities
+    assert hist[-1].step == 24 and all(h.groups == 2 for h in hist)
+
+
+def test_completions_whose_check_fails_are_left_out(tok):
+    calls = []
+
+    def flaky(text):  # every third check cannot run
+        calls.append(text)
+        return None if len(calls) % 3 == 0 else float("1" in text)
+
+    cfg = GRPOConfig(steps=3, prompts_per_step=2, group_size=6, max_new_tokens=4, lr=1e-3)
+    hist = train_grpo(peaky_model(), tasks(tok, score=flaky), cfg, tokenizer=tok)
+    assert sum(h.failed for h in hist) == len(calls) // 3 == 12
+
+
+def test_a_resumed_run_is_the_interrupted_run(tok):
+    cfg = GRPOConfig(steps=6, prompts_per_step=2, group_size=4, max_new_tokens=5, lr=5e-3)
+    whole = peaky_model()
+    train_grpo(whole, tasks(tok), cfg, tokenizer=tok)
+
+    states = []
+
+    def killed_after_4(st):
+        if st.step == 4:
+            raise KeyboardInterrupt
+
+    first = peaky_model()
+    with pytest.raises(KeyboardInterrupt):
+        train_grpo(first, tasks(tok), cfg, tokenizer=tok, log=killed_after_4, save=states.append, save_every=3)
+    assert [s["step"] for s in states] == [3]
+    resumed = peaky_model()
+    hist = train_grpo(resumed, tasks(tok), cfg, tokenizer=tok, resume=states[-1])
+    assert [h.step for h in hist] == [1, 2, 3, 4, 5, 6]
+    for (n, a), b in zip(whole.named_parameters(), resumed.parameters(), strict=True):
+        if a.requires_grad:
+            assert torch.equal(a, b), n
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="group_size"):
+        GRPOConfig(group_size=1)
+    with pytest.raises(ValueError, match="temperature"):
+        GRPOConfig(temperature=0)
+    with pytest.raises(ValueError, match="nothing to train"):
+        train_grpo(
+            GLM5ForCausalLM.from_config(__import__("model.config").config.preset("tiny")).requires_grad_(False),
+            [RLTask([1], lambda t: 0.0)],
+            GRPOConfig(steps=1),
+        )

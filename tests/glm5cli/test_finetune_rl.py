@@ -1,0 +1,135 @@
+"""`glm5 finetune rl`: GRPO on a tasks file with regex and command rewards end to end (a peft adapter, per-step
+log, a merged checkpoint `glm5 serve` loads), and the bad inputs, each named by file and line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from finetune.sft import load_adapter
+from glm5cli.app import app
+from model import GLM5ForCausalLM
+from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
+
+runner = CliRunner(env={"COLUMNS": "300"})
+
+
+@pytest.fixture(scope="module")
+def ckpt(tiny_checkpoint, tmp_path_factory):  # noqa: F811
+    """The tiny checkpoint with its lm_head scaled 20x (see tests/glm5cli/test_finetune_sft.py)."""
+    path = tmp_path_factory.mktemp("peaky-rl")
+    shutil.copytree(tiny_checkpoint, path, dirs_exist_ok=True)
+    model = GLM5ForCausalLM.from_pretrained(path)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.save_pretrained(path)
+    return path
+
+
+def test_rl_trains_on_checkable_rewards_and_writes_an_adapter_a_log_and_a_checkpoint(ckpt, tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    check = f'{sys.executable} -c "import sys; sys.exit(0 if any(c.isdigit() for c in sys.stdin.read()) else 1)"'
+    rows = [
+        {"prompt": "def f(x):", "reward": {"type": "regex", "pattern": "[0-9]"}},
+        {"messages": [{"role": "user", "content": "count"}], "reward": {"type": "command", "run": check}},
+        {"prompt": "import os\n"},  # takes --reward
+        {"prompt": "# note", "name": "note"},
+    ]
+    tasks.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "rl"
+    args = [
+        "finetune",
+        "rl",
+        str(ckpt),
+        "--out",
+        str(out),
+        "--tasks",
+        str(tasks),
+        "--reward",
+        '{"type": "regex", "pattern": "[0-9]"}',
+    ]
+    args += ["--steps", "24", "--prompts-per-step", "2", "--group-size", "8", "--max-new-tokens", "6", "--lr", "5e-3"]
+    r = runner.invoke(app, [*args, "--rank", "8", "--alpha", "16", "--merge", "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{") :])
+    assert summary["tasks"] == 4 and summary["completions"] == 24 * 2 * 8 and summary["failed_checks"] == 0
+    assert summary["reward_first"] < 0.6 and summary["reward_last"] > 0.85, summary
+    log = [json.loads(line) for line in (out / "rl_log.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in log] == list(range(1, 25))
+    assert {"reward_mean", "icepop_masked", "mismatch", "groups_with_signal"} <= set(log[0])
+    # The adapter is peft's, and loads into the base model; the merged checkpoint gives the same logits.
+    base = GLM5ForCausalLM.from_pretrained(ckpt)
+    adapted = load_adapter(base, out / "adapter")
+    merged = GLM5ForCausalLM.from_pretrained(out)
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids), adapted(ids), atol=1e-4, rtol=1e-4)
+    assert not (tmp_path / ".rl.partial").exists()
+
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ('{"prompt": "a", "reward": {"type": "regex", "pattern": "x"}}\n{"prompt": \n', "tasks.jsonl:2: not JSON"),
+        ('{"prompt": "a"}\n', 'tasks.jsonl:1: no "reward"'),
+        ('{"prompt": "a", "reward": "pytest"}\n', 'tasks.jsonl:1: "reward" must be an object'),
+        ('{"prompt": "a", "reward": {"type": "llm-judge"}}\n', "tasks.jsonl:1: unknown reward type 'llm-judge'"),
+        ('{"prompt": "a", "reward": {"type": "regex", "pattern": "("}}\n', "tasks.jsonl:1: bad reward: bad regex"),
+        ('{"prompt": "a", "reward": {"type": "command"}}\n', 'tasks.jsonl:1: bad reward: a "command" reward needs'),
+    ],
+)
+def test_bad_tasks_are_named_by_file_and_line(ckpt, tmp_path, text, msg):
+    (tmp_path / "tasks.jsonl").write_text(text)
+    args = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), "--tasks", str(tmp_path / "tasks.jsonl")]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and msg in r.output, r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_options_are_usage_errors(ckpt, tmp_path):
+    (tmp_path / "t.jsonl").write_text('{"prompt": "a"}\n')
+    base = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), "--tasks", str(tmp_path / "t.jsonl")]
+    r = runner.invoke(app, [*base, "--reward", "{not json"])
+    assert r.exit_code == 2 and "--reward is not JSON" in r.output
+    r = runner.invoke(app, [*base, "--group-size", "1"])
+    assert r.exit_code == 2
+    r = runner.invoke(app, [*base[:2], str(tmp_path), *base[3:]])
+    assert r.exit_code == 1 and "not a checkpoint directory" in r.output
+
+
+def test_rl_resumes_exactly_after_a_kill(ckpt, tmp_path, monkeypatch):
+    import finetune.grpo as grpo
+
+    (tmp_path / "t.jsonl").write_text('{"prompt": "def f(x):"}\n{"prompt": "class A:"}\n')
+    opts = ["--tasks", str(tmp_path / "t.jsonl"), "--reward", '{"type": "regex", "pattern": "[0-9]"}']
+    opts += ["--steps", "5", "--save-every", "2", "--prompts-per-step", "2", "--group-size", "4"]
+    opts += ["--max-new-tokens", "4", "--lr", "5e-3", "--rank", "4"]
+    whole = tmp_path / "whole"
+    assert runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(whole), *opts]).exit_code == 0
+    real, saves = grpo.train_grpo, []
+
+    def dies_after_first_save(*a, save, **kw):
+        def save_then_die(state):
+            save(state)
+            saves.append(state["step"])
+            raise KeyboardInterrupt
+
+        return real(*a, save=save_then_die, **kw)
+
+    out = tmp_path / "resumed"
+    monkeypatch.setattr(grpo, "train_grpo", dies_after_first_save)
+    r = runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(out), *opts])
+    assert r.exit_code != 0 and saves == [2] and not out.exists()
+    monkeypatch.setattr(grpo, "train_grpo", real)
+    r = runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(out), *opts])
+    assert r.exit_code == 0 and "from step 2 of 5" in r.output, r.output
+    a = load_file(whole / "adapter" / "adapter_model.safetensors")
+    b = load_file(out / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (whole / "rl_log.jsonl").read_text() == (out / "rl_log.jsonl").read_text()
