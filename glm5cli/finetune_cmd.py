@@ -302,6 +302,11 @@ def _trajectory_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+_MERGE = typer.Option(
+    False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
+)
+
+
 @app.command("sft")
 def sft(
     model: Path = typer.Argument(..., help="Checkpoint directory (full precision)."),
@@ -324,9 +329,7 @@ def sft(
     save_every: int = typer.Option(
         50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
     ),
-    merge: bool = typer.Option(
-        False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
-    ),
+    merge: bool = _MERGE,
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Supervised fine-tuning with LoRA on the responses recorded by `glm5 code`.
@@ -462,9 +465,7 @@ def rl(
     save_every: int = typer.Option(
         10, min=0, help="Checkpoint every N steps; rerunning the same command resumes (0: never)."
     ),
-    merge: bool = typer.Option(
-        False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
-    ),
+    merge: bool = _MERGE,
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Reinforcement learning with GRPO + IcePop (GLM-5's RL objective) on tasks with checkable rewards.

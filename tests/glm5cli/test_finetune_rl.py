@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from finetune.sft import load_adapter
 from glm5cli.app import app
 from model import GLM5ForCausalLM
+from tests.glm5cli.test_finetune_sft import dies_after_first_save
 from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
 
 runner = CliRunner(env={"COLUMNS": "300"})
@@ -113,17 +114,8 @@ def test_rl_resumes_exactly_after_a_kill(ckpt, tmp_path, monkeypatch):
     whole = tmp_path / "whole"
     assert runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(whole), *opts]).exit_code == 0
     real, saves = grpo.train_grpo, []
-
-    def dies_after_first_save(*a, save, **kw):
-        def save_then_die(state):
-            save(state)
-            saves.append(state["step"])
-            raise KeyboardInterrupt
-
-        return real(*a, save=save_then_die, **kw)
-
     out = tmp_path / "resumed"
-    monkeypatch.setattr(grpo, "train_grpo", dies_after_first_save)
+    monkeypatch.setattr(grpo, "train_grpo", dies_after_first_save(real, saves))
     r = runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(out), *opts])
     assert r.exit_code != 0 and saves == [2] and not out.exists()
     monkeypatch.setattr(grpo, "train_grpo", real)

@@ -117,6 +117,20 @@ def test_sft_learns_the_responses_and_writes_a_peft_adapter_and_a_merged_checkpo
     assert any(not torch.equal(a[k], b[k]) for k in a if ".experts." in k)
 
 
+def dies_after_first_save(real, saves: list):
+    """`real` (a training loop taking `save=`) killed right after its first checkpoint, whose step goes in saves."""
+
+    def loop(*a, save, **kw):
+        def save_then_die(state):
+            save(state)
+            saves.append(state["step"])
+            raise KeyboardInterrupt
+
+        return real(*a, save=save_then_die, **kw)
+
+    return loop
+
+
 def test_sft_resumes_exactly_after_a_kill(tiny_checkpoint, tmp_path, monkeypatch):  # noqa: F811
     import finetune.sft as sft
 
@@ -125,17 +139,8 @@ def test_sft_resumes_exactly_after_a_kill(tiny_checkpoint, tmp_path, monkeypatch
     whole = tmp_path / "whole"
     assert runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(whole), *opts]).exit_code == 0
     real, saves = sft.train_mtp, []
-
-    def dies_after_first_save(*a, save, **kw):
-        def save_then_die(state):
-            save(state)
-            saves.append(state["step"])
-            raise KeyboardInterrupt
-
-        return real(*a, save=save_then_die, **kw)
-
     out = tmp_path / "resumed"
-    monkeypatch.setattr(sft, "train_mtp", dies_after_first_save)
+    monkeypatch.setattr(sft, "train_mtp", dies_after_first_save(real, saves))
     r = runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(out), *opts])
     assert r.exit_code != 0 and saves == [2] and not out.exists()
     monkeypatch.setattr(sft, "train_mtp", real)
