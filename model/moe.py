@@ -160,8 +160,22 @@ class MoE(nn.Module):
         if impl == "dense_loop":  # the plain reference: as written in the module docstring
             return (self.routed_dense_loop(x_ND, w, idx) + self.shared_experts(x_ND)).view(shape)
         # The fast paths add the routed experts' outputs straight into the shared expert's output.
+        if impl == "grouped" and x_ND.shape[0] <= 2 and not torch.is_grad_enabled():
+            # A decode step of one or two tokens (INT4, LoRA or otherwise unstacked experts): call its k experts
+            # directly; sorting, gathering and scattering k rows costs more than the experts' own calls.
+            return self.routed_few(x_ND, w, idx, out=self.shared_experts(x_ND)).view(shape)
         routed = self.routed_stacked if impl == "stacked" else self.routed_grouped
         return routed(x_ND, w, idx, out=self.shared_experts(x_ND)).view(shape)
+
+    def routed_few(
+        self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor, out: torch.Tensor
+    ) -> torch.Tensor:
+        """Each token's experts called on that token alone, weighted and added into `out` [N, D] in place."""
+        for t, (experts, weights) in enumerate(zip(idx_Nk.tolist(), w_Nk.tolist(), strict=True)):
+            x = x_ND[t : t + 1]
+            for e, wt in zip(experts, weights, strict=True):
+                out[t].add_(self.experts[e](x)[0].mul_(wt))
+        return out
 
     def _sort(self, idx_Nk: torch.Tensor):
         """(token, slot) pairs sorted by expert -> (order into the flat pairs, token of each, count per expert)."""

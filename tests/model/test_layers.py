@@ -91,6 +91,14 @@ def test_moe_grouped_path_equals_plain_loop_and_bias_only_selects():
             out[impl] = moe(x)
     assert torch.allclose(out["stacked"], out["dense_loop"], atol=1e-5)
     assert torch.allclose(out["grouped"], out["dense_loop"], atol=1e-5)
+    # One or two tokens (a decode step) without autograd: the grouped path calls their experts directly.
+    for n in (1, 2):
+        few = {}
+        for impl in ("grouped", "dense_loop"):
+            moe.impl = impl
+            with torch.no_grad():
+                few[impl] = moe(x[:1, :n])
+        assert torch.allclose(few["grouped"], few["dense_loop"], atol=1e-5)
     w, idx = moe.gate(x.view(-1, cfg.hidden_size))
     assert ((idx // 4) == (idx[:, :1] // 4)).all()  # group-limited: all picks in one group of 4
     assert torch.allclose(w.sum(-1), torch.full((30,), cfg.routed_scaling_factor))
