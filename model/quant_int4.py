@@ -334,7 +334,81 @@ def quantize_int4(
             )
     for name, mod in targets:
         set_submodule(model, name, Int4Linear.from_linear(mod, group_size, symmetric, impl, mse))
+    fuse_gate_up(model)
     return model
+
+
+class Int4GateUp:
+    """An MLP's gate_proj and up_proj (fast Int4Linears reading the same input) in one kernel call: half the
+    calls, input conversions and dispatch of a SwiGLU at decode, where each call costs ~4.5 us before any
+    arithmetic (measured: 2 x 13.9 us for two 256 x 768 calls, 23.1 us for one 512 x 768). The two modules'
+    packed weights become row views of one buffer, so nothing is stored twice but their scales (a few KB, which
+    the kernel needs contiguous); the result is bit-identical to the two calls. Kept on the MLP as a plain
+    attribute (not in its state_dict); `current` tells whether it still matches the MLP's modules."""
+
+    # The CPU packer lays rows out in blocks of 64: concatenating two packs is the pack of the concatenated
+    # weights only when the first has whole blocks (measured; `fuse_gate_up` also checks the result).
+    ROW_BLOCK = 64
+
+    def __init__(self, gate: Int4Linear, up: Int4Linear):
+        self.gate, self.up = gate, up
+        self.split = gate.int4pack.shape[0]  # the gate's rows as packed (the kernel pads N)
+        self.pack = torch.cat([gate.int4pack, up.int4pack])
+        self.scales_and_zeros = torch.cat([gate.scales_and_zeros, up.scales_and_zeros], dim=1).contiguous()
+
+    def share_storage(self) -> None:
+        """Make the two modules' packed weights row views of the pair's buffer (frees their own copies)."""
+        self.gate.int4pack, self.up.int4pack = self.pack[: self.split], self.pack[self.split :]
+
+    @staticmethod
+    def applies(gate, up) -> bool:
+        return (
+            isinstance(gate, Int4Linear)
+            and isinstance(up, Int4Linear)
+            and gate.impl == up.impl == "fast"
+            and gate._device_type == up._device_type == "cpu"
+            and gate.bias is None
+            and up.bias is None
+            and (gate.in_features, gate.group_size) == (up.in_features, up.group_size)
+            and gate.scales_and_zeros.dtype == up.scales_and_zeros.dtype
+            and gate.int4pack.shape[0] % Int4GateUp.ROW_BLOCK == 0
+        )
+
+    def current(self, mlp) -> bool:
+        mods = mlp._modules
+        return (
+            mods["gate_proj"] is self.gate
+            and mods["up_proj"] is self.up
+            and self.gate.int4pack.data_ptr() == self.pack.data_ptr()
+        )
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (gate_proj(x), up_proj(x)) in x's dtype."""
+        x_BK = (x if x.dim() == 2 else x.reshape(-1, x.shape[-1])).to(torch.bfloat16)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x_BK, self.pack, self.gate.group_size, self.scales_and_zeros)
+        g, u = y[:, : self.gate.out_features], y[:, self.split : self.split + self.up.out_features]
+        if x.dim() != 2:
+            g, u = g.reshape(*x.shape[:-1], -1), u.reshape(*x.shape[:-1], -1)
+        return g.to(x.dtype), u.to(x.dtype)
+
+
+def fuse_gate_up(model: nn.Module) -> int:
+    """`Int4GateUp` for every MLP whose gate_proj and up_proj are fast CPU Int4Linears. -> how many."""
+    n = 0
+    for mod in model.modules():
+        gate, up = getattr(mod, "gate_proj", None), getattr(mod, "up_proj", None)
+        if not Int4GateUp.applies(gate, up):
+            continue
+        pair = Int4GateUp(gate, up)
+        probe = torch.randn(2, gate.in_features, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            g, u = pair(probe)
+            if not (torch.equal(g, gate(probe)) and torch.equal(u, up(probe))):
+                continue  # a kernel layout this pairing does not know: keep the two calls
+        pair.share_storage()
+        mod.int4_gate_up = pair
+        n += 1
+    return n
 
 
 def set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:
@@ -481,4 +555,6 @@ def load_compressed_tensors(
             raise CompressedTensorsError(f"{name} is {list(t.shape)}, the model expects {list(expected[name].shape)}")
         rest[name] = t.to(device)
     model.load_state_dict(rest, strict=True, assign=True)
-    return model.to(device)
+    model = model.to(device)
+    fuse_gate_up(model)
+    return model

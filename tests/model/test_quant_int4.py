@@ -7,8 +7,10 @@ import torch
 from torch import nn
 
 from model.compressed_tensors import Int4Scheme
+from model.moe import MLP
 from model.quant_int4 import (
     DEFAULT_SKIP,
+    Int4GateUp,
     Int4Linear,
     dequantize_weight,
     is_skipped,
@@ -241,6 +243,42 @@ def test_quantize_int4_swaps_linears_and_keeps_the_fp8_split_in_high_precision()
     # The skip list is configurable: an empty one quantizes lm_head too.
     quantize_int4(model, group_size=32, skip=())
     assert isinstance(model.lm_head, Int4Linear)
+
+
+def test_gate_and_up_run_as_one_kernel_call_with_the_same_bits():
+    """quantize_int4 pairs an MLP's gate_proj and up_proj (Int4GateUp): one kernel call at inference, their
+    packed weights views of one buffer (nothing stored twice), the output bit-identical to two calls; a module
+    swapped in afterwards makes the MLP use its modules again. Rows not in whole blocks of the CPU layout (64)
+    are not paired."""
+    torch.manual_seed(3)
+    mlp = quantize_int4(MLP(256, 128), group_size=32)
+    pair = mlp.__dict__.get("int4_gate_up")
+    assert isinstance(pair, Int4GateUp) and pair.current(mlp)
+    assert mlp.gate_proj.int4pack.data_ptr() == pair.pack.data_ptr()
+    assert mlp.up_proj.int4pack.untyped_storage().data_ptr() == pair.pack.untyped_storage().data_ptr()
+    for rows in (1, 5):
+        x = torch.randn(rows, 256)
+        with torch.no_grad():
+            fused = mlp(x)
+            apart = mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        assert torch.equal(fused, apart)
+    calls = []
+    real = torch.ops.aten._weight_int4pack_mm_for_cpu
+    x = torch.randn(1, 256)
+    with torch.no_grad():
+        torch.ops.aten._weight_int4pack_mm_for_cpu = lambda *a: calls.append(1) or real(*a)
+        try:
+            mlp(x)
+        finally:
+            torch.ops.aten._weight_int4pack_mm_for_cpu = real
+    assert len(calls) == 2  # gate|up, then down
+    mlp.up_proj = Int4Linear.from_linear(nn.Linear(256, 128, bias=False), 32)
+    assert not pair.current(mlp)
+    with torch.no_grad():
+        want = mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        assert torch.equal(mlp(x), want)
+    small = quantize_int4(MLP(64, 32), group_size=32)  # 32 rows: half a block
+    assert "int4_gate_up" not in small.__dict__
 
 
 def test_default_skip_names():
