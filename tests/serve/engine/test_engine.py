@@ -186,6 +186,25 @@ def test_replacing_the_experts_after_fusion_makes_the_runner_fuse_again():
         assert out.token_ids == plain_greedy(model, p, 4)[0]
 
 
+def test_int4_layers_are_fused_once_not_every_step(monkeypatch):
+    """With INT4 linears nothing can be fused, and the runner must still see its fusion as current: it used to
+    fuse every layer again at every step. A module swapped in later (here the INT4 expert back to a Linear) is
+    still noticed."""
+    import serve.engine.model_runner as mr
+    from model.quant_int4 import quantize_int4
+
+    model = quantize_int4(GLM5ForCausalLM.from_config(preset("tiny"), seed=4).eval(), group_size=32, strict=False)
+    calls = []
+    real = mr.fuse_layer
+    monkeypatch.setattr(mr, "fuse_layer", lambda layer: calls.append(1) or real(layer))
+    llm = LLM(model, num_kv_blocks=64)
+    llm.generate(random_prompts([7, 11], model.config.vocab_size, seed=5), SamplingParams(max_tokens=6))
+    assert len(calls) == model.config.num_hidden_layers  # once per layer, for all the steps
+    ex = model.model.layers[1].mlp.experts[0]
+    ex.gate_proj = torch.nn.Linear(ex.gate_proj.in_features, ex.gate_proj.out_features, bias=False)
+    assert not llm.engine.runner.fused[1].is_current()
+
+
 def test_the_model_can_be_trained_after_the_engine_has_served_it():
     """RL runs rollouts with the engine and then optimizer steps on the same model. The runner's weight
     fusion re-points the model's parameters to new storage while it serves (inside inference_mode); that
