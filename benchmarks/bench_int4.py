@@ -124,6 +124,29 @@ def decode_tps(model, cfg, batch: int, prompt: int, tokens: int, seed: int = 0) 
     return batch * tokens / (time.perf_counter() - t), batch * tokens / (time.process_time() - c)
 
 
+def engine_decode(fp32, int4, prompt: int, tokens: int, rounds: int) -> dict:
+    """Batch-1 decode tokens/s of the embedded engine on the fp32 and the INT4 model, interleaved rounds."""
+    from serve.engine import EngineConfig, LLMEngine, SamplingParams
+
+    engines = {
+        name: LLMEngine(m, config=EngineConfig(max_num_seqs=1, num_kv_blocks=64, block_size=16))
+        for name, m in (("fp32", fp32), ("int4", int4))
+    }
+    runs: dict[str, list[float]] = {name: [] for name in engines}
+    for r in range(rounds + 1):
+        ids = torch.randint(0, 256, (prompt,), generator=torch.Generator().manual_seed(r)).tolist()
+        for name, eng in engines.items():
+            eng.add_request(ids, SamplingParams(temperature=0.0, max_tokens=tokens + 1, ignore_eos=True))
+            eng.step()  # prefill
+            t = time.perf_counter()
+            while eng.has_unfinished:
+                eng.step()
+            if r:  # round 0 warms up (fusion, allocator)
+                runs[name].append(tokens / (time.perf_counter() - t))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    return {"tokens_per_s_median": med, "runs": runs, "int4_vs_fp32_median": med["int4"] / med["fp32"]}
+
+
 # (name, out_features N, in_features K): the small preset's decode linears and GLM-5's real expert shapes.
 GEMV_SHAPES = (
     ("small expert gate/up", 256, 768),
@@ -279,7 +302,12 @@ def main() -> None:
         }
         print(f"  decode batch {batch}: {speed[f'batch{batch}']}", flush=True)
     results["decode"] = speed
-    del plain, int4_g128
+    del plain
+    # The same at batch 1 through the embedded engine, the serving path (fused fp32 projections and stacked
+    # experts; INT4 modules called as they are).
+    results["engine_decode_batch1"] = engine_decode(fp32, int4_g128, args.prompt, args.decode_tokens, args.rounds)
+    print(f"  engine decode batch 1: {results['engine_decode_batch1']}", flush=True)
+    del int4_g128
     results["gemv"] = [r for b in (1, 16) for r in gemv_bench(b)]
     results["targets"]["decode_b1_ge_1.8x_fp32"] = speed["batch1"]["int4_vs_fp32_best"] >= 1.8
 
