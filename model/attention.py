@@ -129,12 +129,22 @@ class MLA(nn.Module):
         """
         w = self._kv_b_weight()
         w_uk, w_uv = w[:, : self.dn], w[:, self.dn :]  # [H, Dn, C], [H, Dv, C]
-        q_abs = torch.einsum("bthd,hdc->bthc", q_nope, w_uk)  # [B, T, H, C]
+        B, T, H, _ = q_nope.shape
+        C = self.kv_lora_rank
+        # The contractions are written as the batched GEMMs einsum would run ("bthd,hdc->bthc" is a GEMM per head
+        # over the B*T rows, ...), without its planning: the same bits, ~40% less time for a decode step's
+        # small tensors (a test checks both against einsum).
+        q_abs = torch.bmm(q_nope.reshape(B * T, H, -1).transpose(0, 1), w_uk).transpose(0, 1).reshape(B, T, H, C)
         if topk_idx is None:
-            scores = torch.einsum("bthc,bsc->bths", q_abs, c_kv) + torch.einsum("bthr,bsr->bths", q_pe, k_pe)
-            visible = torch.arange(c_kv.shape[1], device=c_kv.device) <= q_idx[..., None]  # [(B,) T, S]
-            scores = scores.float().mul_(self.scale).masked_fill_(~visible[..., None, :], float("-inf"))
-            o_lat = torch.einsum("bths,bsc->bthc", scores.softmax(-1).to(c_kv.dtype), c_kv)
+            S = c_kv.shape[1]
+            scores = torch.bmm(q_abs.reshape(B, T * H, C), c_kv.transpose(1, 2))  # [B, T*H, S]
+            scores = scores + torch.bmm(q_pe.reshape(B, T * H, -1), k_pe.transpose(1, 2))
+            visible = torch.arange(S, device=c_kv.device) <= q_idx[..., None]  # [(B,) T, S]
+            scores = (
+                scores.view(B, T, H, S).float().mul_(self.scale).masked_fill_(~visible[..., None, :], float("-inf"))
+            )
+            probs = scores.softmax(-1).to(c_kv.dtype)
+            o_lat = torch.bmm(probs.view(B, T * H, S), c_kv).view(B, T, H, C)  # [B, T, H, C]
         else:
             B, T, K = topk_idx.shape
             S = c_kv.shape[1]
@@ -151,7 +161,8 @@ class MLA(nn.Module):
                 s = s.float().mul_(self.scale).masked_fill_(~visible[:, :, None], float("-inf"))
                 parts.append(torch.matmul(s.softmax(-1).to(c_kv.dtype), sel[..., : self.kv_lora_rank]))
             o_lat = torch.cat(parts, dim=1)
-        return torch.einsum("bthc,hvc->bthv", o_lat, w_uv)
+        out = torch.bmm(o_lat.reshape(B * T, H, C).transpose(0, 1), w_uv.transpose(1, 2))  # [H, B*T, Dv]
+        return out.transpose(0, 1).reshape(B, T, H, -1)
 
     def cheaper_impl(self, T: int, S: int, K: int | None) -> str:
         """The path with fewer multiply-adds per head (absorbed counted double: gathers and small batched GEMMs).

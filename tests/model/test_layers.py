@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -78,6 +79,31 @@ def test_sparse_gather_path_equals_dense_mask_path():
         dense = mla.attend_expanded(q_nope, q_pe, c_kv, k_pe, q_idx, idx)
         sparse = mla.attend_absorbed(q_nope, q_pe, c_kv, k_pe, q_idx, idx)
         assert torch.allclose(dense, sparse, atol=1e-5)
+
+
+def _absorbed_by_einsum(mla, q_nope, q_pe, c_kv, k_pe, q_idx):
+    """attend_absorbed's dense branch as first written, with einsum: the reference for its batched GEMMs."""
+    w = mla._kv_b_weight()
+    w_uk, w_uv = w[:, : mla.dn], w[:, mla.dn :]
+    q_abs = torch.einsum("bthd,hdc->bthc", q_nope, w_uk)
+    scores = torch.einsum("bthc,bsc->bths", q_abs, c_kv) + torch.einsum("bthr,bsr->bths", q_pe, k_pe)
+    visible = torch.arange(c_kv.shape[1]) <= q_idx[..., None]
+    scores = scores.float().mul_(mla.scale).masked_fill_(~visible[..., None, :], float("-inf"))
+    o_lat = torch.einsum("bths,bsc->bthc", scores.softmax(-1).to(c_kv.dtype), c_kv)
+    return torch.einsum("bthc,hvc->bthv", o_lat, w_uv)
+
+
+@pytest.mark.parametrize("B, T, S", [(1, 1, 40), (2, 3, 17), (3, 1, 9)])
+def test_absorbed_attention_gemms_give_einsums_bits(B, T, S):
+    cfg = tiny()
+    mla = randomize(MLA(cfg))
+    H, R = cfg.num_attention_heads, cfg.qk_rope_head_dim
+    q_nope = torch.randn(B, T, H, cfg.qk_nope_head_dim)
+    q_pe, c_kv, k_pe = torch.randn(B, T, H, R), torch.randn(B, S, cfg.kv_lora_rank), torch.randn(B, S, R)
+    q_idx = torch.arange(S - T, S) if B == 1 else torch.stack([torch.arange(S - T - b, S - b) for b in range(B)])
+    with torch.no_grad():
+        got = mla.attend_absorbed(q_nope, q_pe, c_kv, k_pe, q_idx)
+        assert torch.equal(got, _absorbed_by_einsum(mla, q_nope, q_pe, c_kv, k_pe, q_idx))
 
 
 def test_moe_grouped_path_equals_plain_loop_and_bias_only_selects():
