@@ -108,7 +108,7 @@ def weight_report(model) -> dict:
     }
 
 
-@torch.no_grad()
+@torch.inference_mode()  # as the engine runs: no autograd bookkeeping at all (no_grad still counts versions)
 def decode_tps(model, cfg, batch: int, prompt: int, tokens: int, seed: int = 0) -> tuple[float, float]:
     """-> (tokens per wall-clock second, tokens per CPU second of this process).
 
