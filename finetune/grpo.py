@@ -152,7 +152,8 @@ def rollout(engine, tasks: list[RLTask], which: list[int], cfg: GRPOConfig, step
             raise RuntimeError(
                 f"{rid}: the engine returned {len(out.logprobs)} logprobs for {len(out.token_ids)} tokens"
             )
-        text = tokenizer.decode(out.token_ids) if tokenizer is not None else out.text
+        # What a user would read: special tokens (the end-of-turn token a completion stops on) left out.
+        text = tokenizer.decode(out.token_ids, skip_special_tokens=True) if tokenizer is not None else out.text
         groups[g].append(
             Rollout(t, tasks[t].prompt_ids, list(out.token_ids), [lp.logprob for lp in out.logprobs], None, text)
         )
