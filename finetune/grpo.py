@@ -164,22 +164,27 @@ def rollout(engine, tasks: list[RLTask], which: list[int], cfg: GRPOConfig, step
 
 
 def _token_logprobs(model, rollouts: list[Rollout], temperature: float) -> list[torch.Tensor]:
-    """log pi_train of each completion's tokens (with gradient), at the sampling temperature."""
+    """log pi_train of each completion's tokens (with gradient), at the sampling temperature. The lm_head runs
+    on the rows that predict completion tokens only: never a [B, T, V] logits tensor (at GLM-5's vocabulary of
+    155K that is 0.6 GB per 1K tokens of one sequence)."""
     seqs = [r.prompt_ids + r.ids for r in rollouts]
     T = max(len(s) for s in seqs)
-    pad = 0
-    ids = torch.tensor([s + [pad] * (T - len(s)) for s in seqs])
-    logits = model(ids).float() / temperature  # right padding: no position sees a pad before it
-    out = []
-    for b, r in enumerate(rollouts):
-        p = len(r.prompt_ids)
-        lp = torch.log_softmax(logits[b, p - 1 : p - 1 + len(r.ids)], -1)
-        out.append(lp.gather(-1, torch.tensor(r.ids)[:, None])[:, 0])
-    return out
+    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs])  # right padding: no position sees a pad
+    hidden = model.model(ids, torch.arange(T).expand(len(seqs), -1))  # [B, T, D] after model.norm
+    rows = torch.cat(
+        [hidden[b, len(r.prompt_ids) - 1 : len(r.prompt_ids) - 1 + len(r.ids)] for b, r in enumerate(rollouts)]
+    )
+    lp = torch.log_softmax(model.lm_head(rows).float() / temperature, -1)
+    lp = lp.gather(-1, torch.tensor([t for r in rollouts for t in r.ids])[:, None])[:, 0]
+    return list(lp.split([len(r.ids) for r in rollouts]))
 
 
-def grpo_loss(model, groups: list[list[Rollout]], cfg: GRPOConfig, old: list[torch.Tensor] | None = None):
-    """GRPO + IcePop over the groups -> (loss, stats dict, the old logprobs to reuse). Zero loss without signal."""
+def grpo_backward(
+    model, groups: list[list[Rollout]], cfg: GRPOConfig, old: list[torch.Tensor] | None = None, micro_batch: int = 8
+):
+    """GRPO + IcePop over the groups, back-propagated `micro_batch` completions at a time (gradients add up;
+    memory stays that of one micro-batch) -> (loss value or None without signal, stats, the old logprobs to
+    reuse for a further update on the same batch). The caller steps the optimizer."""
     batch, adv = [], []
     for group in groups:
         for r, a in zip(group, advantages([r.reward for r in group]), strict=True):
@@ -189,27 +194,35 @@ def grpo_loss(model, groups: list[list[Rollout]], cfg: GRPOConfig, old: list[tor
     stats = {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0}
     if not batch:
         return None, stats, old
-    new = _token_logprobs(model, batch, cfg.temperature)
-    if old is None:
-        old = [x.detach() for x in new]
-    n_groups = len(groups)
-    total = new[0].new_zeros(())
+    scale = 1.0 / (cfg.group_size * len(groups))  # 1/G per group, averaged over the step's groups
+    reused = old is not None
+    old = list(old) if reused else []
+    total = 0.0
     masked = clipped = n_tok = 0
     mismatch = 0.0
-    for r, a, lp, lp_old in zip(batch, adv, new, old, strict=True):
-        infer = torch.tensor(r.infer_logprobs, dtype=lp.dtype)
-        rho = torch.exp(lp_old - infer)
-        keep = (rho >= 1 / cfg.icepop_beta) & (rho <= cfg.icepop_beta)
-        pop = torch.where(keep, rho, torch.zeros_like(rho))
-        ratio = torch.exp(lp - lp_old)
-        surrogate = torch.minimum(ratio * a, ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high) * a)
-        total = total + (pop * surrogate).mean() / cfg.group_size
-        masked += int((~keep).sum())
-        clipped += int(((ratio < 1 - cfg.eps_low) | (ratio > 1 + cfg.eps_high)).sum())
-        mismatch += float((lp_old - infer).abs().sum())
-        n_tok += len(r.ids)
+    for i in range(0, len(batch), micro_batch):
+        rows, coef = batch[i : i + micro_batch], adv[i : i + micro_batch]
+        new = _token_logprobs(model, rows, cfg.temperature)
+        if not reused:
+            old.extend(x.detach() for x in new)
+        loss = new[0].new_zeros(())
+        for j, (r, a, lp) in enumerate(zip(rows, coef, new, strict=True)):
+            lp_old = old[i + j]
+            infer = torch.tensor(r.infer_logprobs, dtype=lp.dtype)
+            rho = torch.exp(lp_old - infer)
+            keep = (rho >= 1 / cfg.icepop_beta) & (rho <= cfg.icepop_beta)
+            pop = torch.where(keep, rho, torch.zeros_like(rho))
+            ratio = torch.exp(lp - lp_old)
+            surrogate = torch.minimum(ratio * a, ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high) * a)
+            loss = loss - (pop * surrogate).mean() * scale
+            masked += int((~keep).sum())
+            clipped += int(((ratio < 1 - cfg.eps_low) | (ratio > 1 + cfg.eps_high)).sum())
+            mismatch += float((lp_old - infer).abs().sum())
+            n_tok += len(r.ids)
+        loss.backward()
+        total += float(loss.detach())
     stats = {"icepop_masked": masked / n_tok, "mismatch": mismatch / n_tok, "clipped": clipped / n_tok}
-    return -total / n_groups, stats, old
+    return total, stats, old
 
 
 def train_grpo(
@@ -279,15 +292,14 @@ def train_grpo(
         signal = sum(1 for g in groups if any(a for a in advantages([r.reward for r in g]) if a))
         loss_value, stats, old = 0.0, {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0}, None
         for u in range(cfg.updates_per_batch):
-            loss, st, old = grpo_loss(model, groups, cfg, old)
+            opt.zero_grad(set_to_none=True)
+            loss, st, old = grpo_backward(model, groups, cfg, old)
             if loss is None:
                 break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
             torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.max_grad_norm)
             opt.step()
             if u == 0:
-                loss_value, stats = float(loss.detach()), st
+                loss_value, stats = loss, st
             else:
                 stats["clipped"] = max(stats["clipped"], st["clipped"])
         if signal:

@@ -13,7 +13,7 @@ from finetune.grpo import (
     RLTask,
     Rollout,
     advantages,
-    grpo_loss,
+    grpo_backward,
     task_order,
     train_grpo,
 )
@@ -78,24 +78,24 @@ def test_the_update_raises_the_rewarded_completion_and_icepop_drops_mismatched_t
     prompt = tok.encode("def f(x):")
     good, bad = [11, 12, 13], [21, 22, 23]
     group = [_rollout(model, prompt, good, 1.0), _rollout(model, prompt, bad, 0.0)]
-    loss, stats, _ = grpo_loss(model, [group], cfg)
-    assert stats["icepop_masked"] == 0.0 and stats["mismatch"] < 1e-4  # same weights: the engine agrees
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=0.05)
     before = [_rollout(model, prompt, ids, 0).infer_logprobs for ids in (good, bad)]
-    loss.backward()
+    _, stats, _ = grpo_backward(model, [group], cfg)
+    assert stats["icepop_masked"] == 0.0 and stats["mismatch"] < 1e-4  # same weights: the engine agrees
     opt.step()
     after = [_rollout(model, prompt, ids, 0).infer_logprobs for ids in (good, bad)]
     assert sum(after[0]) > sum(before[0]) and sum(after[1]) < sum(before[1])
     # Sampling probabilities 3x off the trainer's (log 3 > log 2 = IcePop's band): every token dropped, no gradient.
     model.zero_grad()
     far = [_rollout(model, prompt, good, 1.0, shift=1.1), _rollout(model, prompt, bad, 0.0, shift=-1.1)]
-    loss, stats, _ = grpo_loss(model, [far], cfg)
+    _, stats, _ = grpo_backward(model, [far], cfg)
     assert stats["icepop_masked"] == 1.0
-    loss.backward()
     assert all(p.grad is None or not p.grad.any() for p in params)
     # No signal (equal rewards): no loss at all.
-    assert grpo_loss(model, [[_rollout(model, prompt, good, 1.0), _rollout(model, prompt, bad, 1.0)]], cfg)[0] is None
+    assert (
+        grpo_backward(model, [[_rollout(model, prompt, good, 1.0), _rollout(model, prompt, bad, 1.0)]], cfg)[0] is None
+    )
 
 
 def test_grpo_learns_a_checkable_reward_with_on_policy_engine_rollouts(tok):
@@ -106,6 +106,19 @@ def test_grpo_learns_a_checkable_reward_with_on_policy_engine_rollouts(tok):
     assert first < 0.5 and last > 0.85, [round(h.reward_mean, 2) for h in hist]
     assert all(h.icepop_masked < 0.01 for h in hist)  # engine and trainer compute the same probabilities
     assert hist[-1].step == 24 and all(h.groups == 2 for h in hist)
+
+
+def test_micro_batches_give_the_gradient_of_the_whole_batch(tok):
+    model = peaky_model()
+    prompt = tok.encode("def f(x):")
+    group = [_rollout(model, prompt, [11 + i, 12, 13 + i], float(i % 2)) for i in range(6)]
+    grads = []
+    for mb in (6, 4, 1):
+        model.zero_grad()
+        grpo_backward(model, [group], GRPOConfig(group_size=6), micro_batch=mb)
+        grads.append([p.grad.clone() for p in model.parameters() if p.requires_grad])
+    for other in grads[1:]:
+        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[0], other, strict=True))
 
 
 def test_completions_whose_check_fails_are_left_out(tok):
