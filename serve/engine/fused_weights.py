@@ -63,11 +63,10 @@ class FusedLayer:
     # or LoRA replace every expert) must still alias the stack.
     stacked: bool = False
     expert_probe: nn.Linear | None = None
-    layer: nn.Module | None = None
     watched: tuple = ()  # `_watched(layer)` at fusion time
 
     def is_current(self) -> bool:
-        if self.layer is not None and any(a is not b for a, b in zip(_watched(self.layer), self.watched, strict=True)):
+        if any(mods[name] is not mod for mods, name, mod in self.watched):
             return False  # a module was swapped (INT4, LoRA): fuse again
         ref = self.w_in if self.w_in is not None else self.gate_up[0]
         if ref is None:
@@ -77,17 +76,21 @@ class FusedLayer:
         return self.expert_probe is None or self.expert_probe.weight.data_ptr() == self.gate_up[0].data_ptr()
 
 
-def _watched(layer) -> tuple:
-    """The modules whose replacement changes what can be fused: checked by identity, every step (a few us).
-    Without it a layer whose linears are all INT4 or LoRA modules (nothing fused) looked stale at every step
-    and was fused again each time: ~1.5 ms per decode step on `small`."""
+def _watched(layer) -> tuple[tuple[dict, str, nn.Module], ...]:
+    """The modules whose replacement changes what can be fused, as (their parent's module dict, name, module):
+    `is_current` compares them by identity with dict lookups only (~1 us a layer; a batch-1 step of a small
+    model checks every layer, and the MTP layer once per pass). A swap (quantize_int4, peft's injection)
+    replaces the entry in that same dict. Without this check a layer whose linears are all INT4 or LoRA
+    modules (nothing fused) looked stale at every step and was fused again each time: ~1.1 ms per decode step
+    on `small`; and a LoRA module injected after fusion, whose `.weight` is its base's, went unnoticed."""
     attn, mlp = layer.self_attn, layer.mlp
-    first = mlp.experts[0] if hasattr(mlp, "experts") else mlp
-    shared = getattr(mlp, "shared_experts", first)
-    mods = attn._modules
-    return (mods["q_a_proj"], mods["kv_a_proj_with_mqa"], mods["q_b_proj"], mods["o_proj"],
-            first._modules["gate_proj"], first._modules["up_proj"], first._modules["down_proj"],
-            shared._modules["gate_proj"])  # fmt: skip
+    experts = mlp._modules.get("experts")
+    first = experts[0] if experts is not None else mlp
+    shared = mlp._modules.get("shared_experts") or first
+    slots = [(attn._modules, n) for n in ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj")]
+    slots += [(first._modules, n) for n in ("gate_proj", "up_proj", "down_proj")]
+    slots += [(shared._modules, "gate_proj")] + ([(experts._modules, "0")] if experts is not None else [])
+    return tuple((mods, name, mods[name]) for mods, name in slots)
 
 
 # Fusion runs from inside the runner's inference_mode, but the tensors it makes become the model's parameters:
@@ -133,6 +136,5 @@ def fuse_layer(layer) -> FusedLayer:
         probe,
         stacked=stacked,
         expert_probe=first if stacked and probe is not first else None,
-        layer=layer,
         watched=_watched(layer),
     )

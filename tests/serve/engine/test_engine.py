@@ -205,6 +205,30 @@ def test_int4_layers_are_fused_once_not_every_step(monkeypatch):
     assert not llm.engine.runner.fused[1].is_current()
 
 
+def test_lora_injected_after_serving_is_served():
+    """peft's LoRA wrappers keep their base layer's `.weight`, so a fused projection still looked current after
+    injection and the engine went on ignoring the adapters. Now the swap is noticed and the engine generates
+    what the plain model with LoRA does (RL injects LoRA into a model an engine may already serve)."""
+    from finetune.grpo import RL_TARGETS
+    from finetune.sft import LoraSettings, add_lora
+
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=4).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)  # a trained head's range, so the adapters change the greedy tokens
+    llm = LLM(model, num_kv_blocks=64)
+    prompts = random_prompts([7, 11], model.config.vocab_size, seed=5)
+    before = [o.token_ids for o in llm.generate(prompts, SamplingParams(max_tokens=6, temperature=0.0))]
+    add_lora(model, LoraSettings(rank=4, targets=RL_TARGETS), seed=1)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    outs = [o.token_ids for o in llm.generate(prompts, SamplingParams(max_tokens=6, temperature=0.0))]
+    assert outs == [plain_greedy(model, p, 6)[0] for p in prompts]
+    assert outs != before
+
+
 def test_the_model_can_be_trained_after_the_engine_has_served_it():
     """RL runs rollouts with the engine and then optimizer steps on the same model. The runner's weight
     fusion re-points the model's parameters to new storage while it serves (inside inference_mode); that
