@@ -3,7 +3,7 @@ with rollouts from the embedded engine serving the very model being trained.
 
     model = add_lora(GLM5ForCausalLM.from_pretrained(ckpt), LoraSettings(targets=RL_TARGETS))
     tasks = [RLTask(prompt_ids, score), ...]            # score(completion text) -> reward, or None
-    train_grpo(model, tokenizer, tasks, GRPOConfig(steps=100))
+    train_grpo(model, tasks, GRPOConfig(steps=100), tokenizer=tok)
 
 Each step takes `prompts_per_step` tasks and samples `group_size` completions of each from an LLMEngine on the
 same model (its weights are the trainer's, so the rollouts are on-policy). The engine returns each sampled
@@ -14,6 +14,7 @@ token's logprob under the distribution it sampled from (pi_infer). Then, per tok
     pop     = rho if 1/beta <= rho <= beta else 0            IcePop: mismatched tokens are dropped
     r       = pi_train / pi_train_old                        1 at the first update, with gradient
     loss    = -(1/G) sum_i 1/|y_i| sum_t pop * min(r A_i, clip(r, 1 - eps_low, 1 + eps_high) A_i)
+              averaged over the step's groups
 
 beta = 2, eps_low = 0.2, eps_high = 0.28 are GLM-5's. The log-probabilities use the sampling temperature, as the
 engine's do. A completion whose reward is None (the checker itself failed) is left out of its group; a group
@@ -29,8 +30,10 @@ task order from (seed, epoch).
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import torch
@@ -157,9 +160,12 @@ def rollout(engine, tasks: list[RLTask], which: list[int], cfg: GRPOConfig, step
         groups[g].append(
             Rollout(t, tasks[t].prompt_ids, list(out.token_ids), [lp.logprob for lp in out.logprobs], None, text)
         )
-    for group in groups:
-        for r in group:
-            r.reward = tasks[r.task].score(r.text)
+    # Scored in parallel: a reward may run a test suite in a subprocess (each scorer is independent, and the
+    # rewards land in their completions whatever order the checks finish in).
+    flat = [r for group in groups for r in group]
+    with ThreadPoolExecutor(max_workers=min(len(flat), os.cpu_count() or 1)) as pool:
+        for r, reward in zip(flat, pool.map(lambda r: tasks[r.task].score(r.text), flat), strict=True):
+            r.reward = reward
     return groups
 
 

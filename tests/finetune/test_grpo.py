@@ -4,6 +4,8 @@ completions, and exact resume."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -122,11 +124,13 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(tok):
 
 
 def test_completions_whose_check_fails_are_left_out(tok):
-    calls = []
+    calls, lock = [], threading.Lock()
 
-    def flaky(text):  # every third check cannot run
-        calls.append(text)
-        return None if len(calls) % 3 == 0 else float("1" in text)
+    def flaky(text):  # every third check cannot run (checks run in parallel threads)
+        with lock:
+            calls.append(text)
+            n = len(calls)
+        return None if n % 3 == 0 else float("1" in text)
 
     cfg = GRPOConfig(steps=3, prompts_per_step=2, group_size=6, max_new_tokens=4, lr=1e-3)
     hist = train_grpo(peaky_model(), tasks(tok, score=flaky), cfg, tokenizer=tok)
