@@ -281,6 +281,8 @@ def main() -> None:
     for batch in (1, 16):
         runs: dict[str, list[float]] = {"fp32": [], "int4": [], "int4_plain": []}
         cpu_runs: dict[str, list[float]] = {"fp32": [], "int4": [], "int4_plain": []}
+        for m in (fp32, int4_g128, plain):  # warm-up, not timed (allocator, caches, the first calls' set-up)
+            decode_tps(m, cfg, batch, args.prompt, 4, seed=99)
         for r in range(args.rounds):
             for name, m in (("fp32", fp32), ("int4", int4_g128), ("int4_plain", plain)):
                 wall, cpu = decode_tps(m, cfg, batch, args.prompt, args.decode_tokens, seed=r)
