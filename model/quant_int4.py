@@ -223,12 +223,22 @@ class Int4Linear(nn.Module):
         self.register_buffer("int4pack", packed, persistent=False)
         self.register_buffer("scales_and_zeros", sz_GNp2, persistent=False)
         self._device_type = dev.type
+        # forward's inlined path: CPU kernel, nothing to slice off or add
+        self._cpu_hot = dev.type == "cpu" and n_pad == n and self.bias is None
 
     # -- forward --------------------------------------------------------------------------------------------
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Int4Linear expects last dim {self.in_features}, got {tuple(x.shape)}")
+        if self.__dict__.get("_cpu_hot") and x.dim() == 2 and x.device.type == "cpu":
+            # The decode hot path (fast, CPU, no bias, no padded rows, 2-D input): `_forward_fast` inlined, since
+            # a decode step makes ~20 of these calls per layer and each pays its Python.
+            b = self._buffers
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                x.to(torch.bfloat16), b["int4pack"], self.group_size, b["scales_and_zeros"]
+            )
+            return y.to(x.dtype)
         y = self._forward_fast(x) if self.impl == "fast" else self._forward_plain(x)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
