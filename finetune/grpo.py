@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from finetune.mtp_loss import restore_training_state, training_state
 from finetune.sft import DEFAULT_TARGETS
 
 RL_TARGETS = tuple(t for t in DEFAULT_TARGETS if t != "kv_b_proj")
@@ -250,7 +251,8 @@ def train_grpo(
 
     if not tasks:
         raise ValueError("no tasks")
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     if not params:
         raise ValueError("nothing to train: no parameter requires grad (add LoRA adapters first)")
     if engine is None:
@@ -263,30 +265,18 @@ def train_grpo(
             # keeps a resumed run identical to the interrupted one.
             config=EngineConfig(max_num_seqs=n, max_model_len=longest + 1, seed=cfg.seed, enable_prefix_caching=False),
         )
-    opt = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     history: list[StepStats] = []
     start = 0
     if resume is not None:
-        if set(resume["params"]) != set(params):
-            raise ValueError("the checkpoint's trained parameters are not this model's")
-        with torch.no_grad():
-            for n, p in params.items():
-                p.copy_(resume["params"][n])
-        opt.load_state_dict(resume["optimizer"])
+        restore_training_state(resume, named, opt)
         history = [StepStats(**h) for h in resume["history"]]
         start = resume["step"]
         engine.weights_changed()
 
     def checkpoint(step: int) -> None:
         if save is not None:
-            save(
-                {
-                    "step": step,
-                    "params": {n: p.detach().clone() for n, p in params.items()},
-                    "optimizer": opt.state_dict(),
-                    "history": [asdict(h) for h in history],
-                }
-            )
+            save(training_state(step, named, opt, history=[asdict(h) for h in history]))
 
     for step in range(start, cfg.steps):
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else cfg.lr
@@ -302,7 +292,7 @@ def train_grpo(
             loss, st, old = grpo_backward(model, groups, cfg, old)
             if loss is None:
                 break
-            torch.nn.utils.clip_grad_norm_(list(params.values()), cfg.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             opt.step()
             if u == 0:
                 loss_value, stats = loss, st

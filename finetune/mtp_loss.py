@@ -182,13 +182,7 @@ def train_mtp(
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     done: list[MTPLoss] = []
     if resume is not None:
-        names = {n for n, _ in named}
-        if set(resume["params"]) != names:
-            raise ValueError("the checkpoint does not match this model and configuration (different parameters)")
-        with torch.no_grad():
-            for n, p in named:
-                p.copy_(resume["params"][n])
-        opt.load_state_dict(resume["optimizer"])
+        restore_training_state(resume, named, opt)
         done = [MTPLoss(torch.tensor(sum(m) / max(1, len(m))), lm, list(m)) for lm, m in resume["losses"]]
 
     def lr_at(step: int) -> float:
@@ -206,14 +200,7 @@ def train_mtp(
 
     def checkpoint(step: int, history: list[MTPLoss]) -> None:
         if save is not None:
-            save(
-                {
-                    "step": step,
-                    "params": {n: p.detach().clone() for n, p in named},
-                    "optimizer": opt.state_dict(),
-                    "losses": [(h.lm, list(h.mtp)) for h in history],
-                }
-            )
+            save(training_state(step, named, opt, losses=[(h.lm, list(h.mtp)) for h in history]))
 
     try:
         return _loop(model, batches, cfg, opt, params, lr_at, log_every, log, done, checkpoint, save_every)
@@ -221,6 +208,22 @@ def train_mtp(
         for p in frozen:
             p.requires_grad_(True)
         model.eval()
+
+
+def training_state(step: int, named: list[tuple[str, torch.Tensor]], opt, **extra) -> dict:
+    """A resumable checkpoint of a training loop: the step, the trained parameters by name, the optimizer
+    state, and the loop's own `extra` (its history). `restore_training_state` reads it back."""
+    return {"step": step, "params": {n: p.detach().clone() for n, p in named}, "optimizer": opt.state_dict(), **extra}
+
+
+def restore_training_state(state: dict, named: list[tuple[str, torch.Tensor]], opt) -> None:
+    """Put a `training_state` back into the parameters (in place) and the optimizer."""
+    if set(state["params"]) != {n for n, _ in named}:
+        raise ValueError("the checkpoint does not match this model and configuration (different parameters)")
+    with torch.no_grad():
+        for n, p in named:
+            p.copy_(state["params"][n])
+    opt.load_state_dict(state["optimizer"])
 
 
 def _layer_index(name: str) -> int:
