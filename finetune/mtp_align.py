@@ -61,16 +61,11 @@ def generate_sequences(
     return [(list(p) + done[i], len(p)) for p, i in zip(prompts, ids, strict=True)]
 
 
-def read_prompts(path: Path, tokenizer) -> list[list[int]]:
-    """A JSONL file of prompts -> token ids. Each line: {"prompt": "raw text"} or {"messages": [...]} (OpenAI
-    chat messages, rendered with GLM-5's chat template and its generation prompt; optional "tools"). A bad line
-    raises ValueError naming the file and line."""
-    return [ids for ids, _, _ in read_prompt_rows(path, tokenizer)]
-
-
 def read_prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
-    """`read_prompts`, keeping each line's object and its "FILE:LINE" (other keys, such as an RL task's
-    reward, are the caller's to read and to report by that location)."""
+    """A JSONL file of prompts -> (token ids, the line's object, "FILE:LINE") per line. Each line:
+    {"prompt": "raw text"} or {"messages": [...]} (OpenAI chat messages, rendered with GLM-5's chat template and
+    its generation prompt; optional "tools"). A bad line raises ValueError naming the file and line; other keys
+    (an RL task's reward) are the caller's to read and to report by that location."""
     from model.chat import render
 
     out = []

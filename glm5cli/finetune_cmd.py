@@ -1,4 +1,5 @@
-"""`glm5 finetune`: fine-tuning on what the model did: `sft` (LoRA) and `align-mtp`; RL is not built yet."""
+"""`glm5 finetune`: `sft` (LoRA on recorded responses), `rl` (GRPO on tasks with checkable rewards) and
+`align-mtp` (the MTP layer on the model's own output)."""
 
 from __future__ import annotations
 
@@ -62,8 +63,7 @@ def align_mtp_cmd(
     """
     if not trajectories and prompts is None:
         fail("nothing to train on: give --trajectories and/or --prompts", code=EXIT_USAGE)
-    if not (model / "config.json").is_file():
-        fail(f"{model} is not a checkpoint directory (no config.json)")
+    tok = _checkpoint_tokenizer(model)
     files = _trajectory_files(trajectories)
     run = _Run(
         out,
@@ -80,20 +80,10 @@ def align_mtp_cmd(
         },
     )
 
-    from finetune.mtp_align import (
-        align_mtp,
-        default_draft_vocab_size,
-        draft_vocab,
-        generate_sequences,
-        read_prompts,
-    )
+    from finetune.mtp_align import align_mtp, default_draft_vocab_size, draft_vocab, generate_sequences
     from finetune.mtp_loss import MTPTrainConfig
-    from serve.engine.llm import load_tokenizer
     from serve.engine.spec_decode import write_draft_vocab
 
-    tok = load_tokenizer(model)
-    if tok is None:
-        fail(f"{model} has no tokenizer.json")
     seqs: list[tuple[list[int], int]] = []
     prompt_ids: list[list[int]] = []
     saved = run.saved_sequences()
@@ -103,12 +93,7 @@ def align_mtp_cmd(
         seqs = _recorded_sequences(files, tok)
         n_recorded = len(seqs)
         if prompts is not None:
-            try:
-                prompt_ids = read_prompts(prompts, tok)
-            except OSError as e:
-                fail(f"cannot read {prompts}: {e.strerror or e}", code=EXIT_USAGE)
-            except ValueError as e:
-                fail(str(e), code=EXIT_USAGE)
+            prompt_ids = [ids for ids, _, _ in _prompt_rows(prompts, tok)]
 
     t0 = time.monotonic()
     net = _load_for_training(model, "align the full-precision checkpoint, then `glm5 model quantize` the result")
@@ -234,6 +219,39 @@ class _Run:
         os.replace(self.work, self.out)
 
 
+def _checkpoint_tokenizer(model: Path):
+    """MODEL must be a checkpoint directory with a tokenizer (a usage failure otherwise) -> its tokenizer."""
+    from serve.engine.llm import load_tokenizer
+
+    if not (model / "config.json").is_file():
+        fail(f"{model} is not a checkpoint directory (no config.json)")
+    tok = load_tokenizer(model)
+    if tok is None:
+        fail(f"{model} has no tokenizer.json")
+    return tok
+
+
+def _prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
+    """`finetune.mtp_align.read_prompt_rows`, with an unreadable file or a bad line as a usage error."""
+    from finetune.mtp_align import read_prompt_rows
+
+    try:
+        return read_prompt_rows(path, tokenizer)
+    except OSError as e:
+        fail(f"cannot read {path}: {e.strerror or e}", code=EXIT_USAGE)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+
+
+def _write_adapter(model: Path, net, work: Path, merge: bool) -> None:
+    """The LoRA adapter (peft format) in WORK/adapter; with `merge`, WORK also becomes a plain checkpoint."""
+    from finetune.sft import merge_lora, save_adapter
+
+    save_adapter(net, work / "adapter")
+    if merge:
+        _write_checkpoint(model, merge_lora(net), work)
+
+
 def _load_for_training(model: Path, int4_hint: str):
     """The checkpoint in fp32 for training; INT4 weights (which do not train) are refused with `int4_hint`."""
     import torch
@@ -305,6 +323,8 @@ def _trajectory_files(paths: list[Path]) -> list[Path]:
 _MERGE = typer.Option(
     False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
 )
+_RANK = typer.Option(16, min=1, help="LoRA rank.")
+_ALPHA = typer.Option(32, min=1, help="LoRA alpha (the update is scaled by alpha / rank).")
 
 
 @app.command("sft")
@@ -321,8 +341,8 @@ def sft(
     ),
     steps: int = typer.Option(200, min=1, help="Training steps."),
     lr: float = typer.Option(2e-4, help="Peak learning rate (AdamW, warm-up then cosine)."),
-    rank: int = typer.Option(16, min=1, help="LoRA rank."),
-    alpha: int = typer.Option(32, min=1, help="LoRA alpha (the update is scaled by alpha / rank)."),
+    rank: int = _RANK,
+    alpha: int = _ALPHA,
     batch_size: int = typer.Option(4, min=1, help="Sequences per step."),
     max_len: int = typer.Option(2048, min=8, help="Longer sequences keep their last MAX_LEN tokens."),
     seed: int = typer.Option(0, help="Seed for batch order."),
@@ -340,20 +360,15 @@ def sft(
     is written in peft's format; --merge also writes a checkpoint `glm5 serve` loads. Resumable like align-mtp;
     run `glm5 finetune align-mtp` on the result afterwards so that speculative decoding keeps up.
     """
-    if not (model / "config.json").is_file():
-        fail(f"{model} is not a checkpoint directory (no config.json)")
+    tok = _checkpoint_tokenizer(model)
     files = _trajectory_files(trajectories)
     settings = {"model": str(model.resolve()), "trajectories": [str(f.resolve()) for f in files], "steps": steps}
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
     run = _Run(out, settings | {"merge": merge})
 
     from finetune.mtp_loss import MTPTrainConfig
-    from finetune.sft import LoraSettings, add_lora, merge_lora, save_adapter, train_sft
-    from serve.engine.llm import load_tokenizer
+    from finetune.sft import LoraSettings, add_lora, train_sft
 
-    tok = load_tokenizer(model)
-    if tok is None:
-        fail(f"{model} has no tokenizer.json")
     saved = run.saved_sequences()
     seqs: list[tuple[list[int], int]] = []
     if saved is not None:
@@ -378,9 +393,7 @@ def sft(
             seed=seed,
             **run.loop(bar, task, state, save_every),
         )
-    save_adapter(net, run.work / "adapter")
-    if merge:
-        _write_checkpoint(model, merge_lora(net), run.work)
+    _write_adapter(model, net, run.work, merge)
     summary = {
         "out": str(out),
         "adapter": str(out / "adapter"),
@@ -405,20 +418,11 @@ def sft(
         console.print(f"serve it with: glm5 serve {out}   (then `glm5 finetune align-mtp {out} ...` for MTP drafts)")
 
 
-def _rl_tasks(path: Path, tokenizer, default_reward: dict | None) -> list[dict]:
-    """The tasks file -> [{"ids", "reward", "name"}]; a bad line or reward is a usage error naming FILE:LINE."""
-    from finetune.mtp_align import read_prompt_rows
-    from plugins.registry import PluginManager
-
-    makers = PluginManager().rewards()
-    try:
-        rows = read_prompt_rows(path, tokenizer)
-    except OSError as e:
-        fail(f"cannot read {path}: {e.strerror or e}", code=EXIT_USAGE)
-    except ValueError as e:
-        fail(str(e), code=EXIT_USAGE)
+def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:
+    """The tasks file -> [{"ids", "reward", "name"}]; a bad line or reward is a usage error naming FILE:LINE.
+    `makers`: the registered rewards by type."""
     tasks = []
-    for ids, row, where in rows:
+    for ids, row, where in _prompt_rows(path, tokenizer):
         spec = row.get("reward", default_reward)
         if spec is None:
             fail(f'{where}: no "reward" (and no --reward default)', code=EXIT_USAGE)
@@ -458,8 +462,8 @@ def rl(
     max_new_tokens: int = typer.Option(256, min=1, help="Longest completion."),
     temperature: float = typer.Option(1.0, min=0.01, help="Sampling temperature of the rollouts."),
     lr: float = typer.Option(2e-5, help="Learning rate (AdamW)."),
-    rank: int = typer.Option(16, min=1, help="LoRA rank."),
-    alpha: int = typer.Option(32, min=1, help="LoRA alpha."),
+    rank: int = _RANK,
+    alpha: int = _ALPHA,
     updates_per_batch: int = typer.Option(1, min=1, help="Optimizer steps per rollout batch (PPO clip applies)."),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
@@ -481,8 +485,7 @@ def rl(
     Resumable like the other finetune commands. OUT/rl_log.jsonl has each step's mean reward, the groups
     with signal, the IcePop-masked fraction and the train/serve logprob gap.
     """
-    if not (model / "config.json").is_file():
-        fail(f"{model} is not a checkpoint directory (no config.json)")
+    tok = _checkpoint_tokenizer(model)
     default_reward = None
     if reward is not None:
         try:
@@ -490,9 +493,8 @@ def rl(
         except json.JSONDecodeError as e:
             fail(f"--reward is not JSON: {e.msg}", code=EXIT_USAGE)
     from finetune.grpo import RL_TARGETS, GRPOConfig, RLTask, train_grpo
-    from finetune.sft import LoraSettings, add_lora, merge_lora, save_adapter
+    from finetune.sft import LoraSettings, add_lora
     from plugins.registry import PluginManager
-    from serve.engine.llm import load_tokenizer
 
     try:
         cfg = GRPOConfig(
@@ -510,12 +512,9 @@ def rl(
     settings = {"model": str(model.resolve()), "tasks": str(tasks_file.resolve()), "reward": default_reward}
     settings |= {"steps": steps, "config": cfg.__dict__, "rank": rank, "alpha": alpha, "merge": merge}
     run = _Run(out, settings)
-    tok = load_tokenizer(model)
-    if tok is None:
-        fail(f"{model} has no tokenizer.json")
-    saved = run.saved_sequences()
-    rows = saved["tasks"] if saved is not None else _rl_tasks(tasks_file, tok, default_reward)
     makers = PluginManager().rewards()
+    saved = run.saved_sequences()
+    rows = saved["tasks"] if saved is not None else _rl_tasks(tasks_file, tok, default_reward, makers)
     tasks = [RLTask(t["ids"], makers[t["reward"]["type"]](t["reward"]), t["name"]) for t in rows]
     t0 = time.monotonic()
     net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
@@ -528,10 +527,8 @@ def rl(
             bar.update(task, advance=1, description=f"RL (GRPO), reward {st.reward_mean:.3f}")
 
         hist = train_grpo(net, tasks, cfg, tokenizer=tok, log=log, resume=state, save=run.save, save_every=save_every)
-    save_adapter(net, run.work / "adapter")
     _write_atomic(run.work / "rl_log.jsonl", "".join(json.dumps(h.as_dict()) + "\n" for h in hist))
-    if merge:
-        _write_checkpoint(model, merge_lora(net), run.work)
+    _write_adapter(model, net, run.work, merge)
     k = min(5, len(hist))
     summary = {
         "out": str(out),
