@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model import cpu_kernels
 from model.config import GLM5Config
 from model.indexer import Indexer
 from model.norms import RMSNorm
@@ -94,8 +95,12 @@ class MLA(nn.Module):
         B, S, _ = c_kv.shape
         H, T = self.n_heads, q_nope.shape[1]
         k_nope, v = self.kv_b_proj(c_kv).view(B, S, H, self.dn + self.dv).split([self.dn, self.dv], dim=-1)
-        q = torch.cat([q_nope, q_pe], dim=-1).mul_(self.scale).transpose(1, 2)  # [B, H, T, Dn+R], pre-scaled
-        k = torch.cat([k_nope, k_pe[:, :, None].expand(B, S, H, self.dr)], dim=-1).permute(0, 2, 3, 1)  # [B,H,Dn+R,S]
+        # q pre-scaled [B, T, H, Dn+R] and k [B, S, H, Dn+R] (k_pe shared by the heads): one fused pass each on CPU.
+        q = cpu_kernels.concat_heads(q_nope, q_pe, self.scale)
+        q = q if q is not None else cpu_kernels.torch_concat_heads(q_nope, q_pe, self.scale)
+        k = cpu_kernels.concat_heads(k_nope, k_pe[:, :, None])
+        k = k if k is not None else cpu_kernels.torch_concat_heads(k_nope, k_pe[:, :, None])
+        q, k = q.transpose(1, 2), k.permute(0, 2, 3, 1)  # [B, H, T, Dn+R], [B, H, Dn+R, S]
         v = v.transpose(1, 2)  # [B, H, S, Dv]
         # Query blocks only look at keys up to their last index (causality): ~40% fewer scores in a prefill.
         q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B*H) batches: views when B == 1
@@ -105,21 +110,31 @@ class MLA(nn.Module):
             t1 = min(t0 + _QUERY_BLOCK, T)
             last = int(q_idx[..., t1 - 1].max())
             s_end = min(S, last + 1)
-            future = torch.arange(s_end, device=c_kv.device) > q_idx[..., t0:t1, None]  # [t, s] or [B, t, s]
             # The mask as an additive 0 / -inf bias that the score GEMM accumulates onto (one pass, no fill).
-            if last < K:
-                # Every row of the block sees at most K keys, and a row that sees fewer than K selects all of
-                # them (indexer.select's rule): top-k drops nothing here, causality is the whole mask.
-                bias = torch.zeros(future.shape, dtype=q.dtype, device=q.device).masked_fill_(future, float("-inf"))
-            else:
-                bias = torch.full((B, t1 - t0, S), float("-inf"), dtype=q.dtype, device=q.device)
-                bias = bias.scatter_(-1, topk_idx[:, t0:t1], 0.0)[..., :s_end].masked_fill_(future, float("-inf"))
+            # If every row of the block sees at most K keys, top-k drops nothing (a row that sees fewer than K
+            # selects all of them: indexer.select's rule) and causality is the whole mask.
+            picks = topk_idx[:, t0:t1] if last >= K else None
+            bias = None
+            if B == 1 and q_idx.dim() == 1 and q.dtype == torch.float32:  # one fused pass on CPU, same values
+                bias = cpu_kernels.attn_bias(None if picks is None else picks[0], q_idx[t0:t1], s_end)
+            if bias is None:
+                future = torch.arange(s_end, device=c_kv.device) > q_idx[..., t0:t1, None]  # [t, s] or [B, t, s]
+                if picks is None:
+                    bias = torch.zeros(future.shape, dtype=q.dtype, device=q.device).masked_fill_(future, float("-inf"))
+                else:
+                    bias = torch.full((B, t1 - t0, S), float("-inf"), dtype=q.dtype, device=q.device)
+                    bias = bias.scatter_(-1, picks, 0.0)[..., :s_end].masked_fill_(future, float("-inf"))
             bias = bias if bias.dim() == 3 else bias[None]
             # [1, t, s] broadcasts over the heads; with B > 1 each sequence's mask is repeated per head.
             bias = bias if B == 1 else bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
             # Every row keeps at least key 0 or its top-k picks, so no row is all -inf.
             probs = torch.baddbmm(bias, q[:, t0:t1], k[..., :s_end]).softmax(-1)  # [B*H, t, s]
-            out[:, t0:t1] = torch.bmm(probs, v[:, :s_end]).unflatten(0, (B, H)).transpose(1, 2)
+            if (
+                B == 1 and not torch.is_grad_enabled()
+            ):  # straight into out's [t, H, Dv] rows, viewed as [H, t, Dv]: no copy (the same bits)
+                torch.bmm(probs, v[:, :s_end], out=out[0, t0:t1].transpose(0, 1))
+            else:
+                out[:, t0:t1] = torch.bmm(probs, v[:, :s_end]).unflatten(0, (B, H)).transpose(1, 2)
         return out
 
     def attend_absorbed(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:

@@ -27,5 +27,5 @@ class DecoderLayer(nn.Module):
             return h + self.mlp(self.post_attention_layernorm(h)), topk
         # Inference: the residual sums go into the sublayers' own fresh outputs (the same values: addition
         # commutes exactly), saving two [B, T, D] allocations per layer. Never into `h`: the caller's tensor.
-        h = a.add_(h)
-        return self.mlp(self.post_attention_layernorm(h)).add_(h), topk
+        h, normed = self.post_attention_layernorm.add_forward(a, h)
+        return self.mlp(normed).add_(h), topk

@@ -23,15 +23,22 @@ Q q_lora_rank, D hidden.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import cpu_kernels
 from model.config import GLM5Config
 from model.rope import apply_rope
 
 # Query rows per chunk so that the [chunk, I, S] score tensor stays below ~64M floats.
 _SCORE_ELEMS = 1 << 26
+
+
+def _power_of_two(x: float) -> bool:
+    return math.frexp(x)[0] == 0.5
 
 
 class Indexer(nn.Module):
@@ -46,7 +53,8 @@ class Indexer(nn.Module):
 
     def _rope_front(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         r = self.rope_dim
-        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
+        fused = cpu_kernels.rope(x, cos, sin, rotary=r)  # the same, in one pass (inference on CPU)
+        return fused if fused is not None else torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
 
     def keys(self, x_BTD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Index keys of new tokens, ready to cache: [B, T, Di] (post LayerNorm, post rope)."""
@@ -66,8 +74,14 @@ class Indexer(nn.Module):
         w_BTI = self.weights_proj(x_BTD.to(self.weights_proj.weight.dtype)).float() * n_heads**-0.5
         # One GEMM over all (query, head) rows: [B, T*I, Di] @ [B, Di, S].
         logits = torch.bmm(q_BTID.reshape(B, T * n_heads, Di).float(), k_BSD.float().transpose(1, 2))
-        logits = logits.mul_(Di**-0.5).relu_().view(B, T, n_heads, -1)  # in place: same values, no new buffers
-        return torch.matmul(w_BTI[:, :, None, :], logits).squeeze(2)
+        scale = Di**-0.5
+        if _power_of_two(scale) and not torch.is_grad_enabled():
+            # w * ReLU(l * 2^-m) == (w * 2^-m) * ReLU(l) bit for bit (scaling by a power of two is exact, barring
+            # underflow to subnormals), so the scale goes onto the [T, I] weights instead of the [T*I, S] logits.
+            w_BTI, logits = w_BTI * scale, logits.relu_()
+        else:
+            logits = logits.mul_(scale).relu_()  # in place: same values, no new buffers
+        return torch.matmul(w_BTI[:, :, None, :], logits.view(B, T, n_heads, -1)).squeeze(2)
 
     def first_scored(self, q_idx_T: torch.Tensor) -> int:
         """Rows before this one see fewer than K keys and select them all without scores (see `select`)."""
@@ -109,6 +123,9 @@ class Indexer(nn.Module):
             if int(q_idx_T[..., sl].min()) < S - 1:  # some key lies in some query's future (not in a decode)
                 future = torch.arange(S, device=s.device) > q_idx_T[..., sl, None]  # [(B,) t, S]
                 s = s.masked_fill_(future, float("-inf"))
-            # sorted=False: the same set of keys (only the order is free), ~3x faster on CPU for K ~ S/2.
-            out.append(s.topk(self.topk, dim=-1, sorted=False).indices)
+            # The set of keys is what counts, not their order: on CPU a radix select that gives torch.topk's set
+            # (and leaves rows where that set is ambiguous to torch.topk); else sorted=False, ~3x faster than
+            # sorting for K ~ S/2.
+            picked = cpu_kernels.topk_indices(s, self.topk)
+            out.append(picked if picked is not None else s.topk(self.topk, dim=-1, sorted=False).indices)
         return torch.cat(out, dim=1) if len(out) > 1 else out[0]

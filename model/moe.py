@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import cpu_kernels
 from model.config import GLM5Config
 
 
@@ -46,6 +47,10 @@ class MLP(nn.Module):
         if pair is not None and not torch.is_grad_enabled() and pair.current(self):
             g, u = pair(x)
             return self.down_proj(F.silu(g) * u)
+        if not torch.is_grad_enabled():  # inference: SiLU in place, the product in one pass
+            act = cpu_kernels.mul_rows(F.silu(self.gate_proj(x), inplace=True), self.up_proj(x))
+            if act is not None:
+                return self.down_proj(act)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -198,7 +203,9 @@ class MoE(nn.Module):
         g, u = h.split(self.inter, dim=-1)
         # The routing weight scales the [N*k, I] activation rather than the [N*k, D] output: down is linear.
         act = F.silu(g, inplace=not torch.is_grad_enabled())  # in place on h's own half when nothing trains
-        act = act.mul_(u).mul_(w_Nk.flatten()[order, None].to(x_ND.dtype))
+        w = w_Nk.flatten()[order].to(x_ND.dtype)
+        fused = cpu_kernels.mul_rows(act, u, w)  # both products in one pass (CPU inference; the same bits)
+        act = fused if fused is not None else cpu_kernels.torch_mul_rows(act, u, w)
         ys = torch._grouped_mm(act, self._down, offs=offs)  # [N*k, D]
         return (torch.zeros_like(x_ND) if out is None else out).index_add_(0, token, ys)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model import cpu_kernels
+
 
 class RMSNorm(nn.Module):
     """`w * x / sqrt(mean(x^2) + eps)` over the last dimension."""
@@ -18,14 +20,22 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
         if torch.is_grad_enabled() or self.weight.dtype != x.dtype:
+            x32 = x.float()
             x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
             return self.weight * x32.to(x.dtype)
         # Inference: the same operations, in place where the tensor is this function's own (products commute
-        # exactly, so `y * w` is `w * y` bit for bit).
-        y = x32 * x32.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
-        return y.to(x.dtype).mul_(self.weight)
+        # exactly, so `y * w` is `w * y` bit for bit); on CPU as one fused kernel (the same bits again).
+        y = cpu_kernels.rms_norm(x, self.weight, self.eps)
+        return y if y is not None else cpu_kernels.torch_rms_norm(x, self.weight, self.eps)
+
+    def add_forward(self, a: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inference: the residual sum `a + h`, written into `a`, and this norm of it (fused on CPU)."""
+        fused = cpu_kernels.add_rms_norm(a, h, self.weight, self.eps)
+        if fused is not None:
+            return fused
+        h = a.add_(h)
+        return h, self(h)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

@@ -1,0 +1,215 @@
+"""The fused CPU kernels: each gives its torch reference's bits, the loader uses only kernels that pass the probe,
+and a model forward is the same with and without them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+import pytest
+import torch
+
+from model import GLM5ForCausalLM, cpu_kernels
+from tests.model.conftest import randomize, tiny
+
+ALL = {
+    "glm5_rms_norm",
+    "glm5_add_rms_norm",
+    "glm5_rope",
+    "glm5_attn_bias",
+    "glm5_concat_heads",
+    "glm5_mul_rows",
+    "glm5_topk_set",
+}
+needs_cc = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
+
+
+@pytest.fixture
+def fresh_state(monkeypatch, tmp_path):
+    """An empty loader state and cache directory for this test; the process's own state afterwards."""
+    saved = dict(cpu_kernels._state)
+    cpu_kernels._state.clear()
+    monkeypatch.setenv("GLM5_KERNEL_CACHE", str(tmp_path / "kernels"))
+    yield tmp_path / "kernels"
+    cpu_kernels._state.clear()
+    cpu_kernels._state.update(saved)
+
+
+@needs_cc
+def test_every_kernel_is_built_and_passes_its_probe():
+    assert cpu_kernels._load() is not None
+    assert cpu_kernels._state["enabled"] == ALL, cpu_kernels.status()
+    assert "rms_norm" in cpu_kernels.status()
+
+
+@needs_cc
+@pytest.mark.parametrize(
+    "shape, pad", [((1, 64), 0), ((3, 100), 5), ((512, 768), 0), ((2, 7, 384), 0), ((40, 256), 32)]
+)
+def test_rms_norm_kernels_give_the_references_bits(shape, pad):
+    g = torch.Generator().manual_seed(1)
+    n = shape[-1]
+    x = (torch.randn(*shape[:-1], n + pad, generator=g) * 3)[..., pad:]  # rows n + pad apart when pad
+    w = torch.randn(n, generator=g)
+    with torch.inference_mode():
+        got = cpu_kernels.rms_norm(x, w, 1e-6)
+        assert got is not None and torch.equal(got, cpu_kernels.torch_rms_norm(x, w, 1e-6))
+        a, h = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+        want_sum, want = cpu_kernels.torch_add_rms_norm(a.clone(), h, w, 1e-6)
+        fused = cpu_kernels.add_rms_norm(a, h, w, 1e-6)
+        assert fused is not None
+        assert fused[0] is a and torch.equal(a, want_sum) and torch.equal(fused[1], want)
+
+
+@needs_cc
+def test_kernels_step_aside_for_autograd_other_dtypes_and_layouts():
+    x, w = torch.randn(8, 64), torch.randn(64)
+    assert cpu_kernels.rms_norm(x, w, 1e-6) is None  # autograd on: the reference, which autograd can follow
+    with torch.inference_mode():
+        assert cpu_kernels.rms_norm(x.bfloat16(), w.bfloat16(), 1e-6) is None
+        assert cpu_kernels.rms_norm(x.t(), torch.randn(8), 1e-6) is None  # values along a strided dim
+        assert cpu_kernels.add_rms_norm(x, x.t().contiguous().t(), w, 1e-6) is None  # not contiguous
+        assert cpu_kernels.rms_norm(x, w, 1e-6) is not None
+
+
+@needs_cc
+def test_rope_kernel_gives_the_references_bits():
+    from model.rope import rope_cos_sin
+
+    g = torch.Generator().manual_seed(2)
+    B, T, H, R = 2, 9, 4, 16
+    cos, sin = rope_cos_sin(torch.arange(T).expand(B, T) + 3, R, 10000.0)
+    q = torch.randn(B, T, H, 24 + R, generator=g)[..., 24:]  # a split view, as MLA's q_pe
+    k = torch.randn(B, T, 40, generator=g)[..., 8 : 8 + R]  # as k_pe, a slice of kv_a's output
+    idx = torch.randn(B, T, H, 32, generator=g)  # the indexer's [rope | nope] layout
+    with torch.inference_mode():
+        got = cpu_kernels.rope(q, cos[:, :, None], sin[:, :, None])
+        assert got is not None and torch.equal(got, cpu_kernels.torch_rope(q, cos[:, :, None], sin[:, :, None]))
+        got = cpu_kernels.rope(k, cos, sin)
+        assert got is not None and torch.equal(got, cpu_kernels.torch_rope(k, cos, sin))
+        got = cpu_kernels.rope(idx, cos[:, :, None], sin[:, :, None], rotary=R)
+        want = torch.cat([cpu_kernels.torch_rope(idx[..., :R], cos[:, :, None], sin[:, :, None]), idx[..., R:]], -1)
+        assert got is not None and torch.equal(got, want)
+        assert cpu_kernels.rope(q, cos[:, :1, None], sin[:, :1, None]) is None  # cos/sin that broadcast otherwise
+
+
+@needs_cc
+def test_attention_kernels_give_the_references_bits():
+    g = torch.Generator().manual_seed(3)
+    t, S, K = 6, 20, 8
+    q_idx = torch.arange(S - t, S) - 2  # the block's keys end 2 past its last query
+    topk = torch.stack([torch.randperm(S - 2, generator=g)[:K] for _ in range(t)])
+    with torch.inference_mode():
+        for picks in (None, topk):
+            got = cpu_kernels.attn_bias(picks, q_idx, S - 2)
+            assert got is not None and torch.equal(got, cpu_kernels.torch_attn_bias(picks, q_idx, S - 2))
+        a = torch.randn(2, 5, 3, 24, generator=g)[..., :16]  # q_nope: a split view
+        b = torch.randn(2, 5, 3, 8, generator=g)
+        b1 = torch.randn(2, 5, 12, generator=g)[..., 4:][:, :, None]  # k_pe [B, S, 1, R]: one vector for all heads
+        for other, scale in ((b, 0.125), (b1, None), (b1, 0.3)):
+            got = cpu_kernels.concat_heads(a, other, scale)
+            assert got is not None and torch.equal(got, cpu_kernels.torch_concat_heads(a, other, scale))
+
+
+@needs_cc
+def test_mul_rows_gives_the_references_bits():
+    g = torch.Generator().manual_seed(4)
+    h = torch.randn(30, 64, generator=g)
+    act, u = h[:, :32], h[:, 32:]  # the two halves of a gate|up output, as the MoE has them
+    w = torch.rand(30, generator=g)
+    with torch.inference_mode():
+        want = cpu_kernels.torch_mul_rows(act.clone(), u, w)
+        got = cpu_kernels.mul_rows(act, u, w)
+        assert got is act and torch.equal(act, want)
+        x3, u3 = torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 16, generator=g)
+        want = cpu_kernels.torch_mul_rows(x3.clone(), u3)
+        assert cpu_kernels.mul_rows(x3, u3) is x3 and torch.equal(x3, want)
+
+
+@needs_cc
+@pytest.mark.parametrize("rows, n, k", [(50, 512, 256), (30, 64, 20), (8, 7, 7), (8, 100, 1)])
+def test_topk_kernel_gives_torchs_set_and_leaves_ambiguous_rows_to_torch(rows, n, k):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(rows, n, generator=g)
+    x[0, : n // 2 + 1] = 0.0  # ties across the cut: torch's pick among them is torch's business
+    x[1, n // 3] = float("nan")
+    x[2, ::2] = 0.0
+    x[2, 1::2] = -0.0  # +0 and -0 compare equal: a tie too
+    x[3, n // 4 :] = float("-inf")  # masked keys, as the causal mask leaves them
+    x[4] = torch.arange(n, dtype=torch.float32)  # distinct: one answer
+    with torch.inference_mode():
+        got = cpu_kernels.topk_indices(x, k)
+        want = x.topk(k, dim=-1, sorted=False).indices
+    assert got is not None and got.shape == (rows, k)
+    assert torch.equal(got.sort(-1).values, want.sort(-1).values)
+    kth = (
+        x.nan_to_num(nan=float("inf"), posinf=float("inf"), neginf=float("-inf"))
+        .sort(-1, descending=True)
+        .values[:, k - 1 : k]
+    )
+    ambiguous = [r for r in range(rows) if x[r].isnan().any() or int((x[r] >= kth[r]).sum()) != k]
+    assert 1 in ambiguous and 4 not in ambiguous and (k != n // 2 or {0, 2} <= set(ambiguous))
+    for r in ambiguous:  # torch.topk's own answer, as torch returns it
+        assert torch.equal(got[r], want[r])
+    unique = [r for r in range(rows) if r not in ambiguous]
+    assert torch.equal(got[unique], got[unique].sort(-1).values)  # the kernel's rows: ascending
+
+
+@needs_cc
+def test_model_forward_is_the_same_with_and_without_kernels(monkeypatch):
+    """The tiny model over 40 tokens (past index_topk = 16: the sparse path) gives the same logits, bit for bit,
+    with the kernels and with every kernel turned off (the torch references)."""
+    model = randomize(GLM5ForCausalLM.from_config(tiny(), seed=0)).eval()
+    ids = torch.randint(0, model.config.vocab_size, (2, 40), generator=torch.Generator().manual_seed(6))
+    calls = []
+    real = cpu_kernels._usable
+    monkeypatch.setattr(cpu_kernels, "_usable", lambda name, *t: calls.append(name) or real(name, *t))
+    with torch.inference_mode():
+        fast = model(ids)
+        used = set(calls)
+        monkeypatch.setitem(cpu_kernels._state, "enabled", set())
+        plain = model(ids)
+    assert {"glm5_rms_norm", "glm5_add_rms_norm", "glm5_rope", "glm5_topk_set", "glm5_mul_rows"} <= used
+    assert torch.equal(fast, plain)
+
+
+@needs_cc
+def test_probe_rejects_a_kernel_that_differs_from_its_reference(monkeypatch):
+    lib = cpu_kernels._load()
+    monkeypatch.setattr(cpu_kernels, "torch_rms_norm", lambda x, w, eps: x * w)  # a different function
+    enabled = cpu_kernels._probe(lib)
+    assert "glm5_rms_norm" not in enabled and "glm5_add_rms_norm" not in enabled
+    assert {"glm5_rope", "glm5_topk_set"} <= enabled
+
+
+def test_turned_off_by_the_environment(fresh_state, monkeypatch):
+    monkeypatch.setenv("GLM5_CPU_KERNELS", "0")
+    with torch.inference_mode():
+        assert cpu_kernels.rms_norm(torch.randn(4, 64), torch.randn(64), 1e-6) is None
+    assert cpu_kernels.status() == "cpu kernels: off (turned off by GLM5_CPU_KERNELS=0)"
+
+
+def test_without_a_working_compiler_the_references_run(fresh_state, monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert cpu_kernels._load() is None and "no C compiler" in cpu_kernels.status()
+    broken = tmp_path / "broken-cc"
+    broken.write_text("#!/bin/sh\necho 'cc: internal error' >&2\nexit 1\n")
+    broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CC", str(broken))
+    cpu_kernels._state.clear()
+    assert cpu_kernels._load() is None and "could not compile" in cpu_kernels.status()
+    model = randomize(GLM5ForCausalLM.from_config(tiny(), seed=0)).eval()
+    with torch.inference_mode():
+        assert torch.isfinite(model(torch.randint(0, 100, (1, 20)))).all()
+    assert not list(fresh_state.glob("*.so"))
+
+
+@needs_cc
+def test_the_build_is_cached(fresh_state):
+    assert cpu_kernels._load() is not None
+    (so,) = fresh_state.glob("*.so")
+    built = so.stat().st_mtime_ns
+    cpu_kernels._state.clear()
+    assert cpu_kernels._load() is not None
+    assert [p.stat().st_mtime_ns for p in fresh_state.glob("*.so")] == [built]
