@@ -82,8 +82,9 @@ class MLA(nn.Module):
         w = dense() if callable(dense) else self.kv_b_proj.weight
         return w.view(self.n_heads, self.dn + self.dv, self.kv_lora_rank)
 
-    def attend_expanded(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
-        """Dense attention over expanded per-head keys; top-k (if any) applied as a mask. -> [B, T, H, Dv].
+    def attend_expanded(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None, out=None) -> torch.Tensor:
+        """Dense attention over expanded per-head keys; top-k (if any) applied as a mask. -> [B, T, H, Dv], written
+        into `out` when given (a [B, T, H, Dv] view whose rows are contiguous [H, Dv], e.g. rows of a bigger batch).
 
         q_nope [B,T,H,Dn], q_pe [B,T,H,R], c_kv [B,S,C], k_pe [B,S,R], q_idx [T] or [B,T], topk_idx [B,T,K] or None;
         a row that sees fewer than K keys must select all it sees (indexer.select's rule, relied on to skip the
@@ -105,7 +106,8 @@ class MLA(nn.Module):
         # Query blocks only look at keys up to their last index (causality): ~40% fewer scores in a prefill.
         q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B*H) batches: views when B == 1
         K = topk_idx.shape[-1] if topk_idx is not None else S
-        out = q.new_empty(B, T, H, self.dv)  # each block's output lands here: no concatenation, no copy back
+        if out is None:
+            out = q.new_empty(B, T, H, self.dv)  # each block's output lands here: no concatenation, no copy back
         for t0 in range(0, T, _QUERY_BLOCK):
             t1 = min(t0 + _QUERY_BLOCK, T)
             last = int(q_idx[..., t1 - 1].max())

@@ -58,7 +58,9 @@ class KVCache:
         return self.latent_NPK[layer].view(-1, self.C + self.R)
 
     def write(self, layer: int, slots_T, c_kv_TC, k_pe_TR, index_k_TD) -> None:
-        self.latent_flat(layer).index_copy_(0, slots_T, torch.cat([c_kv_TC, k_pe_TR], -1).to(self.dtype))
+        latent = self.latent_flat(layer)  # each half straight into its columns: no concatenated copy first
+        latent[:, : self.C].index_copy_(0, slots_T, c_kv_TC.to(self.dtype))
+        latent[:, self.C :].index_copy_(0, slots_T, k_pe_TR.to(self.dtype))
         ik = self.index_k_NPD[layer]
         if ik is not None:
             ik.view(-1, ik.shape[-1]).index_copy_(0, slots_T, index_k_TD.to(self.dtype))

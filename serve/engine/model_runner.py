@@ -275,16 +275,18 @@ class ModelRunner:
         prev_topk[j] = topk
         return topk
 
-    def _attend_context(self, i, attn, q_nope, q_pe, s: SeqInput, topk, expanded: bool = False):
+    def _attend_context(self, i, attn, q_nope, q_pe, s: SeqInput, topk, expanded: bool = False, out=None):
         """The model's own attention for one chunk over its gathered context. -> [1, n, H, Dv].
 
         By default the same rule as the model's forward (so engine and plain model agree to rounding):
         absorbed for a decode or when top-k drops keys, else expanded. `expanded` forces the expanded
-        path, with top-k as a mask (the same function of the inputs; tests check the two agree)."""
+        path, with top-k as a mask (the same function of the inputs; tests check the two agree), and writes
+        into `out` ([1, n, H, Dv]) when given."""
         latent = s.gather(self.kv.latent_NPK[i])[None]
         c_ctx, pe_ctx = latent.split([self.kv.C, self.kv.R], -1)
-        absorbed = not expanded and (s.n == 1 or topk is not None)
-        attend = attn.attend_absorbed if absorbed else attn.attend_expanded
+        if expanded:
+            return attn.attend_expanded(q_nope, q_pe, c_ctx, pe_ctx, s.q_idx, topk, out=out)
+        attend = attn.attend_absorbed if s.n == 1 or topk is not None else attn.attend_expanded
         return attend(q_nope, q_pe, c_ctx, pe_ctx, s.q_idx, topk)
 
     def _use_gather(self, attn, s: SeqInput, K: int) -> bool:
@@ -347,7 +349,7 @@ class ModelRunner:
                     out[s.rows] = self._sparse_prefill(i, attn, q_nope[s.rows], q_pe[s.rows], s, topk[0])
                 else:  # dense causal, or top-k applied as a mask on expanded attention (cheaper here)
                     qn, qp = q_nope[None, s.rows], q_pe[None, s.rows]
-                    out[s.rows] = self._attend_context(i, attn, qn, qp, s, topk, expanded=True)[0]
+                    self._attend_context(i, attn, qn, qp, s, topk, expanded=True, out=out[None, s.rows])
             if decodes:
                 if "rows" not in step.memo:
                     step.memo["rows"] = torch.tensor([s.offset for s, _ in decodes], device=self.device)
@@ -374,7 +376,9 @@ class ModelRunner:
         if gate_up is None:
             return mlp(x)
         g, u = F.linear(x, gate_up).chunk(2, -1)
-        return mlp.down_proj(F.silu(g) * u)
+        act = F.silu(g, inplace=True)  # on the GEMM's own fresh output: the same values as F.silu(g)
+        fused = cpu_kernels.mul_rows(act, u)  # the product in place, one pass (CPU fp32)
+        return mlp.down_proj(fused if fused is not None else act * u)
 
     def _mlp_fast(self, mlp, fused: FusedLayer, h_ND):
         if not hasattr(mlp, "experts"):
