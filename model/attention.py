@@ -126,11 +126,16 @@ class MLA(nn.Module):
                 else:
                     bias = torch.full((B, t1 - t0, S), float("-inf"), dtype=q.dtype, device=q.device)
                     bias = bias.scatter_(-1, picks, 0.0)[..., :s_end].masked_fill_(future, float("-inf"))
-            bias = bias if bias.dim() == 3 else bias[None]
-            # [1, t, s] broadcasts over the heads; with B > 1 each sequence's mask is repeated per head.
-            bias = bias if B == 1 else bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
-            # Every row keeps at least key 0 or its top-k picks, so no row is all -inf.
-            probs = torch.baddbmm(bias, q[:, t0:t1], k[..., :s_end]).softmax(-1)  # [B*H, t, s]
+            # Every row keeps at least key 0 or its top-k picks, so no row is all -inf. The mask is added to the
+            # scores after the GEMM (the same bits as accumulating onto it: x + 0 = x, x - inf = -inf), on CPU
+            # in the softmax kernel's own pass.
+            scores = torch.bmm(q[:, t0:t1], k[..., :s_end])  # [B*H, t, s]
+            probs = cpu_kernels.softmax_bias(scores, bias) if B == 1 and bias.dim() == 2 else None
+            if probs is None:
+                bias = bias if bias.dim() == 3 else bias[None]
+                # [1, t, s] broadcasts over the heads; with B > 1 each sequence's mask is repeated per head.
+                bias = bias if B == 1 else bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
+                probs = cpu_kernels.torch_softmax_bias(scores, bias)
             if (
                 B == 1 and not torch.is_grad_enabled()
             ):  # straight into out's [t, H, Dv] rows, viewed as [H, t, Dv]: no copy (the same bits)

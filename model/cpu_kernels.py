@@ -1,4 +1,4 @@
-"""Fused CPU kernels (`cpu_kernels.c`) for the element-wise passes of a prefill, compiled on first use.
+"""Fused CPU kernels for the element-wise passes of a prefill, compiled on first use.
 
 A prefill on CPU spends most of its time in GEMMs, and much of the rest in element-wise passes that torch runs
 one operation at a time, each reading the tensor and writing a fresh one: RMSNorm is five such passes. The
@@ -8,9 +8,13 @@ runs it and its reference on random rows of several lengths, and a kernel that d
 used. So a forward is the same function of its inputs with or without them, and a machine without a C
 compiler, or with a torch whose summation order differs, just runs the reference.
 
-The C file is compiled with the system's C compiler (`$CC`, else `cc`) for this CPU into a cache directory
-(`$GLM5_KERNEL_CACHE`, else `~/.cache/glm5/kernels`) under a name that hashes the source, the flags and the
-CPU, and loaded with ctypes (which releases the GIL during a call). `GLM5_CPU_KERNELS=0` turns them off.
+Two sources: `cpu_kernels.c` (plain C: norms, RoPE, masks, copies, top-k) and `cpu_kernels_vec.cpp`, for
+the two that call exp (the attention softmax, SwiGLU's SiLU). Those are written on torch's own Vectorized
+types and linked against libtorch_cpu, so that exp is torch's exp. Each is compiled by the system's compiler
+(`$CC` / `$CXX`, else `cc` / `c++`) for this CPU into a cache directory (`$GLM5_KERNEL_CACHE`, else
+`~/.cache/glm5/kernels`) under a name that hashes the source, the command, torch's version and the CPU, and
+loaded with ctypes (which releases the GIL during a call). Either may be missing; `GLM5_CPU_KERNELS=0` turns
+both off.
 
 Every entry point returns None when it does not apply (not CPU fp32, a layout it does not take, autograd on,
 kernels unavailable): callers then run the reference. A call costs ~2 us before any work, which is still less
@@ -32,14 +36,18 @@ import threading
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
 _SRC = Path(__file__).with_name("cpu_kernels.c")
+_SRC_VEC = Path(__file__).with_name("cpu_kernels_vec.cpp")
 _FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
 # torch's CPU sum reads rows as vectors of this many floats (8 measured for torch 2.x on x86-64, AVX2 and
 # AVX-512 builds alike); if the probe finds otherwise, the other width is tried.
 _SUM_LANES = (8, 16)
+# torch's at::internal::GRAIN_SIZE: element-wise kernels on more values than this are split between threads.
+_GRAIN = 32768
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -52,11 +60,15 @@ _SIGNATURES = {
     "glm5_concat_heads": (_P, _I, _I, _I, _P, _I, _I, _I, _P, _I, _I, ctypes.c_int, _F),
     "glm5_mul_rows": (_P, _I, _P, _I, _P, _I, _I),
     "glm5_topk_set": (_P, _I, _I, _I, _I, _P, _P),
+    "glm5_softmax_bias": (_P, _P, _I, _I, _I),
+    "glm5_silu_mul": (_P, _I, _P, _I, _P, _I, _I),
 }
+# Which source each kernel is in: plain C, or C++ on torch's vector math (the ones that call exp).
+_SOURCE_OF = {name: "cpp" if name in ("glm5_softmax_bias", "glm5_silu_mul") else "c" for name in _SIGNATURES}
 _RESTYPES = {"glm5_topk_set": ctypes.c_int64}
 
 _lock = threading.Lock()
-_state: dict[str, object] = {}  # "lib": CDLL | None, "enabled": set of kernel names, "note": str
+_state: dict[str, object] = {}  # "fns": {name: function} | None, "enabled": names that passed the probe, "note"
 
 
 # ---- the references: what each kernel must equal, bit for bit ----------------------------------------------
@@ -106,6 +118,16 @@ def torch_mul_rows(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = No
     return x if w is None else x.mul_(w[:, None])
 
 
+def torch_softmax_bias(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """softmax(x + bias) over the last dim, x updated in place by the sum (attention's masked softmax)."""
+    return x.add_(bias).softmax(-1)
+
+
+def torch_silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+    """SwiGLU's activation in place: x = silu(x) * u (* w, one weight per row)."""
+    return torch_mul_rows(F.silu(x, inplace=True), u, w)
+
+
 # ---- the kernels ----------------------------------------------------------------------------------------
 
 
@@ -120,23 +142,29 @@ def _rows(x: torch.Tensor) -> tuple[torch.Tensor, int] | None:
     return x2, x2.stride(0)
 
 
-def _usable(name: str, *tensors: torch.Tensor) -> ctypes.CDLL | None:
+def _kernel(name: str):
+    """The kernel's function if it is built and passed its probe, else None."""
+    fns = _load()
+    return fns.get(name) if fns is not None and name in _state["enabled"] else None
+
+
+def _usable(name: str, *tensors: torch.Tensor):
+    """The kernel's function if it may run on these tensors (CPU fp32, no autograd), else None."""
     if torch.is_grad_enabled():
         return None
     if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
         return None
-    lib = _load()
-    return lib if lib is not None and name in _state["enabled"] else None
+    return _kernel(name)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
     """`torch_rms_norm(x, weight, eps)` in two passes per row, or None (see the module docstring)."""
-    lib = _usable("glm5_rms_norm", x, weight)
-    if lib is None or not weight.is_contiguous() or (r := _rows(x)) is None:
+    fn = _usable("glm5_rms_norm", x, weight)
+    if fn is None or not weight.is_contiguous() or (r := _rows(x)) is None:
         return None
     x2, stride = r
     out = torch.empty(x.shape, dtype=x.dtype)
-    lib.glm5_rms_norm(x2.data_ptr(), stride, weight.data_ptr(), out.data_ptr(), x2.shape[0], x2.shape[1], eps)
+    fn(x2.data_ptr(), stride, weight.data_ptr(), out.data_ptr(), x2.shape[0], x2.shape[1], eps)
     return out
 
 
@@ -144,14 +172,12 @@ def add_rms_norm(
     a: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """`torch_add_rms_norm`: a += h (in place), and the RMSNorm of the sum, in one pass per row; or None."""
-    lib = _usable("glm5_add_rms_norm", a, h, weight)
-    if lib is None or a.shape != h.shape or not (a.is_contiguous() and h.is_contiguous() and weight.is_contiguous()):
+    fn = _usable("glm5_add_rms_norm", a, h, weight)
+    if fn is None or a.shape != h.shape or not (a.is_contiguous() and h.is_contiguous() and weight.is_contiguous()):
         return None
     n = a.shape[-1]
     out = torch.empty(a.shape, dtype=a.dtype)
-    lib.glm5_add_rms_norm(
-        a.data_ptr(), h.data_ptr(), a.data_ptr(), weight.data_ptr(), out.data_ptr(), a.numel() // n, n, eps
-    )
+    fn(a.data_ptr(), h.data_ptr(), a.data_ptr(), weight.data_ptr(), out.data_ptr(), a.numel() // n, n, eps)
     return a, out
 
 
@@ -164,8 +190,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: int | No
     """
     D = x.shape[-1]
     r = D if rotary is None else rotary
-    lib = _usable("glm5_rope", x, cos, sin)
-    if lib is None or r % 2 or x.stride(-1) != 1 or not (cos.is_contiguous() and sin.is_contiguous()):
+    fn = _usable("glm5_rope", x, cos, sin)
+    if fn is None or r % 2 or x.stride(-1) != 1 or not (cos.is_contiguous() and sin.is_contiguous()):
         return None
     if cos.shape != sin.shape or cos.shape[-1] != r // 2:
         return None
@@ -181,7 +207,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: int | No
         return None
     out = torch.empty(x.shape, dtype=x.dtype)
     P = x3.shape[0]
-    lib.glm5_rope(
+    fn(
         x3.data_ptr(),
         x3.stride(0),
         x3.stride(1),
@@ -202,8 +228,8 @@ def attn_bias(topk_tK: torch.Tensor | None, q_idx_t: torch.Tensor, s_end: int) -
     """`torch_attn_bias` in one pass, contiguous fp32 [t, s_end]; or None."""
     if torch.is_grad_enabled() or q_idx_t.device.type != "cpu" or q_idx_t.dim() != 1:
         return None
-    lib = _load()
-    if lib is None or "glm5_attn_bias" not in _state["enabled"]:
+    fn = _kernel("glm5_attn_bias")
+    if fn is None:
         return None
     q_idx_t = q_idx_t.contiguous().to(torch.int64)
     K, topk_ptr = 0, None
@@ -211,7 +237,7 @@ def attn_bias(topk_tK: torch.Tensor | None, q_idx_t: torch.Tensor, s_end: int) -
         topk_tK = topk_tK.contiguous().to(torch.int64)
         K, topk_ptr = topk_tK.shape[-1], topk_tK.data_ptr()
     out = torch.empty(q_idx_t.shape[0], s_end)
-    lib.glm5_attn_bias(topk_ptr, K, q_idx_t.data_ptr(), q_idx_t.shape[0], s_end, out.data_ptr())
+    fn(topk_ptr, K, q_idx_t.data_ptr(), q_idx_t.shape[0], s_end, out.data_ptr())
     return out
 
 
@@ -230,8 +256,8 @@ def _heads(x: torch.Tensor) -> tuple[torch.Tensor, int, int] | None:
 
 def concat_heads(a: torch.Tensor, b: torch.Tensor, scale: float | None = None) -> torch.Tensor | None:
     """`torch_concat_heads` in one pass, for a [..., H, Da] and b [..., H or 1, Db]; or None."""
-    lib = _usable("glm5_concat_heads", a, b)
-    if lib is None or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2] or b.shape[-2] not in (1, a.shape[-2]):
+    fn = _usable("glm5_concat_heads", a, b)
+    if fn is None or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2] or b.shape[-2] not in (1, a.shape[-2]):
         return None
     ha, hb = _heads(a), _heads(b)
     if ha is None or hb is None:
@@ -240,7 +266,7 @@ def concat_heads(a: torch.Tensor, b: torch.Tensor, scale: float | None = None) -
     H, Da, Db = a.shape[-2], a.shape[-1], b.shape[-1]
     b_hs = 0 if b.shape[-2] == 1 else b_hs
     out = torch.empty(*a.shape[:-1], Da + Db)
-    lib.glm5_concat_heads(
+    fn(
         a3.data_ptr(), a_ps, a_hs, Da, b3.data_ptr(), b_ps, b_hs, Db, out.data_ptr(), a3.shape[0], H,
         int(scale is not None), 1.0 if scale is None else scale,
     )  # fmt: skip
@@ -250,8 +276,8 @@ def concat_heads(a: torch.Tensor, b: torch.Tensor, scale: float | None = None) -
 def mul_rows(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor | None:
     """`torch_mul_rows` (in place on x) in one pass, for x and u of one shape (2-D with unit stride along rows, or
     contiguous), w [rows] (2-D only); or None."""
-    lib = _usable("glm5_mul_rows", x, u, *(() if w is None else (w,)))
-    if lib is None or x.shape != u.shape or x.dim() == 0:
+    fn = _usable("glm5_mul_rows", x, u, *(() if w is None else (w,)))
+    if fn is None or x.shape != u.shape or x.dim() == 0:
         return None
     if x.dim() != 2:  # [..., n] contiguous: as rows
         if w is not None or not (x.is_contiguous() and u.is_contiguous()):
@@ -261,9 +287,7 @@ def mul_rows(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) ->
         return None
     if w is not None and (w.shape != (x.shape[0],) or not w.is_contiguous()):
         return None
-    lib.glm5_mul_rows(
-        x.data_ptr(), x.stride(0), u.data_ptr(), u.stride(0), None if w is None else w.data_ptr(), *x.shape
-    )
+    fn(x.data_ptr(), x.stride(0), u.data_ptr(), u.stride(0), None if w is None else w.data_ptr(), *x.shape)
     return x
 
 
@@ -272,15 +296,15 @@ def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor | None:
     that set is not unique (values tied with the k-th largest on both sides of the cut) or a row holds NaN, the
     row is torch.topk's own (its order as torch returns it). One pass per row, ~4x faster than torch.topk for
     k ~ n/2 (radix select); or None."""
-    lib = _usable("glm5_topk_set", x)
+    fn = _usable("glm5_topk_set", x)
     n = x.shape[-1] if x.dim() else 0
-    if lib is None or not 1 <= k <= n or (r := _rows(x)) is None:
+    if fn is None or not 1 <= k <= n or (r := _rows(x)) is None:
         return None
     x2, stride = r
     rows = x2.shape[0]
     out = torch.empty(rows, k + 1, dtype=torch.int64)  # + 1: the kernel's branch-free writes
     scratch = torch.empty(2 * n, dtype=torch.int32)
-    left = lib.glm5_topk_set(x2.data_ptr(), stride, rows, n, k, out.data_ptr(), scratch.data_ptr())
+    left = fn(x2.data_ptr(), stride, rows, n, k, out.data_ptr(), scratch.data_ptr())
     out = out[:, :k]
     if left:
         redo = (out[:, 0] < 0).nonzero().squeeze(1)
@@ -288,10 +312,44 @@ def topk_indices(x: torch.Tensor, k: int) -> torch.Tensor | None:
     return out.view(*x.shape[:-1], k)
 
 
+def softmax_bias(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor | None:
+    """`torch_softmax_bias(x, bias)` in place and in one pass per row, for contiguous x [..., t, s] and bias [t, s];
+    or None (then x is untouched)."""
+    fn = _usable("glm5_softmax_bias", x, bias)
+    if fn is None or x.dim() < 2 or bias.shape != x.shape[-2:] or not (x.is_contiguous() and bias.is_contiguous()):
+        return None
+    t, s = bias.shape
+    fn(x.data_ptr(), bias.data_ptr(), x.numel() // max(1, t * s), t, s)
+    return x
+
+
+def silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor | None:
+    """`torch_silu_mul` (in place on x) in one pass, for 2-D x and u of one shape with unit stride along rows, and
+    w [rows]; or None (then x is untouched).
+
+    Which values take torch's vector exp and which its scalar one depends on how torch walks the tensor: a
+    contiguous one as a single run, a strided one row by row, and above 32K values split between threads at
+    element boundaries. The kernel follows the first two; with several threads on a larger tensor it stands
+    aside."""
+    fn = _usable("glm5_silu_mul", x, u, *(() if w is None else (w,)))
+    if fn is None or x.dim() != 2 or x.shape != u.shape or x.stride(1) != 1 or u.stride(1) != 1:
+        return None
+    if w is not None and (w.shape != (x.shape[0],) or not w.is_contiguous()):
+        return None
+    if torch.get_num_threads() > 1 and x.numel() > _GRAIN:
+        return None
+    if x.is_contiguous():  # one run, as torch walks it
+        if w is not None or not u.is_contiguous():
+            return None
+        fn(x.data_ptr(), x.numel(), u.data_ptr(), u.numel(), None, 1, x.numel())
+    else:
+        fn(x.data_ptr(), x.stride(0), u.data_ptr(), u.stride(0), None if w is None else w.data_ptr(), *x.shape)
+    return x
+
+
 def status() -> str:
     """One line for logs and benchmarks: which kernels are in use, or why none."""
-    lib = _load()
-    if lib is None:
+    if _load() is None:
         return f"cpu kernels: off ({_state.get('note', 'unavailable')})"
     on = sorted(_state["enabled"])
     return f"cpu kernels: {', '.join(k.removeprefix('glm5_') for k in on) or 'none'} ({_state.get('note', '')})"
@@ -300,39 +358,78 @@ def status() -> str:
 # ---- building, loading and checking -----------------------------------------------------------------------
 
 
-def _load() -> ctypes.CDLL | None:
-    if "lib" in _state:
-        return _state["lib"]  # type: ignore[return-value]
+def _load() -> dict | None:
+    """{kernel name: function} of everything built (the probe's verdicts are in _state["enabled"]), or None."""
+    if "fns" in _state:
+        return _state["fns"]  # type: ignore[return-value]
     with _lock:
-        if "lib" not in _state:
-            lib, enabled, note = None, set(), "turned off by GLM5_CPU_KERNELS=0"
+        if "fns" not in _state:
+            fns, enabled, note = None, set(), "turned off by GLM5_CPU_KERNELS=0"
             if os.environ.get("GLM5_CPU_KERNELS", "1") != "0":
-                lib, enabled, note = _build_and_probe()
+                fns, enabled, note = _build_and_probe()
             _state.update(enabled=enabled, note=note)
-            _state["lib"] = lib
-    return _state["lib"]  # type: ignore[return-value]
+            _state["fns"] = fns
+    return _state["fns"]  # type: ignore[return-value]
 
 
-def _build_and_probe() -> tuple[ctypes.CDLL | None, set[str], str]:
+def _bind(path: Path, names) -> dict:
+    lib = ctypes.CDLL(str(path))
+    fns = {}
+    for name in names:
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = _SIGNATURES[name], _RESTYPES.get(name)
+        fns[name] = fn
+    return fns
+
+
+def _build_and_probe() -> tuple[dict | None, set[str], str]:
+    """Builds and checks the C kernels, then the C++ ones (they are independent: either may be missing)."""
+    fns: dict = {}
+    enabled: set[str] = set()
+    notes = []
+    c_names = [n for n, src in _SOURCE_OF.items() if src == "c"]
     note = "no C compiler"
     for lanes in _SUM_LANES:
         try:
-            path = _compile(lanes)
+            path = _compile("c", f"-DSUM_LANES={lanes}")
         except (OSError, subprocess.SubprocessError) as e:
-            note = f"could not compile {_SRC.name}: {e}"
+            note = f"could not compile {_SRC.name}: {_why(e)}"
             break
         if path is None:
             break
-        lib = ctypes.CDLL(str(path))
-        for name, argtypes in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = argtypes, _RESTYPES.get(name)
-        enabled = _probe(lib)
-        if enabled:
-            return lib, enabled, f"{path.name}, {lanes}-float sums"
-        note = "the compiled kernels differ from torch on this machine"
-    log.info("glm5 CPU kernels not used (%s); running the torch reference", note)
-    return None, set(), note
+        built = _bind(path, c_names)
+        ok = _probe(built)
+        if ok:
+            fns.update(built)
+            enabled |= ok
+            note = f"{lanes}-float sums"
+            break
+        note = f"{_SRC.name} differs from torch on this machine"
+    notes.append(note)
+    cpp_names = [n for n, src in _SOURCE_OF.items() if src == "cpp"]
+    try:
+        path = _compile("cpp")
+        note = "no C++ compiler" if path is None else ""
+        if path is not None:
+            built = _bind(path, cpp_names)
+            ok = _probe(built)
+            fns.update(built)
+            enabled |= ok
+            note = "" if ok else f"{_SRC_VEC.name} differs from torch on this machine"
+    except (OSError, subprocess.SubprocessError) as e:
+        note = f"could not compile {_SRC_VEC.name}: {_why(e)}"
+    if note:
+        notes.append(note)
+    if not enabled:
+        log.info("glm5 CPU kernels not used (%s); running the torch reference", "; ".join(notes))
+        return None, set(), "; ".join(notes)
+    return fns, enabled, "; ".join(notes)
+
+
+def _why(e: Exception) -> str:
+    err = getattr(e, "stderr", None)
+    first = err.decode(errors="replace").strip().splitlines()[:1] if isinstance(err, bytes) else []
+    return first[0] if first else str(e)
 
 
 def _cache_dir() -> Path:
@@ -355,21 +452,38 @@ def _cpu_id() -> str:
         return platform.machine() + platform.processor()
 
 
-def _compile(lanes: int) -> Path | None:
-    """The shared library for this source, flags and CPU: from the cache, or built now (~0.5 s)."""
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc is None:
+def _command(kind: str, *defines: str) -> list[str] | None:
+    """The compile command for one source, without its output path; None without a compiler."""
+    if kind == "c":
+        cc = shutil.which(os.environ.get("CC", "cc"))
+        return None if cc is None else [cc, *_FLAGS, *defines, str(_SRC), "-lm"]
+    cxx = shutil.which(os.environ.get("CXX", "c++"))
+    if cxx is None:
         return None
-    flags = (*_FLAGS, f"-DSUM_LANES={lanes}")
-    src = _SRC.read_bytes()
-    key = hashlib.sha256(b"\0".join([src, " ".join(flags).encode(), cc.encode(), _cpu_id().encode()])).hexdigest()
-    out = _cache_dir() / f"glm5_cpu_kernels_{key[:16]}.so"
+    root = Path(torch.__file__).parent
+    capability = torch.backends.cpu.get_cpu_capability()  # the vector code torch's own kernels run here
+    cap = [f"-DCPU_CAPABILITY_{capability}", f"-DCPU_CAPABILITY={capability}"] if capability != "DEFAULT" else []
+    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}"
+    return [
+        cxx, "-std=c++17", *_FLAGS, *cap, abi, "-I", str(root / "include"), str(_SRC_VEC),
+        "-L", str(root / "lib"), "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{root / 'lib'}",
+    ]  # fmt: skip
+
+
+def _compile(kind: str, *defines: str) -> Path | None:
+    """The shared library for this source, command and CPU: from the cache, or built now (C ~0.5 s, C++ ~3 s)."""
+    cmd = _command(kind, *defines)
+    if cmd is None:
+        return None
+    src = (_SRC if kind == "c" else _SRC_VEC).read_bytes()
+    key = hashlib.sha256(b"\0".join([src, " ".join(cmd).encode(), torch.__version__.encode(), _cpu_id().encode()]))
+    out = _cache_dir() / f"glm5_cpu_kernels_{kind}_{key.hexdigest()[:16]}.so"
     if out.exists():
         return out
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        subprocess.run([cc, *flags, str(_SRC), "-o", tmp, "-lm"], check=True, capture_output=True, timeout=120)
+        subprocess.run([*cmd, "-o", tmp], check=True, capture_output=True, timeout=300)
         os.replace(tmp, out)  # atomic: a concurrent build of the same key writes the same file
     finally:
         if os.path.exists(tmp):
@@ -377,92 +491,150 @@ def _compile(lanes: int) -> Path | None:
     return out
 
 
-def _probe(lib: ctypes.CDLL) -> set[str]:
-    """The kernels whose output equals their reference bit for bit on random rows of several lengths."""
+def _probe(fns: dict) -> set[str]:
+    """The kernels (of those in `fns`) whose output equals their reference bit for bit on random inputs of
+    several shapes, strides and scales."""
     g = torch.Generator().manual_seed(0)
-    norm_ok = add_ok = True
     with torch.inference_mode():
-        for n in (8, 19, 64, 100, 256, 384, 768, 1000, 2048, 6144, 7168):
-            for scale in (1e-3, 1.0, 1e3):
-                x = torch.randn(5, n + 3, generator=g)[:, :n] * scale  # rows n + 3 floats apart
-                w = torch.randn(n, generator=g)
-                out = torch.empty(5, n)
-                lib.glm5_rms_norm(x.data_ptr(), x.stride(0), w.data_ptr(), out.data_ptr(), 5, n, 1e-6)
-                norm_ok &= torch.equal(out, torch_rms_norm(x, w, 1e-6))
-                a, h = torch.randn(5, n, generator=g) * scale, torch.randn(5, n, generator=g) * scale
-                s, y = a.clone(), torch.empty(5, n)
-                lib.glm5_add_rms_norm(a.data_ptr(), h.data_ptr(), s.data_ptr(), w.data_ptr(), y.data_ptr(), 5, n, 1e-6)
-                ref_s, ref_y = torch_add_rms_norm(a, h, w, 1e-6)
-                add_ok &= torch.equal(s, ref_s) and torch.equal(y, ref_y)
-        rope_ok = True
-        for P, H, R, tail in ((7, 1, 8, 0), (5, 3, 32, 0), (6, 4, 16, 48), (3, 2, 64, 0)):
-            x = torch.randn(P, H, R + tail + 5, generator=g)[..., : R + tail]  # heads R + tail + 5 floats apart
-            ang = torch.randn(P, 1, R // 2, generator=g) * 10
-            cos, sin = ang.cos(), ang.sin()
-            out = torch.empty(P, H, R + tail)
-            lib.glm5_rope(
-                x.data_ptr(),
-                x.stride(0),
-                x.stride(1),
-                cos.data_ptr(),
-                sin.data_ptr(),
-                out.data_ptr(),
-                H * (R + tail),
-                R + tail,
-                P,
-                H,
-                R,
-                tail,
-            )
-            ref = torch.cat([torch_rope(x[..., :R], cos, sin), x[..., R:]], -1)
-            rope_ok &= torch.equal(out, ref)
-        bias_ok = True
-        for t, S, K in ((5, 9, 4), (16, 40, 8), (7, 7, 7)):
-            q_idx = torch.arange(S - t, S)
-            topk = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(t)])
-            for tk in (None, topk):
-                out = torch.empty(t, S)
-                lib.glm5_attn_bias(None if tk is None else tk.data_ptr(), K, q_idx.data_ptr(), t, S, out.data_ptr())
-                bias_ok &= torch.equal(out, torch_attn_bias(tk, q_idx, S))
-        cat_ok = True
-        for P, H, Da, Db, bh in ((4, 3, 8, 5, 3), (6, 8, 16, 8, 1), (2, 1, 3, 7, 1)):
-            a = torch.randn(P, H, Da + 4, generator=g)[..., :Da]
-            b = torch.randn(P, bh, Db + 2, generator=g)[..., 2:]
-            for scale in (None, 0.1):
-                out = torch.full((P, H, Da + Db), float("nan"))
-                lib.glm5_concat_heads(
-                    a.data_ptr(), a.stride(0), a.stride(1), Da, b.data_ptr(), b.stride(0),
-                    0 if bh == 1 else b.stride(1), Db, out.data_ptr(), P, H, int(scale is not None), scale or 1.0,
-                )  # fmt: skip
-                cat_ok &= torch.equal(out, torch_concat_heads(a, b, scale))
-        mul_ok = True
-        for rows, n in ((3, 17), (9, 256)):
-            x, u = torch.randn(rows, n + 3, generator=g)[:, :n], torch.randn(rows, n, generator=g)
+        return {name for name, fn in fns.items() if _PROBES[name](fn, g)}
+
+
+def _probe_rms_norm(fn, g) -> bool:
+    ok = True
+    for n in (8, 19, 64, 100, 256, 384, 768, 1000, 2048, 6144, 7168):
+        for scale in (1e-3, 1.0, 1e3):
+            x = torch.randn(5, n + 3, generator=g)[:, :n] * scale  # rows n + 3 floats apart
+            w = torch.randn(n, generator=g)
+            out = torch.full((5, n), float("nan"))
+            fn(x.data_ptr(), x.stride(0), w.data_ptr(), out.data_ptr(), 5, n, 1e-6)
+            ok &= torch.equal(out, torch_rms_norm(x, w, 1e-6))
+    return ok
+
+
+def _probe_add_rms_norm(fn, g) -> bool:
+    ok = True
+    for n in (8, 19, 100, 256, 768, 2048, 7168):
+        for scale in (1e-3, 1.0, 1e3):
+            a, h = torch.randn(5, n, generator=g) * scale, torch.randn(5, n, generator=g) * scale
+            w = torch.randn(n, generator=g)
+            s, y = a.clone(), torch.full((5, n), float("nan"))
+            fn(a.data_ptr(), h.data_ptr(), s.data_ptr(), w.data_ptr(), y.data_ptr(), 5, n, 1e-6)
+            ref_s, ref_y = torch_add_rms_norm(a, h, w, 1e-6)
+            ok &= torch.equal(s, ref_s) and torch.equal(y, ref_y)
+    return ok
+
+
+def _probe_rope(fn, g) -> bool:
+    ok = True
+    for P, H, R, tail in ((7, 1, 8, 0), (5, 3, 32, 0), (6, 4, 16, 48), (3, 2, 64, 0)):
+        x = torch.randn(P, H, R + tail + 5, generator=g)[..., : R + tail]  # heads R + tail + 5 floats apart
+        ang = torch.randn(P, 1, R // 2, generator=g) * 10
+        cos, sin = ang.cos(), ang.sin()
+        out = torch.full((P, H, R + tail), float("nan"))
+        D = R + tail
+        fn(
+            x.data_ptr(),
+            x.stride(0),
+            x.stride(1),
+            cos.data_ptr(),
+            sin.data_ptr(),
+            out.data_ptr(),
+            H * D,
+            D,
+            P,
+            H,
+            R,
+            tail,
+        )
+        ok &= torch.equal(out, torch.cat([torch_rope(x[..., :R], cos, sin), x[..., R:]], -1))
+    return ok
+
+
+def _probe_attn_bias(fn, g) -> bool:
+    ok = True
+    for t, S, K in ((5, 9, 4), (16, 40, 8), (7, 7, 7)):
+        q_idx = torch.arange(S - t, S)
+        topk = torch.stack([torch.randperm(S, generator=g)[:K] for _ in range(t)])
+        for picks in (None, topk):
+            out = torch.full((t, S), float("nan"))
+            fn(None if picks is None else picks.data_ptr(), K, q_idx.data_ptr(), t, S, out.data_ptr())
+            ok &= torch.equal(out, torch_attn_bias(picks, q_idx, S))
+    return ok
+
+
+def _probe_concat_heads(fn, g) -> bool:
+    ok = True
+    for P, H, Da, Db, bh in ((4, 3, 8, 5, 3), (6, 8, 16, 8, 1), (2, 1, 3, 7, 1)):
+        a = torch.randn(P, H, Da + 4, generator=g)[..., :Da]
+        b = torch.randn(P, bh, Db + 2, generator=g)[..., 2:]
+        for scale in (None, 0.1):
+            out = torch.full((P, H, Da + Db), float("nan"))
+            fn(
+                a.data_ptr(), a.stride(0), a.stride(1), Da, b.data_ptr(), b.stride(0), 0 if bh == 1 else b.stride(1),
+                Db, out.data_ptr(), P, H, int(scale is not None), scale or 1.0,
+            )  # fmt: skip
+            ok &= torch.equal(out, torch_concat_heads(a, b, scale))
+    return ok
+
+
+def _probe_rows_product(reference):
+    """A probe for the in-place row products (x *= u (, w) or x = silu(x) * u (, w)), on rows of a wider tensor
+    (walked row by row) and on a contiguous one (walked as one run); odd lengths too."""
+
+    def probe(fn, g) -> bool:
+        ok = True
+        for rows, n in ((3, 17), (9, 256), (4, 100), (2, 2048)):
+            h, u = torch.randn(rows, 2 * n, generator=g) * 4, torch.randn(rows, n, generator=g)
             w = torch.rand(rows, generator=g)
             for ws in (None, w):
-                got = x.clone()
-                lib.glm5_mul_rows(got.data_ptr(), n, u.data_ptr(), n, None if ws is None else ws.data_ptr(), rows, n)
-                mul_ok &= torch.equal(got, torch_mul_rows(x.clone(), u, ws))
-        topk_ok = True
-        for rows, n, k in ((40, 64, 20), (9, 512, 256), (4, 7, 7), (5, 100, 1)):
-            x = torch.randn(rows, n, generator=g)
-            x[0, : n // 2] = 0.0  # a tie across the cut (left to torch)
-            x[1, 3] = float("nan")
-            x[2, 1::2] = -x[2, 1::2].abs() * 0.0  # -0.0 and +0.0 mixed: equal, as torch compares them
-            x[3, n // 3 :] = float("-inf")
-            out, scratch = torch.empty(rows, k + 1, dtype=torch.int64), torch.empty(2 * n, dtype=torch.int32)
-            left = lib.glm5_topk_set(x.data_ptr(), n, rows, n, k, out.data_ptr(), scratch.data_ptr())
-            ref = x.topk(k, dim=-1, sorted=False).indices.sort(-1).values
-            unique = out[:, 0] >= 0
-            topk_ok &= bool(torch.equal(out[unique, :k], ref[unique])) and left == int((~unique).sum())
-            topk_ok &= bool(out[1, 0] < 0)
-    checks = (
-        ("glm5_topk_set", topk_ok),
-        ("glm5_concat_heads", cat_ok),
-        ("glm5_mul_rows", mul_ok),
-        ("glm5_rms_norm", norm_ok),
-        ("glm5_add_rms_norm", add_ok),
-        ("glm5_rope", rope_ok),
-        ("glm5_attn_bias", bias_ok),
-    )
-    return {name for name, ok in checks if ok}
+                got = h.clone()
+                fn(got.data_ptr(), 2 * n, u.data_ptr(), n, None if ws is None else ws.data_ptr(), rows, n)
+                ok &= torch.equal(got[:, :n], reference(h.clone()[:, :n], u, ws))
+            x = h[:, :n].contiguous()
+            got = x.clone()
+            fn(got.data_ptr(), rows * n, u.data_ptr(), rows * n, None, 1, rows * n)
+            ok &= torch.equal(got, reference(x.clone(), u, None))
+        return ok
+
+    return probe
+
+
+def _probe_topk_set(fn, g) -> bool:
+    ok = True
+    for rows, n, k in ((40, 64, 20), (9, 512, 256), (4, 7, 7), (5, 100, 1)):
+        x = torch.randn(rows, n, generator=g)
+        x[0, : n // 2] = 0.0  # a tie across the cut (left to torch)
+        x[1, 3] = float("nan")
+        x[2, 1::2] = -x[2, 1::2].abs() * 0.0  # -0.0 and +0.0 mixed: equal, as torch compares them
+        x[3, n // 3 :] = float("-inf")
+        out, scratch = torch.empty(rows, k + 1, dtype=torch.int64), torch.empty(2 * n, dtype=torch.int32)
+        left = fn(x.data_ptr(), n, rows, n, k, out.data_ptr(), scratch.data_ptr())
+        ref = x.topk(k, dim=-1, sorted=False).indices.sort(-1).values
+        unique = out[:, 0] >= 0
+        ok &= bool(torch.equal(out[unique, :k], ref[unique])) and left == int((~unique).sum()) and bool(out[1, 0] < 0)
+    return ok
+
+
+def _probe_softmax_bias(fn, g) -> bool:
+    ok = True
+    for B, t, s in ((3, 5, 7), (8, 16, 128), (2, 9, 100), (1, 4, 512)):
+        x = torch.randn(B, t, s, generator=g) * 5
+        bias = torch.zeros(t, s).masked_fill_(torch.rand(t, s, generator=g) < 0.3, float("-inf"))
+        bias[:, 0] = 0.0  # every row keeps a key
+        got = x.clone()
+        fn(got.data_ptr(), bias.data_ptr(), B, t, s)
+        ok &= torch.equal(got, torch_softmax_bias(x.clone(), bias))
+    return ok
+
+
+_PROBES = {
+    "glm5_rms_norm": _probe_rms_norm,
+    "glm5_add_rms_norm": _probe_add_rms_norm,
+    "glm5_rope": _probe_rope,
+    "glm5_attn_bias": _probe_attn_bias,
+    "glm5_concat_heads": _probe_concat_heads,
+    "glm5_mul_rows": _probe_rows_product(lambda x, u, w: torch_mul_rows(x, u, w)),
+    "glm5_topk_set": _probe_topk_set,
+    "glm5_softmax_bias": _probe_softmax_bias,
+    "glm5_silu_mul": _probe_rows_product(lambda x, u, w: torch_silu_mul(x, u, w)),
+}

@@ -47,10 +47,13 @@ class MLP(nn.Module):
         if pair is not None and not torch.is_grad_enabled() and pair.current(self):
             g, u = pair(x)
             return self.down_proj(F.silu(g) * u)
-        if not torch.is_grad_enabled():  # inference: SiLU in place, the product in one pass
-            act = cpu_kernels.mul_rows(F.silu(self.gate_proj(x), inplace=True), self.up_proj(x))
-            if act is not None:
-                return self.down_proj(act)
+        if not torch.is_grad_enabled():  # inference: g = silu(g) * u in place, fused on CPU (the same bits)
+            g, u = self.gate_proj(x), self.up_proj(x)
+            if cpu_kernels.silu_mul(g.view(-1, g.shape[-1]), u.view(-1, u.shape[-1])) is None:
+                F.silu(g, inplace=True)
+                if cpu_kernels.mul_rows(g, u) is None:
+                    g.mul_(u)
+            return self.down_proj(g)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -202,10 +205,13 @@ class MoE(nn.Module):
         h = torch._grouped_mm(x_ND.index_select(0, token), self._gate_up, offs=offs)  # [N*k, 2I]
         g, u = h.split(self.inter, dim=-1)
         # The routing weight scales the [N*k, I] activation rather than the [N*k, D] output: down is linear.
-        act = F.silu(g, inplace=not torch.is_grad_enabled())  # in place on h's own half when nothing trains
         w = w_Nk.flatten()[order].to(x_ND.dtype)
-        fused = cpu_kernels.mul_rows(act, u, w)  # both products in one pass (CPU inference; the same bits)
-        act = fused if fused is not None else cpu_kernels.torch_mul_rows(act, u, w)
+        # silu(g) * u * w in one pass on CPU in inference, in place on h's own half (the same bits).
+        act = cpu_kernels.silu_mul(g, u, w)
+        if act is None:
+            act = F.silu(g, inplace=not torch.is_grad_enabled())  # in place on h's own half when nothing trains
+            fused = cpu_kernels.mul_rows(act, u, w)  # both products in one pass (CPU inference; the same bits)
+            act = fused if fused is not None else cpu_kernels.torch_mul_rows(act, u, w)
         ys = torch._grouped_mm(act, self._down, offs=offs)  # [N*k, D]
         return (torch.zeros_like(x_ND) if out is None else out).index_add_(0, token, ys)
 

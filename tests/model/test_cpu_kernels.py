@@ -21,8 +21,13 @@ ALL = {
     "glm5_concat_heads",
     "glm5_mul_rows",
     "glm5_topk_set",
+    "glm5_softmax_bias",
+    "glm5_silu_mul",
 }
-needs_cc = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="no C compiler")
+needs_cc = pytest.mark.skipif(
+    shutil.which(os.environ.get("CC", "cc")) is None or shutil.which(os.environ.get("CXX", "c++")) is None,
+    reason="no C / C++ compiler",
+)
 
 
 @pytest.fixture
@@ -128,6 +133,32 @@ def test_mul_rows_gives_the_references_bits():
 
 
 @needs_cc
+def test_softmax_and_silu_kernels_give_the_references_bits(monkeypatch):
+    g = torch.Generator().manual_seed(7)
+    with torch.inference_mode():
+        for H, t, s in ((8, 128, 384), (3, 5, 37)):
+            x = torch.randn(H, t, s, generator=g) * 4
+            bias = torch.zeros(t, s).masked_fill_(torch.rand(t, s, generator=g) < 0.5, float("-inf"))
+            bias[:, 0] = 0.0
+            want = cpu_kernels.torch_softmax_bias(x.clone(), bias)
+            got = cpu_kernels.softmax_bias(x, bias)
+            assert got is x and torch.equal(x, want)
+        for rows, n in ((64, 256), (5, 37)):
+            h, w = torch.randn(rows, 2 * n, generator=g) * 3, torch.rand(rows, generator=g)
+            for weights in (None, w):  # a half of a gate|up output: walked row by row, as torch does
+                want = cpu_kernels.torch_silu_mul(h.clone()[:, :n], h[:, n:], weights)
+                got = h.clone()
+                assert cpu_kernels.silu_mul(got[:, :n], got[:, n:], weights) is not None
+                assert torch.equal(got[:, :n], want)
+            x, u = h[:, :n].contiguous(), h[:, n:].contiguous()  # contiguous: one run, as torch walks it
+            want = cpu_kernels.torch_silu_mul(x.clone(), u)
+            assert cpu_kernels.silu_mul(x, u) is x and torch.equal(x, want)
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # torch would split this SiLU between threads
+        big = torch.randn(300, 256)
+        assert cpu_kernels.silu_mul(big, big.clone()) is None and cpu_kernels.silu_mul(big[:4], big[:4]) is not None
+
+
+@needs_cc
 @pytest.mark.parametrize("rows, n, k", [(50, 512, 256), (30, 64, 20), (8, 7, 7), (8, 100, 1)])
 def test_topk_kernel_gives_torchs_set_and_leaves_ambiguous_rows_to_torch(rows, n, k):
     g = torch.Generator().manual_seed(5)
@@ -157,20 +188,23 @@ def test_topk_kernel_gives_torchs_set_and_leaves_ambiguous_rows_to_torch(rows, n
 
 
 @needs_cc
-def test_model_forward_is_the_same_with_and_without_kernels(monkeypatch):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_model_forward_is_the_same_with_and_without_kernels(monkeypatch, batch):
     """The tiny model over 40 tokens (past index_topk = 16: the sparse path) gives the same logits, bit for bit,
     with the kernels and with every kernel turned off (the torch references)."""
     model = randomize(GLM5ForCausalLM.from_config(tiny(), seed=0)).eval()
-    ids = torch.randint(0, model.config.vocab_size, (2, 40), generator=torch.Generator().manual_seed(6))
+    ids = torch.randint(0, model.config.vocab_size, (batch, 40), generator=torch.Generator().manual_seed(6))
     calls = []
-    real = cpu_kernels._usable
-    monkeypatch.setattr(cpu_kernels, "_usable", lambda name, *t: calls.append(name) or real(name, *t))
+    real = cpu_kernels._kernel
+    monkeypatch.setattr(cpu_kernels, "_kernel", lambda name: calls.append(name) or real(name))
     with torch.inference_mode():
         fast = model(ids)
         used = set(calls)
         monkeypatch.setitem(cpu_kernels._state, "enabled", set())
         plain = model(ids)
-    assert {"glm5_rms_norm", "glm5_add_rms_norm", "glm5_rope", "glm5_topk_set", "glm5_mul_rows"} <= used
+    fused_away = {"glm5_mul_rows"}  # SwiGLU's product: silu_mul does it with the SiLU (mul_rows is its fallback)
+    per_sequence = {"glm5_attn_bias", "glm5_softmax_bias"}  # one sequence's mask: batches of one (the engine's)
+    assert used == ALL - fused_away - (per_sequence if batch > 1 else set())
     assert torch.equal(fast, plain)
 
 
@@ -192,13 +226,16 @@ def test_turned_off_by_the_environment(fresh_state, monkeypatch):
 
 def test_without_a_working_compiler_the_references_run(fresh_state, monkeypatch, tmp_path):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
     assert cpu_kernels._load() is None and "no C compiler" in cpu_kernels.status()
     broken = tmp_path / "broken-cc"
     broken.write_text("#!/bin/sh\necho 'cc: internal error' >&2\nexit 1\n")
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("CC", str(broken))
+    monkeypatch.setenv("CXX", str(broken))
     cpu_kernels._state.clear()
-    assert cpu_kernels._load() is None and "could not compile" in cpu_kernels.status()
+    assert cpu_kernels._load() is None
+    assert "could not compile cpu_kernels.c: cc: internal error" in cpu_kernels.status()
     model = randomize(GLM5ForCausalLM.from_config(tiny(), seed=0)).eval()
     with torch.inference_mode():
         assert torch.isfinite(model(torch.randint(0, 100, (1, 20)))).all()
@@ -206,10 +243,18 @@ def test_without_a_working_compiler_the_references_run(fresh_state, monkeypatch,
 
 
 @needs_cc
+def test_the_c_kernels_work_without_a_cpp_compiler(fresh_state, monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    assert cpu_kernels._load() is not None
+    assert cpu_kernels._state["enabled"] == ALL - {"glm5_softmax_bias", "glm5_silu_mul"}
+    assert "no C++ compiler" in cpu_kernels.status()
+
+
+@needs_cc
 def test_the_build_is_cached(fresh_state):
     assert cpu_kernels._load() is not None
-    (so,) = fresh_state.glob("*.so")
-    built = so.stat().st_mtime_ns
+    built = {p.name: p.stat().st_mtime_ns for p in fresh_state.glob("*.so")}
+    assert len(built) == 2  # the C and the C++ library
     cpu_kernels._state.clear()
-    assert cpu_kernels._load() is not None
-    assert [p.stat().st_mtime_ns for p in fresh_state.glob("*.so")] == [built]
+    assert cpu_kernels._load() is not None and cpu_kernels._state["enabled"] == ALL
+    assert {p.name: p.stat().st_mtime_ns for p in fresh_state.glob("*.so")} == built
