@@ -18,7 +18,21 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+#define omp_get_thread_num() 0
+#endif
+
+/* Rows are independent in every kernel, so they are split between threads: torch's own OpenMP runtime (the
+ * process has loaded it; this library names the same soname), as many threads as torch uses (set by the
+ * loader through glm5_set_threads), and only when a call has at least torch's grain of work (32K values). */
+static int n_threads = 1;
+void glm5_set_threads(int n) { n_threads = n > 0 ? n : 1; }
+#define PRAGMA(x) _Pragma(#x)
+#define PARALLEL_ROWS(work) PRAGMA(omp parallel for if ((work) >= 32768 && n_threads > 1) num_threads(n_threads))
 
 #ifndef SUM_LANES
 #define SUM_LANES 8
@@ -84,6 +98,7 @@ static float row_sum_squares(const float *x, int64_t n) {
  * out contiguous. torch: x * x.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_(), then .mul_(w). */
 void glm5_rms_norm(const float *x, int64_t x_stride, const float *w, float *out, int64_t rows, int64_t n,
                    float eps) {
+    PARALLEL_ROWS(rows * n)
     for (int64_t r = 0; r < rows; ++r) {
         const float *xr = x + r * x_stride;
         float *o = out + r * n;
@@ -96,6 +111,7 @@ void glm5_rms_norm(const float *x, int64_t x_stride, const float *w, float *out,
  * be a or h), out[r] = rms_norm(h[r]). All rows contiguous. torch: h = a.add_(h); out = rms_norm(h). */
 void glm5_add_rms_norm(const float *a, const float *h, float *sum, const float *w, float *out, int64_t rows,
                        int64_t n, float eps) {
+    PARALLEL_ROWS(rows * n)
     for (int64_t r = 0; r < rows; ++r) {
         const float *ar = a + r * n, *hr = h + r * n;
         float *sr = sum + r * n, *o = out + r * n;
@@ -115,6 +131,7 @@ void glm5_rope(const float *x, int64_t x_pos_stride, int64_t x_head_stride, cons
                float *out, int64_t out_pos_stride, int64_t out_head_stride, int64_t P, int64_t H, int64_t R,
                int64_t tail) {
     const int64_t half = R / 2;
+    PARALLEL_ROWS(P * H * (R + tail))
     for (int64_t p = 0; p < P; ++p) {
         const float *c = cos + p * half, *s = sin + p * half;
         for (int64_t h = 0; h < H; ++h) {
@@ -136,6 +153,7 @@ void glm5_rope(const float *x, int64_t x_pos_stride, int64_t x_head_stride, cons
  * out[t, s] = 0 if key s is visible to query t (s <= q_idx[t]) and, when topk is given, among its K picks
  * (topk[t, :]), else -inf. The same values as torch's full(-inf).scatter_(topk, 0).masked_fill_(future). */
 void glm5_attn_bias(const int64_t *topk, int64_t K, const int64_t *q_idx, int64_t T, int64_t S, float *out) {
+    PARALLEL_ROWS(T * S)
     for (int64_t t = 0; t < T; ++t) {
         float *row = out + t * S;
         const int64_t q = q_idx[t];
@@ -159,6 +177,7 @@ void glm5_concat_heads(const float *a, int64_t a_pos_stride, int64_t a_head_stri
                        int64_t b_pos_stride, int64_t b_head_stride, int64_t Db, float *out, int64_t P, int64_t H,
                        int scaled, float scale) {
     const int64_t D = Da + Db;
+    PARALLEL_ROWS(P * H * D)
     for (int64_t p = 0; p < P; ++p)
         for (int64_t h = 0; h < H; ++h) {
             const float *ar = a + p * a_pos_stride + h * a_head_stride;
@@ -179,6 +198,7 @@ void glm5_concat_heads(const float *a, int64_t a_pos_stride, int64_t a_head_stri
  * torch: x.mul_(u).mul_(w[:, None]), one rounding per product. */
 void glm5_mul_rows(float *x, int64_t x_stride, const float *u, int64_t u_stride, const float *w, int64_t rows,
                    int64_t n) {
+    PARALLEL_ROWS(rows * n)
     for (int64_t r = 0; r < rows; ++r) {
         float *xr = x + r * x_stride;
         const float *ur = u + r * u_stride;
@@ -232,43 +252,45 @@ static uint32_t kth_smallest_key(const uint32_t *key, int64_t n, int64_t k, uint
     return prefix;
 }
 
+/* One row of glm5_topk_set: 1 if it is left to torch, else 0 with its indices in o. */
+static int topk_row(const float *xr, int64_t n, int64_t k, int64_t *o, uint32_t *scratch) {
+    int nan = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        nan |= xr[i] != xr[i];
+        scratch[i] = descending_key(xr[i]);
+    }
+    if (nan) {
+        o[0] = -1;
+        return 1;
+    }
+    const uint32_t kth = kth_smallest_key(scratch, n, k, scratch + n);
+    int64_t above = 0, equal = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        above += scratch[i] < kth;
+        equal += scratch[i] == kth;
+    }
+    if (above + equal != k) {
+        o[0] = -1;
+        return 1;
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n && m < k; ++i) { /* branch-free, into a row of k + 1 (see the caller) */
+        o[m] = i;
+        m += scratch[i] <= kth;
+    }
+    return 0;
+}
+
 /* The k largest of each row's n scores, as indices in ascending order: out[r, :k]. Exactly torch.topk's set
  * whenever that set is unique. A row where it is not (values equal to the k-th largest both inside and
  * outside the top k: torch's pick among them depends on its algorithm) or that holds a NaN is left to torch:
  * its out[r, 0] is set to -1. Returns the number of such rows. out's rows are k + 1 apart (the last entry is
- * scratch), scratch holds 2n uint32. */
+ * scratch); scratch holds 2n uint32 per thread (glm5_set_threads). */
 int64_t glm5_topk_set(const float *x, int64_t x_stride, int64_t rows, int64_t n, int64_t k, int64_t *out,
                       uint32_t *scratch) {
     int64_t left = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float *xr = x + r * x_stride;
-        int64_t *o = out + r * (k + 1);
-        int nan = 0;
-        for (int64_t i = 0; i < n; ++i) {
-            nan |= xr[i] != xr[i];
-            scratch[i] = descending_key(xr[i]);
-        }
-        if (nan) {
-            o[0] = -1;
-            ++left;
-            continue;
-        }
-        const uint32_t kth = kth_smallest_key(scratch, n, k, scratch + n);
-        int64_t above = 0, equal = 0;
-        for (int64_t i = 0; i < n; ++i) {
-            above += scratch[i] < kth;
-            equal += scratch[i] == kth;
-        }
-        if (above + equal != k) {
-            o[0] = -1;
-            ++left;
-            continue;
-        }
-        int64_t m = 0;
-        for (int64_t i = 0; i < n && m < k; ++i) { /* branch-free, into a row of k + 1 (see the caller) */
-            o[m] = i;
-            m += scratch[i] <= kth;
-        }
-    }
+#pragma omp parallel for reduction(+ : left) if (rows * n >= 32768 && n_threads > 1) num_threads(n_threads)
+    for (int64_t r = 0; r < rows; ++r)
+        left += topk_row(x + r * x_stride, n, k, out + r * (k + 1), scratch + 2 * n * omp_get_thread_num());
     return left;
 }

@@ -16,9 +16,15 @@
 using at::vec::Vectorized;
 using Vec = Vectorized<float>;
 
+static int n_threads = 1;
+
 extern "C" {
 
-// x[r] = silu(x[r]) * u[r] (* w[r]), in place on x; rows of n floats, `x_stride` / `u_stride` apart.
+// Threads for row-parallel kernels: torch's own OpenMP runtime and thread count (see cpu_kernels.c).
+void glm5_set_threads(int n) { n_threads = n > 0 ? n : 1; }
+
+// x[r] = silu(x[r]) * u[r] (* w[r]), in place on x; rows of n floats, `x_stride` / `u_stride` apart. One
+// thread: which values take the vector exp depends on where torch would split the work between threads.
 // torch: F.silu(x, inplace=True), then x.mul_(u) (.mul_(w[:, None])). torch's SiLU kernel handles a row
 // two vectors at a time as x / (1 + exp(-x)), and the remainder one float at a time with std::exp.
 void glm5_silu_mul(float* x, int64_t x_stride, const float* u, int64_t u_stride, const float* w, int64_t rows,
@@ -56,16 +62,17 @@ void glm5_softmax_bias(float* x, const float* bias, int64_t batches, int64_t t, 
     using at::vec::map;
     using at::vec::map2;
     using at::vec::reduce_all;
-    for (int64_t b = 0; b < batches; ++b)
-        for (int64_t j = 0; j < t; ++j) {
-            float* row = x + (b * t + j) * s;
-            map2([](Vec a, Vec m) { return a + m; }, row, row, bias + j * s, s);
-            const float mx = reduce_all<float>([](Vec& a, Vec& c) { return at::vec::maximum(a, c); }, row, s);
-            map([mx](Vec a) { return (a - Vec(mx)).exp(); }, row, row, s);
-            float sum = reduce_all<float>([](Vec a, Vec c) { return a + c; }, row, s);
-            sum = 1 / sum;
-            map([sum](Vec a) { return a * Vec(sum); }, row, row, s);
-        }
+    const int64_t rows = batches * t;
+#pragma omp parallel for if (rows * s >= 32768 && n_threads > 1) num_threads(n_threads)
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = x + r * s;
+        map2([](Vec a, Vec m) { return a + m; }, row, row, bias + (r % t) * s, s);
+        const float mx = reduce_all<float>([](Vec& a, Vec& c) { return at::vec::maximum(a, c); }, row, s);
+        map([mx](Vec a) { return (a - Vec(mx)).exp(); }, row, row, s);
+        float sum = reduce_all<float>([](Vec a, Vec c) { return a + c; }, row, s);
+        sum = 1 / sum;
+        map([sum](Vec a) { return a * Vec(sum); }, row, row, s);
+    }
 }
 
 }  // extern "C"

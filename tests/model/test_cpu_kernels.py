@@ -258,3 +258,33 @@ def test_the_build_is_cached(fresh_state):
     cpu_kernels._state.clear()
     assert cpu_kernels._load() is not None and cpu_kernels._state["enabled"] == ALL
     assert {p.name: p.stat().st_mtime_ns for p in fresh_state.glob("*.so")} == built
+
+
+@needs_cc
+def test_kernels_split_between_threads_give_the_same_bits(monkeypatch):
+    """Above 32K values the kernels split rows between torch's threads (not under OMP_WAIT_POLICY=PASSIVE,
+    where they stay on one): every row is still computed whole, so the bits are the references'."""
+    monkeypatch.setattr(cpu_kernels, "_PASSIVE", False)
+    g = torch.Generator().manual_seed(8)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            x, w = torch.randn(512, 768, generator=g), torch.randn(768, generator=g)
+            assert torch.equal(cpu_kernels.rms_norm(x, w, 1e-6), cpu_kernels.torch_rms_norm(x, w, 1e-6))
+            assert cpu_kernels._state["threads"] == 2
+            s = torch.randn(300, 512, generator=g)
+            s[7, :300] = 0.0  # a tie row among them, left to torch
+            got = cpu_kernels.topk_indices(s, 256)
+            assert torch.equal(got.sort(-1).values, s.topk(256, -1, sorted=False).indices.sort(-1).values)
+            scores = torch.randn(8, 128, 512, generator=g)
+            bias = torch.zeros(128, 512).masked_fill_(torch.rand(128, 512, generator=g) < 0.3, float("-inf"))
+            want = cpu_kernels.torch_softmax_bias(scores.clone(), bias)
+            assert torch.equal(cpu_kernels.softmax_bias(scores, bias), want)
+            q = torch.randn(512, 8, 128, generator=g)[..., 64:96]
+            ang = torch.randn(512, 1, 16, generator=g)
+            assert torch.equal(
+                cpu_kernels.rope(q, ang.cos(), ang.sin()), cpu_kernels.torch_rope(q, ang.cos(), ang.sin())
+            )
+    finally:
+        torch.set_num_threads(before)
