@@ -127,6 +127,10 @@ def run_embedded(
         )
 
     app = create_app(engine, tokenizer, settings, on_ready=ready)
+    if engine.core.runner.device.type == "cpu":
+        from model import cpu_kernels
+
+        console.print(f"[dim]{cpu_kernels.status()}[/]", highlight=False)  # builds them on a first run (seconds)
     console.print(f"warming up (one generation) at http://{host}:{port} ...")
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
