@@ -126,11 +126,14 @@ def gemm_probe_ms() -> float:
     import torch
 
     a, b = torch.randn(512, 768), torch.randn(768, 2048)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same probe whatever the benchmark's thread count
     times = []
     for _ in range(21):
         t0 = time.perf_counter()
         a @ b
         times.append(time.perf_counter() - t0)
+    torch.set_num_threads(threads)
     return statistics.median(times) * 1e3
 
 
