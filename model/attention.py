@@ -119,13 +119,8 @@ class MLA(nn.Module):
             bias = None
             if B == 1 and q_idx.dim() == 1 and q.dtype == torch.float32:  # one fused pass on CPU, same values
                 bias = cpu_kernels.attn_bias(None if picks is None else picks[0], q_idx[t0:t1], s_end)
-            if bias is None:
-                future = torch.arange(s_end, device=c_kv.device) > q_idx[..., t0:t1, None]  # [t, s] or [B, t, s]
-                if picks is None:
-                    bias = torch.zeros(future.shape, dtype=q.dtype, device=q.device).masked_fill_(future, float("-inf"))
-                else:
-                    bias = torch.full((B, t1 - t0, S), float("-inf"), dtype=q.dtype, device=q.device)
-                    bias = bias.scatter_(-1, picks, 0.0)[..., :s_end].masked_fill_(future, float("-inf"))
+            if bias is None:  # [t, s] or [B, t, s]
+                bias = cpu_kernels.torch_attn_bias(picks, q_idx[..., t0:t1], s_end, n_keys=S, dtype=q.dtype)
             # Every row keeps at least key 0 or its top-k picks, so no row is all -inf. The mask is added to the
             # scores after the GEMM (the same bits as accumulating onto it: x + 0 = x, x - inf = -inf), on CPU
             # in the softmax kernel's own pass.
@@ -136,9 +131,7 @@ class MLA(nn.Module):
                 # [1, t, s] broadcasts over the heads; with B > 1 each sequence's mask is repeated per head.
                 bias = bias if B == 1 else bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
                 probs = cpu_kernels.torch_softmax_bias(scores, bias)
-            if (
-                B == 1 and not torch.is_grad_enabled()
-            ):  # straight into out's [t, H, Dv] rows, viewed as [H, t, Dv]: no copy (the same bits)
+            if B == 1 and not torch.is_grad_enabled():  # straight into out's [t, H, Dv] rows: no copy, same bits
                 torch.bmm(probs, v[:, :s_end], out=out[0, t0:t1].transpose(0, 1))
             else:
                 out[:, t0:t1] = torch.bmm(probs, v[:, :s_end]).unflatten(0, (B, H)).transpose(1, 2)

@@ -102,14 +102,18 @@ def torch_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def torch_attn_bias(topk_tK: torch.Tensor | None, q_idx_t: torch.Tensor, s_end: int) -> torch.Tensor:
-    """Additive mask [t, s_end] of a block of queries: 0 where key s <= q_idx[t] (and s is among topk[t]), else
-    -inf (model/attention.py, `attend_expanded`)."""
-    future = torch.arange(s_end, device=q_idx_t.device) > q_idx_t[:, None]
-    if topk_tK is None:
-        return torch.zeros(future.shape).masked_fill_(future, float("-inf"))
-    bias = torch.full((topk_tK.shape[0], max(s_end, int(topk_tK.max()) + 1)), float("-inf"))
-    return bias.scatter_(-1, topk_tK, 0.0)[:, :s_end].masked_fill_(future, float("-inf"))
+def torch_attn_bias(
+    topk: torch.Tensor | None, q_idx: torch.Tensor, s_end: int, n_keys: int | None = None, dtype=torch.float32
+) -> torch.Tensor:
+    """Additive mask [..., t, s_end] of a block of queries (model/attention.py, `attend_expanded`): 0 where key
+    s <= q_idx[..., t] (and s is among topk[..., t, :] when given), else -inf. q_idx [t] or [B, t]; topk
+    [..., t, K] with every index below n_keys (default: found from topk)."""
+    future = torch.arange(s_end, device=q_idx.device) > q_idx[..., None]
+    if topk is None:
+        return torch.zeros(future.shape, dtype=dtype, device=q_idx.device).masked_fill_(future, float("-inf"))
+    width = max(s_end, n_keys if n_keys is not None else int(topk.max()) + 1)
+    bias = torch.full((*topk.shape[:-1], width), float("-inf"), dtype=dtype, device=q_idx.device)
+    return bias.scatter_(-1, topk, 0.0)[..., :s_end].masked_fill_(future, float("-inf"))
 
 
 def torch_concat_heads(a: torch.Tensor, b: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -337,15 +341,21 @@ def softmax_bias(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor | None:
 
 
 def silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor | None:
-    """`torch_silu_mul` (in place on x) in one pass, for 2-D x and u of one shape with unit stride along rows, and
-    w [rows]; or None (then x is untouched).
+    """`torch_silu_mul` (in place on x) in one pass, for x and u of one shape (2-D with unit stride along rows, or
+    contiguous), w [rows] (2-D only); or None (then x is untouched).
 
     Which values take torch's vector exp and which its scalar one depends on how torch walks the tensor: a
     contiguous one as a single run, a strided one row by row, and above 32K values split between threads at
     element boundaries. The kernel follows the first two; with several threads on a larger tensor it stands
     aside."""
     fn = _usable("glm5_silu_mul", x, u, *(() if w is None else (w,)))
-    if fn is None or x.dim() != 2 or x.shape != u.shape or x.stride(1) != 1 or u.stride(1) != 1:
+    if fn is None or x.shape != u.shape or x.dim() == 0:
+        return None
+    if x.dim() != 2:  # [..., n] contiguous: as rows
+        if w is not None or not (x.is_contiguous() and u.is_contiguous()):
+            return None
+        return x if silu_mul(x.view(-1, x.shape[-1]), u.view(-1, u.shape[-1])) is not None else None
+    if x.stride(1) != 1 or u.stride(1) != 1:
         return None
     if w is not None and (w.shape != (x.shape[0],) or not w.is_contiguous()):
         return None

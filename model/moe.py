@@ -33,6 +33,19 @@ from model import cpu_kernels
 from model.config import GLM5Config
 
 
+def swiglu(g: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
+    """SwiGLU's activation silu(g) * u (* w, one weight per row of 2-D g). Without autograd it is computed in
+    place on g (a projection's fresh output), on CPU in one fused pass; every path gives the same bits."""
+    if torch.is_grad_enabled():
+        act = F.silu(g) * u
+        return act if w is None else act * w[:, None]
+    if cpu_kernels.silu_mul(g, u, w) is not None:
+        return g
+    act = F.silu(g, inplace=True)
+    fused = cpu_kernels.mul_rows(act, u, w)  # both products in one pass (CPU)
+    return fused if fused is not None else cpu_kernels.torch_mul_rows(act, u, w)
+
+
 class MLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
@@ -47,14 +60,7 @@ class MLP(nn.Module):
         if pair is not None and not torch.is_grad_enabled() and pair.current(self):
             g, u = pair(x)
             return self.down_proj(F.silu(g) * u)
-        if not torch.is_grad_enabled():  # inference: g = silu(g) * u in place, fused on CPU (the same bits)
-            g, u = self.gate_proj(x), self.up_proj(x)
-            if cpu_kernels.silu_mul(g.view(-1, g.shape[-1]), u.view(-1, u.shape[-1])) is None:
-                F.silu(g, inplace=True)
-                if cpu_kernels.mul_rows(g, u) is None:
-                    g.mul_(u)
-            return self.down_proj(g)
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
 class Router(nn.Module):
@@ -205,13 +211,7 @@ class MoE(nn.Module):
         h = torch._grouped_mm(x_ND.index_select(0, token), self._gate_up, offs=offs)  # [N*k, 2I]
         g, u = h.split(self.inter, dim=-1)
         # The routing weight scales the [N*k, I] activation rather than the [N*k, D] output: down is linear.
-        w = w_Nk.flatten()[order].to(x_ND.dtype)
-        # silu(g) * u * w in one pass on CPU in inference, in place on h's own half (the same bits).
-        act = cpu_kernels.silu_mul(g, u, w)
-        if act is None:
-            act = F.silu(g, inplace=not torch.is_grad_enabled())  # in place on h's own half when nothing trains
-            fused = cpu_kernels.mul_rows(act, u, w)  # both products in one pass (CPU inference; the same bits)
-            act = fused if fused is not None else cpu_kernels.torch_mul_rows(act, u, w)
+        act = swiglu(g, u, w_Nk.flatten()[order].to(x_ND.dtype))  # in place on h's own half when nothing trains
         ys = torch._grouped_mm(act, self._down, offs=offs)  # [N*k, D]
         return (torch.zeros_like(x_ND) if out is None else out).index_add_(0, token, ys)
 

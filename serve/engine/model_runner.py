@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.profiler import record_function
 
 from model import cpu_kernels
+from model.moe import swiglu
 from model.rope import apply_rope
 from serve.engine.config import EngineConfig
 from serve.engine.fused_weights import FusedLayer, fuse_head, fuse_layer
@@ -364,11 +365,9 @@ class ModelRunner:
                     lat_BKL = self._gather_rows(latent, slots_BK)
                 out[rows] = self.absorbed_attend(attn, q_nope[rows], q_pe[rows], lat_BKL, valid_BK)
             # The residual sums go into the sublayers' fresh outputs (addition commutes exactly: the same bits).
-            o, ln = attn.o_proj(out.view(N, -1)), layer.post_attention_layernorm
-            summed = cpu_kernels.add_rms_norm(o, x_ND, ln.weight, ln.eps)  # sum and norm in one pass (CPU fp32)
-            x_ND, h = summed if summed is not None else (o.add_(x_ND), None)
+            # The residual sum and the MLP's input norm (one fused pass on CPU).
+            x_ND, h = layer.post_attention_layernorm.add_forward(attn.o_proj(out.view(N, -1)), x_ND)
         with record_function("mlp"):
-            h = rms_norm(ln, x_ND) if h is None else h
             return self._mlp_fast(layer.mlp, fused, h).add_(x_ND)
 
     @staticmethod
@@ -376,12 +375,7 @@ class ModelRunner:
         if gate_up is None:
             return mlp(x)
         g, u = F.linear(x, gate_up).chunk(2, -1)
-        # In place on the GEMM's own fresh output (the same values as F.silu(g) * u): fused on CPU.
-        if x.dim() == 2 and cpu_kernels.silu_mul(g, u) is not None:
-            return mlp.down_proj(g)
-        act = F.silu(g, inplace=True)
-        fused = cpu_kernels.mul_rows(act, u)  # the product in place, one pass (CPU fp32)
-        return mlp.down_proj(fused if fused is not None else act * u)
+        return mlp.down_proj(swiglu(g, u))  # in place on the GEMM's own fresh output
 
     def _mlp_fast(self, mlp, fused: FusedLayer, h_ND):
         if not hasattr(mlp, "experts"):
