@@ -9,13 +9,12 @@ import sys
 
 import pytest
 import torch
-from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from finetune.sft import load_adapter
 from glm5cli.app import app
 from model import GLM5ForCausalLM
-from tests.glm5cli.test_finetune_sft import dies_after_first_save
+from tests.glm5cli.test_finetune_sft import kill_and_resume
 from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
 
 runner = CliRunner(env={"COLUMNS": "300"})
@@ -111,17 +110,5 @@ def test_rl_resumes_exactly_after_a_kill(ckpt, tmp_path, monkeypatch):
     opts = ["--tasks", str(tmp_path / "t.jsonl"), "--reward", '{"type": "regex", "pattern": "[0-9]"}']
     opts += ["--steps", "5", "--save-every", "2", "--prompts-per-step", "2", "--group-size", "4"]
     opts += ["--max-new-tokens", "4", "--lr", "5e-3", "--rank", "4"]
-    whole = tmp_path / "whole"
-    assert runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(whole), *opts]).exit_code == 0
-    real, saves = grpo.train_grpo, []
-    out = tmp_path / "resumed"
-    monkeypatch.setattr(grpo, "train_grpo", dies_after_first_save(real, saves))
-    r = runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(out), *opts])
-    assert r.exit_code != 0 and saves == [2] and not out.exists()
-    monkeypatch.setattr(grpo, "train_grpo", real)
-    r = runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(out), *opts])
-    assert r.exit_code == 0 and "from step 2 of 5" in r.output, r.output
-    a = load_file(whole / "adapter" / "adapter_model.safetensors")
-    b = load_file(out / "adapter" / "adapter_model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    whole, out = kill_and_resume("rl", ckpt, opts, grpo, "train_grpo", 5, tmp_path, monkeypatch)
     assert (whole / "rl_log.jsonl").read_text() == (out / "rl_log.jsonl").read_text()

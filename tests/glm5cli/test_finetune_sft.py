@@ -131,24 +131,31 @@ def dies_after_first_save(real, saves: list):
     return loop
 
 
+def kill_and_resume(command, ckpt, opts, module, loop_name, steps, tmp_path, monkeypatch):
+    """Runs `glm5 finetune COMMAND` whole, then killed right after its first checkpoint (step 2) and rerun, and
+    checks that the rerun resumed and wrote the same adapter. -> (whole run's dir, resumed run's dir)."""
+    whole = tmp_path / "whole"
+    assert runner.invoke(app, ["finetune", command, str(ckpt), "--out", str(whole), *opts]).exit_code == 0
+    real, saves = getattr(module, loop_name), []
+    out = tmp_path / "resumed"
+    monkeypatch.setattr(module, loop_name, dies_after_first_save(real, saves))
+    r = runner.invoke(app, ["finetune", command, str(ckpt), "--out", str(out), *opts])
+    assert r.exit_code != 0 and saves == [2] and not out.exists()
+    monkeypatch.setattr(module, loop_name, real)
+    r = runner.invoke(app, ["finetune", command, str(ckpt), "--out", str(out), *opts])
+    assert r.exit_code == 0 and f"from step 2 of {steps}" in r.output, r.output
+    a = load_file(whole / "adapter" / "adapter_model.safetensors")
+    b = load_file(out / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return whole, out
+
+
 def test_sft_resumes_exactly_after_a_kill(tiny_checkpoint, tmp_path, monkeypatch):  # noqa: F811
     import finetune.sft as sft
 
     sessions = _sessions(tmp_path / "sessions", n=2)
     opts = ["--trajectories", str(sessions), "--steps", "6", "--save-every", "2", "--rank", "4", "--batch-size", "2"]
-    whole = tmp_path / "whole"
-    assert runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(whole), *opts]).exit_code == 0
-    real, saves = sft.train_mtp, []
-    out = tmp_path / "resumed"
-    monkeypatch.setattr(sft, "train_mtp", dies_after_first_save(real, saves))
-    r = runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(out), *opts])
-    assert r.exit_code != 0 and saves == [2] and not out.exists()
-    monkeypatch.setattr(sft, "train_mtp", real)
-    r = runner.invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--out", str(out), *opts])
-    assert r.exit_code == 0 and "from step 2 of 6" in r.output, r.output
-    a = load_file(whole / "adapter" / "adapter_model.safetensors")
-    b = load_file(out / "adapter" / "adapter_model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    kill_and_resume("sft", tiny_checkpoint, opts, sft, "train_mtp", 6, tmp_path, monkeypatch)
 
 
 def test_serve_lora_flag_errors(tmp_path, tiny_checkpoint):  # noqa: F811
