@@ -4,7 +4,6 @@ log, a merged checkpoint `glm5 serve` loads), and the bad inputs, each named by 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 
 import pytest
@@ -14,25 +13,13 @@ from typer.testing import CliRunner
 from finetune.sft import load_adapter
 from glm5cli.app import app
 from model import GLM5ForCausalLM
-from tests.glm5cli.test_finetune_sft import kill_and_resume
+from tests.glm5cli.test_finetune_sft import ckpt, kill_and_resume  # noqa: F401 (ckpt: the same peaky checkpoint)
 from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
 
 runner = CliRunner(env={"COLUMNS": "300"})
 
 
-@pytest.fixture(scope="module")
-def ckpt(tiny_checkpoint, tmp_path_factory):  # noqa: F811
-    """The tiny checkpoint with its lm_head scaled 20x (see tests/glm5cli/test_finetune_sft.py)."""
-    path = tmp_path_factory.mktemp("peaky-rl")
-    shutil.copytree(tiny_checkpoint, path, dirs_exist_ok=True)
-    model = GLM5ForCausalLM.from_pretrained(path)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
-    model.save_pretrained(path)
-    return path
-
-
-def test_rl_trains_on_checkable_rewards_and_writes_an_adapter_a_log_and_a_checkpoint(ckpt, tmp_path):
+def test_rl_trains_on_checkable_rewards_and_writes_an_adapter_a_log_and_a_checkpoint(ckpt, tmp_path):  # noqa: F811
     tasks = tmp_path / "tasks.jsonl"
     check = f'{sys.executable} -c "import sys; sys.exit(0 if any(c.isdigit() for c in sys.stdin.read()) else 1)"'
     rows = [
@@ -84,7 +71,7 @@ def test_rl_trains_on_checkable_rewards_and_writes_an_adapter_a_log_and_a_checkp
         ('{"prompt": "a", "reward": {"type": "command"}}\n', 'tasks.jsonl:1: bad reward: a "command" reward needs'),
     ],
 )
-def test_bad_tasks_are_named_by_file_and_line(ckpt, tmp_path, text, msg):
+def test_bad_tasks_are_named_by_file_and_line(ckpt, tmp_path, text, msg):  # noqa: F811
     (tmp_path / "tasks.jsonl").write_text(text)
     args = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), "--tasks", str(tmp_path / "tasks.jsonl")]
     r = runner.invoke(app, args)
@@ -92,7 +79,7 @@ def test_bad_tasks_are_named_by_file_and_line(ckpt, tmp_path, text, msg):
     assert not (tmp_path / "o").exists()
 
 
-def test_bad_options_are_usage_errors(ckpt, tmp_path):
+def test_bad_options_are_usage_errors(ckpt, tmp_path):  # noqa: F811
     (tmp_path / "t.jsonl").write_text('{"prompt": "a"}\n')
     base = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), "--tasks", str(tmp_path / "t.jsonl")]
     r = runner.invoke(app, [*base, "--reward", "{not json"])
@@ -103,7 +90,7 @@ def test_bad_options_are_usage_errors(ckpt, tmp_path):
     assert r.exit_code == 1 and "not a checkpoint directory" in r.output
 
 
-def test_rl_resumes_exactly_after_a_kill(ckpt, tmp_path, monkeypatch):
+def test_rl_resumes_exactly_after_a_kill(ckpt, tmp_path, monkeypatch):  # noqa: F811
     import finetune.grpo as grpo
 
     (tmp_path / "t.jsonl").write_text('{"prompt": "def f(x):"}\n{"prompt": "class A:"}\n')
