@@ -290,21 +290,30 @@ def concat_heads(a: torch.Tensor, b: torch.Tensor, scale: float | None = None) -
     return out
 
 
-def mul_rows(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor | None:
-    """`torch_mul_rows` (in place on x) in one pass, for x and u of one shape (2-D with unit stride along rows, or
-    contiguous), w [rows] (2-D only); or None."""
-    fn = _usable("glm5_mul_rows", x, u, *(() if w is None else (w,)))
-    if fn is None or x.shape != u.shape or x.dim() == 0:
+def _row_pair(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None):
+    """x and u (one shape) as [rows, n] views with unit stride along rows (2-D, or contiguous of any rank), given
+    w is None or [rows] (2-D only); else None."""
+    if x.shape != u.shape or x.dim() == 0:
         return None
-    if x.dim() != 2:  # [..., n] contiguous: as rows
+    if x.dim() != 2:
         if w is not None or not (x.is_contiguous() and u.is_contiguous()):
             return None
-        return x if mul_rows(x.view(-1, x.shape[-1]), u.view(-1, u.shape[-1])) is not None else None
+        x, u = x.view(-1, x.shape[-1]), u.view(-1, u.shape[-1])
     if x.stride(1) != 1 or u.stride(1) != 1:
         return None
     if w is not None and (w.shape != (x.shape[0],) or not w.is_contiguous()):
         return None
-    fn(x.data_ptr(), x.stride(0), u.data_ptr(), u.stride(0), None if w is None else w.data_ptr(), *x.shape)
+    return x, u
+
+
+def mul_rows(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor | None:
+    """`torch_mul_rows` (in place on x) in one pass, for x and u of one shape (2-D with unit stride along rows, or
+    contiguous), w [rows] (2-D only); or None."""
+    fn = _usable("glm5_mul_rows", x, u, *(() if w is None else (w,)))
+    if fn is None or (pair := _row_pair(x, u, w)) is None:
+        return None
+    x2, u2 = pair
+    fn(x2.data_ptr(), x2.stride(0), u2.data_ptr(), u2.stride(0), None if w is None else w.data_ptr(), *x2.shape)
     return x
 
 
@@ -349,24 +358,17 @@ def silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) ->
     element boundaries. The kernel follows the first two; with several threads on a larger tensor it stands
     aside."""
     fn = _usable("glm5_silu_mul", x, u, *(() if w is None else (w,)))
-    if fn is None or x.shape != u.shape or x.dim() == 0:
-        return None
-    if x.dim() != 2:  # [..., n] contiguous: as rows
-        if w is not None or not (x.is_contiguous() and u.is_contiguous()):
-            return None
-        return x if silu_mul(x.view(-1, x.shape[-1]), u.view(-1, u.shape[-1])) is not None else None
-    if x.stride(1) != 1 or u.stride(1) != 1:
-        return None
-    if w is not None and (w.shape != (x.shape[0],) or not w.is_contiguous()):
+    if fn is None or (pair := _row_pair(x, u, w)) is None:
         return None
     if torch.get_num_threads() > 1 and x.numel() > _GRAIN:
         return None
-    if x.is_contiguous():  # one run, as torch walks it
-        if w is not None or not u.is_contiguous():
+    x2, u2 = pair
+    if x2.is_contiguous():  # one run, as torch walks it
+        if w is not None or not u2.is_contiguous():
             return None
-        fn(x.data_ptr(), x.numel(), u.data_ptr(), u.numel(), None, 1, x.numel())
+        fn(x2.data_ptr(), x2.numel(), u2.data_ptr(), u2.numel(), None, 1, x2.numel())
     else:
-        fn(x.data_ptr(), x.stride(0), u.data_ptr(), u.stride(0), None if w is None else w.data_ptr(), *x.shape)
+        fn(x2.data_ptr(), x2.stride(0), u2.data_ptr(), u2.stride(0), None if w is None else w.data_ptr(), *x2.shape)
     return x
 
 
