@@ -212,16 +212,20 @@ class ModelRunner:
         prev_topk: dict[int, torch.Tensor | None] = {}
         if self.fast:
             self._ensure_fused()
-        for i, layer in enumerate(self._layers()):
+        layers = self._layers()
+        for i, layer in enumerate(layers):
             # record_function labels let a profiler split a step into attention / mlp / lm_head / sampler.
             if self.fast:
-                x_ND = self._layer_fast(i, layer, self.fused[i], x_ND, rope_cs, step, prev_topk)
+                # Only the sampled rows of the last layer's output are read: its queries, attention and MLP
+                # run for those rows alone (`_layer_fast`), and x_ND comes back with just them.
+                final = i == len(layers) - 1
+                x_ND = self._layer_fast(i, layer, self.fused[i], x_ND, rope_cs, step, prev_topk, final=final)
             else:
                 x_ND = self._layer_plain(i, layer, x_ND, cos, sin, step, prev_topk)
         if not step.sample_rows:
             return torch.empty(0, self.cfg.vocab_size)
         with record_function("lm_head"):
-            return self.model.lm_head(m.norm(x_ND[step.sample_rows])).float()
+            return self.model.lm_head(m.norm(x_ND if self.fast else x_ND[step.sample_rows])).float()
 
     # ---- the plain path: the model's modules ----------------------------------------------------------
 
@@ -303,7 +307,31 @@ class ModelRunner:
 
     # ---- the fast path ------------------------------------------------------------------------------
 
-    def _layer_fast(self, i, layer, fused: FusedLayer, x_ND, rope_cs, step: StepInput, prev_topk) -> torch.Tensor:
+    def _final_rows(self, step: StepInput, prev_topk: dict):
+        """The step as the last layer needs it when only the sampled rows' outputs are read: one single-token
+        query per sampling chunk (its last position, over the chunk's whole context, which this layer's cache
+        write has just completed). -> (that step, the rows it keeps [n], their 'shared'-indexer selections)."""
+        keep = set(step.sample_rows)
+        seqs, prev = [], {}
+        for j, s in enumerate(step.seqs):
+            if s.offset + s.n - 1 in keep:
+                t = prev_topk.get(j)
+                prev[len(seqs)] = None if t is None else t[:, -1:]
+                seqs.append(SeqInput(len(seqs), s.start + s.n - 1, 1, s.block_table, s.block_size))
+        rows = torch.tensor(step.sample_rows, dtype=torch.long, device=self.device)
+        final = StepInput(
+            step.input_ids_N[rows], step.positions_N[rows], step.slots_N[rows], seqs, list(range(len(seqs)))
+        )
+        return final, rows, prev
+
+    def _layer_fast(
+        self, i, layer, fused: FusedLayer, x_ND, rope_cs, step: StepInput, prev_topk, final: bool = False
+    ) -> torch.Tensor:
+        """One decoder layer over the step's rows -> hidden [N, D]. With `final` (the last layer, whose output
+        is read only at the sampled rows): every row's cache entries are written, but queries, attention, o_proj
+        and MLP run only for `step.sample_rows`, and only those rows come back ([len(sample_rows), D], in order).
+        The same values for those rows, to rounding: a prefill of T tokens skips (T - 1) / T of the layer's
+        query side and MLP (llama.cpp skips the unused rows after attention; here they skip attention too)."""
         attn, cfg = layer.self_attn, self.cfg
         N = x_ND.shape[0]
         H, Dn, R, C = attn.n_heads, attn.dn, attn.dr, attn.kv_lora_rank
@@ -318,22 +346,37 @@ class ModelRunner:
                 qa = attn.q_a_proj(h)
                 c_kv, k_pe = attn.kv_a_proj_with_mqa(h).split([C, R], -1)
                 ik = ix.wk(h) if ix is not None else None
+            if final:  # the cache entries for every row, everything else for the sampled rows (docstring)
+                kv_step = step
+                step, keep, prev_topk = self._final_rows(step, prev_topk)
+                N, x_ND, h, qa = len(keep), x_ND[keep], h[keep], qa[keep]
+                rope_q = (rope_cs[0][keep], rope_cs[1][keep])
             qn = attn.q_a_layernorm
             qr = rms_norm(qn, qa)
             q = attn.q_b_proj(qr).view(N, H, Dn + R)
             kn = attn.kv_a_layernorm
             c_kv = rms_norm(kn, c_kv)
-            rot = [q[..., Dn:], k_pe[:, None]]
+            rot = [k_pe[:, None]] if final else [q[..., Dn:], k_pe[:, None]]
             if ik is not None:
                 norm = ix.k_norm
                 ik = F.layer_norm(ik.float(), (Di,), norm.weight.float(), norm.bias.float(), norm.eps).to(h.dtype)
                 rot.append(ik[:, None, :R])
-            # One RoPE call for the query heads, the MLA rotary key and the indexer key's rotary half.
+            # One RoPE call for the query heads, the MLA rotary key and the indexer key's rotary half (two in the
+            # final layer, whose queries are fewer rows than its keys).
             rot = apply_rope(torch.cat(rot, 1), *rope_cs)
-            q_pe, k_pe = rot[:, :H], rot[:, H]
-            if ik is not None:
-                ik = torch.cat([rot[:, H + 1], ik[:, R:]], -1)
-            self.kv.write(i, step.slots_N, c_kv, k_pe, ik)
+            if final:
+                k_pe, q_pe = rot[:, 0], apply_rope(q[..., Dn:], *rope_q)
+                if ik is not None:
+                    ik = torch.cat([rot[:, 1], ik[:, R:]], -1)
+                self.kv.write(i, kv_step.slots_N, c_kv, k_pe, ik)
+                rope_cs = rope_q
+                if N == 0:  # no chunk samples: the cache entries were all this layer had to give
+                    return x_ND
+            else:
+                q_pe, k_pe = rot[:, :H], rot[:, H]
+                if ik is not None:
+                    ik = torch.cat([rot[:, H + 1], ik[:, R:]], -1)
+                self.kv.write(i, step.slots_N, c_kv, k_pe, ik)
             q_nope = q[..., :Dn]
 
             cos, sin = rope_cs

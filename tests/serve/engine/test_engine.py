@@ -286,18 +286,66 @@ def test_fast_path_rms_norm_gives_the_modules_bits(rows, dim):
 
 def test_index_queries_only_for_rows_that_get_scores(tiny_model, monkeypatch):
     """A prefill chunk's first index_topk - start rows see fewer keys than the budget and select them all: the
-    indexer makes queries only for the rows after them (and in a chunk that starts past the budget, all)."""
+    indexer makes queries only for the rows after them (and in a chunk that starts past the budget, all). The
+    last layer makes queries only for the row it samples, and none in a chunk that does not sample."""
     K = tiny_model.config.index_topk
     rows = []
     real = Indexer.queries
     monkeypatch.setattr(Indexer, "queries", lambda self, qr, *a: rows.append(qr.shape[1]) or real(self, qr, *a))
+    layers = tiny_model.model.layers[: tiny_model.config.num_hidden_layers]
+    n_ix = sum(layer.self_attn.indexer is not None for layer in layers)
+    last_ix = layers[-1].self_attn.indexer is not None
     prompt = random_prompts([K + 9], tiny_model.config.vocab_size, seed=5)[0]
     engine = LLMEngine(tiny_model, config=EngineConfig(block_size=4, num_kv_blocks=64, max_num_batched_tokens=K + 4))
     engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
-    engine.step()  # rows 0..K+3: queries for the last 4
-    assert rows and set(rows) == {4}
+    engine.step()  # rows 0..K+3: queries for the last 4 (the chunk does not sample: none in the last layer)
+    assert rows == [4] * (n_ix - last_ix)
     rows.clear()
-    engine.step()  # rows K+4..K+8, all past the budget
-    assert set(rows) == {5}
+    engine.step()  # rows K+4..K+8, all past the budget; the last layer: the sampled row
+    assert rows == [5] * (n_ix - last_ix) + [1] * last_ix
     out = engine.step()[0]
     assert out.token_ids == plain_greedy(tiny_model, prompt, 2)[0]
+
+
+@pytest.mark.parametrize("last_indexer", ["full", "shared"])
+def test_last_layer_runs_only_the_sampled_rows(last_indexer):
+    """The fast path's last layer writes every row's cache entries but runs its queries, attention and MoE only
+    for the rows that are sampled (one per chunk that ends a prompt or decodes; none for a chunk in the middle of
+    a prompt). The logits and every later step still match the plain path (which runs every row), including a
+    last layer that reuses the previous layer's top-k ('shared')."""
+    cfg = preset("tiny").replace(indexer_types=("full", "full", last_indexer))
+    model = GLM5ForCausalLM.from_config(cfg, seed=6).eval()
+    prompts = random_prompts([40, 9, 30], cfg.vocab_size, seed=11)
+    seen: list[int] = []
+    router = model.model.layers[cfg.num_hidden_layers - 1].mlp.gate
+    hook = router.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[0]))
+    try:
+        logits = {}
+        for impl in ("plain", "fast"):
+            engine = LLMEngine(model, config=EngineConfig(block_size=4, num_kv_blocks=64, attn_impl=impl))
+            for p in prompts:
+                engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=3))
+            steps = []
+            for _ in range(3):  # the prefill of all three, then two decode steps
+                chunks = engine.scheduler.schedule()
+                seen.clear()
+                step_logits = engine.runner.forward(engine.runner.prepare(chunks))
+                engine.scheduler.postprocess(chunks, engine.runner.sampler(step_logits, [c.seq for c in chunks]))
+                steps.append(step_logits)
+                assert seen == [sum(c.num_tokens for c in chunks) if impl == "plain" else len(chunks)]
+            logits[impl] = steps
+        for fast, plain in zip(logits["fast"], logits["plain"], strict=True):
+            torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
+
+        # A prompt prefilled in chunks: the first chunk samples nothing, so its last layer only writes the cache.
+        engine = LLMEngine(model, config=EngineConfig(block_size=4, num_kv_blocks=64, max_num_batched_tokens=24))
+        engine.add_request(prompts[0], GREEDY)
+        seen.clear()
+        engine.step()
+        assert seen == []
+        out = None
+        while engine.has_unfinished:
+            (out,) = engine.step()
+        assert out.token_ids == plain_greedy(model, prompts[0], MAX_TOKENS)[0]
+    finally:
+        hook.remove()
