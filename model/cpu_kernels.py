@@ -68,10 +68,13 @@ _SIGNATURES = {
     "glm5_topk_set": (_P, _I, _I, _I, _I, _P, _P),
     "glm5_softmax_bias": (_P, _P, _I, _I, _I),
     "glm5_silu_mul": (_P, _I, _P, _I, _P, _I, _I),
+    "glm5_moe_experts": (_P, _I, _P, _P, _P, _I, _P, _P, _I, _I, _P, _I, _P, _I),
 }
-# Which source each kernel is in: plain C, or C++ on torch's vector math (the ones that call exp).
-_SOURCE_OF = {name: "cpp" if name in ("glm5_softmax_bias", "glm5_silu_mul") else "c" for name in _SIGNATURES}
-_RESTYPES = {"glm5_topk_set": ctypes.c_int64}
+# Which source each kernel is in: plain C, or C++ on torch's vector math (the ones that call exp, and the MoE
+# experts, which also call torch's BLAS).
+_CPP = ("glm5_softmax_bias", "glm5_silu_mul", "glm5_moe_experts")
+_SOURCE_OF = {name: "cpp" if name in _CPP else "c" for name in _SIGNATURES}
+_RESTYPES = {"glm5_topk_set": ctypes.c_int64, "glm5_moe_experts": ctypes.c_int}
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "fns": {name: function} | None, "enabled": names that passed the probe, "note"
@@ -136,6 +139,27 @@ def torch_softmax_bias(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 def torch_silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
     """SwiGLU's activation in place: x = silu(x) * u (* w, one weight per row)."""
     return torch_mul_rows(F.silu(x, inplace=True), u, w)
+
+
+def torch_moe_experts(
+    x: torch.Tensor,
+    token: torch.Tensor,
+    w: torch.Tensor,
+    counts: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    out: torch.Tensor,
+    swiglu=torch_silu_mul,
+) -> torch.Tensor:
+    """The routed experts of a MoE layer over (token, expert) pairs sorted by expert (model/moe.py,
+    `MoE.routed_stacked`): pair p is row token[p] of x [N, D] with routing weight w[p]; expert e owns the next
+    counts[e] pairs; gate_up [E, D, 2I] and down [E, I, D] are the experts' stacked weights (input-major).
+    out [N, D] += sum over pairs of w[p] * down_e(silu(gate_e(x)) * up_e(x)), in place, in pair order.
+    `swiglu(g, u, w)` computes the activation in place on g (any function with torch_silu_mul's bits)."""
+    h = torch._grouped_mm(x.index_select(0, token), gate_up, offs=counts.cumsum(0).to(torch.int32))
+    g, u = h.split(down.shape[1], dim=-1)
+    act = swiglu(g, u, w)
+    return out.index_add_(0, token, torch._grouped_mm(act, down, offs=counts.cumsum(0).to(torch.int32)))
 
 
 # ---- the kernels ----------------------------------------------------------------------------------------
@@ -370,6 +394,41 @@ def silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) ->
     else:
         fn(x2.data_ptr(), x2.stride(0), u2.data_ptr(), u2.stride(0), None if w is None else w.data_ptr(), *x2.shape)
     return x
+
+
+def moe_experts(
+    x: torch.Tensor,
+    token: torch.Tensor,
+    w: torch.Tensor,
+    counts: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor | None:
+    """`torch_moe_experts` in one call: per expert, its rows gathered, the same two sgemm calls torch's grouped GEMM
+    makes, the SwiGLU and the weighted scatter-add, with one expert's rows in cache at a time; or None.
+
+    On one thread only (or a small layer): above 32K activation values torch's SiLU splits its work between
+    threads, which decides which values take its vector exp (see `silu_mul`)."""
+    fn = _usable("glm5_moe_experts", x, w, gate_up, down, out)
+    if fn is None or x.dim() != 2 or out.shape != x.shape or x.stride(1) != 1 or out.stride(1) != 1:
+        return None
+    E, D, I2 = gate_up.shape
+    if down.shape != (E, I2 // 2, D) or x.shape[1] != D or not (gate_up.is_contiguous() and down.is_contiguous()):
+        return None
+    if torch.get_num_threads() > 1 and token.numel() * (I2 // 2) > _GRAIN:
+        return None
+    if counts.dtype != torch.int64 or token.dtype != torch.int64 or max(D, I2, token.numel()) >= 2**31:
+        return None
+    token, counts, w = token.contiguous(), counts.contiguous(), w.contiguous()
+    rows = int(counts.max()) if counts.numel() else 0
+    buf = torch.empty(max(1, rows * (2 * D + I2)))
+    if fn(
+        x.data_ptr(), x.stride(0), token.data_ptr(), w.data_ptr(), counts.data_ptr(), E, gate_up.data_ptr(),
+        down.data_ptr(), D, I2 // 2, out.data_ptr(), out.stride(0), buf.data_ptr(), rows,
+    ):  # fmt: skip
+        return None  # no BLAS sgemm in this torch: nothing was written
+    return out
 
 
 def status() -> str:
@@ -656,6 +715,40 @@ def _probe_softmax_bias(fn, g) -> bool:
     return ok
 
 
+def _probe_moe_experts(fn, g) -> bool:
+    """Random routings of tokens to experts (an expert with no tokens, one with one), at toy sizes and at the
+    `small` preset's (768 / 256), against the torch path."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the kernel's condition (`moe_experts`); the reference's SiLU walk depends on it
+    try:
+        return _probe_moe_cases(fn, g)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _probe_moe_cases(fn, g) -> bool:
+    ok = True
+    for N, E, k, D, I in ((9, 4, 2, 40, 12), (64, 8, 2, 96, 48), (256, 32, 4, 768, 256)):
+        x, out = torch.randn(N, D, generator=g), torch.randn(N, D, generator=g)
+        gate_up, down = torch.randn(E, D, 2 * I, generator=g) / D**0.5, torch.randn(E, I, D, generator=g) / I**0.5
+        idx = torch.stack([torch.randperm(E - 1, generator=g)[:k] for _ in range(N)])  # expert E-1: no tokens
+        idx[0, 0] = 0 if idx[0, 1] != 0 else 1
+        flat = idx.flatten()
+        order = flat.argsort(stable=True)
+        token, counts = order // k, torch.bincount(flat, minlength=E)
+        w = torch.rand(N * k, generator=g)
+        got = out.clone()
+        buf = torch.empty(int(counts.max()) * (2 * D + 2 * I))
+        r = fn(
+            x.data_ptr(), D, token.data_ptr(), w.data_ptr(), counts.data_ptr(), E, gate_up.data_ptr(),
+            down.data_ptr(), D, I, got.data_ptr(), D, buf.data_ptr(), int(counts.max()),
+        )  # fmt: skip
+        ok &= r == 0 and torch.equal(got, torch_moe_experts(x, token, w, counts, gate_up, down, out.clone()))
+    return ok
+
+
 _PROBES = {
     "glm5_rms_norm": _probe_rms_norm,
     "glm5_add_rms_norm": _probe_add_rms_norm,
@@ -666,4 +759,5 @@ _PROBES = {
     "glm5_topk_set": _probe_topk_set,
     "glm5_softmax_bias": _probe_softmax_bias,
     "glm5_silu_mul": _probe_rows_product(lambda x, u, w: torch_silu_mul(x, u, w)),
+    "glm5_moe_experts": _probe_moe_experts,
 }

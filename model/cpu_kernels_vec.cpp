@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 using at::vec::Vectorized;
 using Vec = Vectorized<float>;
@@ -22,6 +23,13 @@ extern "C" {
 
 // Threads for row-parallel kernels: torch's own OpenMP runtime and thread count (see cpu_kernels.c).
 void glm5_set_threads(int n) { n_threads = n > 0 ? n : 1; }
+
+// BLAS sgemm, Fortran interface with 32-bit ints: the MKL inside libtorch_cpu on x86-64 builds, the very
+// routine torch's CPU matmul calls for fp32. Weak: a torch without it leaves it null, and the MoE kernel
+// declines (returns -1) instead of the library failing to load.
+void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+            const int* ldc) __attribute__((weak));
 
 // x[r] = silu(x[r]) * u[r] (* w[r]), in place on x; rows of n floats, `x_stride` / `u_stride` apart. One
 // thread: which values take the vector exp depends on where torch would split the work between threads.
@@ -73,6 +81,52 @@ void glm5_softmax_bias(float* x, const float* bias, int64_t batches, int64_t t, 
         sum = 1 / sum;
         map([sum](Vec a) { return a * Vec(sum); }, row, row, s);
     }
+}
+
+// The routed experts of one MoE layer, in one call. The (token, expert) pairs come sorted by expert: pair p
+// is token[p] with routing weight w[p], and expert e owns the next counts[e] pairs. For each expert, in order:
+//   A = x[token[p..]]                  gathered rows [m, D], into buf
+//   H = A @ gate_up[e]                 [m, 2I], gate | up (the stack is input-major: [E, D, 2I])
+//   G = silu(H[:, :I]) * H[:, I:] * w  in place on H's first half, row by row
+//   Y = G @ down[e]                    [m, D] (down [E, I, D])
+//   out[token[p]] += Y[p]              in pair order
+// torch (MoE.routed_stacked): index_select, a grouped GEMM, the SwiGLU above, a grouped GEMM, index_add_. Each
+// step is the same operation on the same values: the grouped GEMM runs one sgemm per expert with these very
+// arguments, and index_add_ adds the rows in pair order. What this saves is the [pairs, D] / [pairs, 2I] /
+// [pairs, D] intermediates in memory (one expert's rows stay in cache) and torch's per-expert dispatch.
+// buf: rows * (2 * D + 2 * I) floats, rows >= every counts[e] (an expert is never split: one sgemm each, as
+// torch). Returns 0, or -1 without a BLAS sgemm.
+int glm5_moe_experts(const float* x, int64_t ldx, const int64_t* token, const float* w, const int64_t* counts,
+                     int64_t E, const float* gate_up, const float* down, int64_t D, int64_t I, float* out,
+                     int64_t ldo, float* buf, int64_t rows) {
+    if (sgemm_ == nullptr) return -1;
+    constexpr int64_t V = Vec::size();
+    const float one = 1.0f, zero = 0.0f;
+    float* A = buf;                 // [rows, D]
+    float* H = A + rows * D;        // [rows, 2I]
+    float* Y = H + rows * 2 * I;    // [rows, D]
+    const int n1 = (int)(2 * I), k1 = (int)D, n2 = (int)D, k2 = (int)I;
+    int64_t p = 0;
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t m = counts[e];
+        if (m == 0) continue;
+        const int64_t* tok = token + p;
+        for (int64_t i = 0; i < m; ++i) std::memcpy(A + i * D, x + tok[i] * ldx, D * sizeof(float));
+        const int mi = (int)m;
+        // Row-major C = A @ B is column-major C^T = B^T A^T: B^T is B's row-major storage, as torch calls it.
+        sgemm_("N", "N", &n1, &mi, &k1, &one, gate_up + e * D * 2 * I, &n1, A, &k1, &zero, H, &n1);
+        glm5_silu_mul(H, 2 * I, H + I, 2 * I, w + p, m, I);
+        sgemm_("N", "N", &n2, &mi, &k2, &one, down + e * I * D, &n2, H, &n1, &zero, Y, &n2);
+        for (int64_t i = 0; i < m; ++i) {
+            float* o = out + tok[i] * ldo;
+            const float* y = Y + i * D;
+            int64_t d = 0;
+            for (; d + V <= D; d += V) (Vec::loadu(o + d) + Vec::loadu(y + d)).store(o + d);
+            for (; d < D; ++d) o[d] += y[d];
+        }
+        p += m;
+    }
+    return 0;
 }
 
 }  // extern "C"

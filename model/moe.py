@@ -207,13 +207,14 @@ class MoE(nn.Module):
         """All experts in two grouped GEMMs over the stacked weights (valid only when `_stacked_ok()`).
         The weighted sum per token is added into `out` [N, D] (in place) when given, else into zeros."""
         order, token, counts = self._sort(idx_Nk)
-        offs = counts.cumsum(0).to(torch.int32)
-        h = torch._grouped_mm(x_ND.index_select(0, token), self._gate_up, offs=offs)  # [N*k, 2I]
-        g, u = h.split(self.inter, dim=-1)
+        out = torch.zeros_like(x_ND) if out is None else out
         # The routing weight scales the [N*k, I] activation rather than the [N*k, D] output: down is linear.
-        act = swiglu(g, u, w_Nk.flatten()[order].to(x_ND.dtype))  # in place on h's own half when nothing trains
-        ys = torch._grouped_mm(act, self._down, offs=offs)  # [N*k, D]
-        return (torch.zeros_like(x_ND) if out is None else out).index_add_(0, token, ys)
+        w = w_Nk.flatten()[order].to(x_ND.dtype)
+        # On CPU one fused call per layer, the same bits (model/cpu_kernels.py); else gather, grouped GEMM,
+        # SwiGLU (in place on the GEMM's own output when nothing trains), grouped GEMM, scatter-add.
+        if cpu_kernels.moe_experts(x_ND, token, w, counts, self._gate_up, self._down, out) is not None:
+            return out
+        return cpu_kernels.torch_moe_experts(x_ND, token, w, counts, self._gate_up, self._down, out, swiglu=swiglu)
 
     def routed_grouped(
         self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor, out: torch.Tensor | None = None

@@ -17,7 +17,11 @@ chosen by `EngineConfig.attn_impl`:
   Cost per decode is O(L * Di) for the indexer plus O(K * (C + R)) for attention, not O(L * (C + R)).
   Prefill chunks use the model's attend functions as in "plain".
 
-Then the last position of each sampling chunk goes through the final norm and lm_head, and the sampler.
+Then the last position of each sampling chunk goes through the final norm and lm_head, and the sampler. Nothing
+else reads the last layer's output, so on the fast path that layer writes every row's cache entries but runs its
+queries, attention, o_proj and MLP for the sampled rows only (one per sampling chunk, as a one-token query over
+the chunk's context): a T-token prefill skips (T - 1) / T of that layer's query side and MoE. (The speculative
+runner keeps every row: the MTP layer reads the last layer's hidden states at each position.)
 
 Shapes: N tokens in the step, B decoding sequences, L context length of one sequence, K selected keys,
 H heads, Dn/Dv/R nope/value/rope head dims, C kv_lora_rank, Di index head dim, D hidden, V vocab.

@@ -23,6 +23,7 @@ ALL = {
     "glm5_topk_set",
     "glm5_softmax_bias",
     "glm5_silu_mul",
+    "glm5_moe_experts",
 }
 needs_cc = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc")) is None or shutil.which(os.environ.get("CXX", "c++")) is None,
@@ -159,6 +160,34 @@ def test_softmax_and_silu_kernels_give_the_references_bits(monkeypatch):
 
 
 @needs_cc
+@pytest.mark.parametrize("N, E, k, D, I", [(512, 32, 4, 768, 256), (37, 6, 2, 40, 20)])
+def test_moe_experts_kernel_gives_the_references_bits(monkeypatch, N, E, k, D, I):  # noqa: E741
+    """The fused routed experts against the torch path (gather, grouped GEMM, SwiGLU, grouped GEMM, scatter-add) on
+    a real routing (the `small` preset's sizes, skewed counts, an idle expert), into an output with rows further
+    apart than D; and its conditions: autograd, a thread split of torch's SiLU, a strided stack."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(N, D + 8, generator=g)[:, :D]
+    out = torch.randn(N, D + 16, generator=g)[:, 8 : 8 + D]
+    gate_up, down = torch.randn(E, D, 2 * I, generator=g) / D**0.5, torch.randn(E, I, D, generator=g) / I**0.5
+    logits = torch.randn(N, E, generator=g) + torch.linspace(2, 0, E)  # earlier experts get more tokens
+    logits[:, -1] = float("-inf")  # the last expert gets none
+    idx = logits.topk(k, dim=-1).indices
+    flat = idx.flatten()
+    order = flat.argsort(stable=True)
+    token, counts = order // k, torch.bincount(flat, minlength=E)
+    w = torch.rand(N * k, generator=g)
+    with torch.inference_mode():
+        want = cpu_kernels.torch_moe_experts(x, token, w, counts, gate_up, down, out.clone())
+        got = out.clone()
+        assert cpu_kernels.moe_experts(x, token, w, counts, gate_up, down, got) is got
+        assert torch.equal(got, want)
+        assert cpu_kernels.moe_experts(x, token, w, counts, gate_up.transpose(1, 2), down, got) is None
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # torch's SiLU would split a big layer
+        assert (cpu_kernels.moe_experts(x, token, w, counts, gate_up, down, got) is None) == (N * k * I > 32768)
+    assert cpu_kernels.moe_experts(x, token, w, counts, gate_up, down, got) is None  # autograd on
+
+
+@needs_cc
 @pytest.mark.parametrize("rows, n, k", [(50, 512, 256), (30, 64, 20), (8, 7, 7), (8, 100, 1)])
 def test_topk_kernel_gives_torchs_set_and_leaves_ambiguous_rows_to_torch(rows, n, k):
     g = torch.Generator().manual_seed(5)
@@ -246,7 +275,7 @@ def test_without_a_working_compiler_the_references_run(fresh_state, monkeypatch,
 def test_the_c_kernels_work_without_a_cpp_compiler(fresh_state, monkeypatch, tmp_path):
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
     assert cpu_kernels._load() is not None
-    assert cpu_kernels._state["enabled"] == ALL - {"glm5_softmax_bias", "glm5_silu_mul"}
+    assert cpu_kernels._state["enabled"] == ALL - set(cpu_kernels._CPP)
     assert "no C++ compiler" in cpu_kernels.status()
 
 
