@@ -9,8 +9,10 @@ both alike:
                    our GLM5ForCausalLM vs GlmMoeDsaForCausalLM
   serving prefill  what a prefill is in serving: the prompt in, its KV cache written, the next token's
                    logits out. Ours: one step of the engine (serve/engine, paged latent cache, fused
-                   projections); transformers: its forward as generate() runs a prefill (use_cache=True,
-                   logits_to_keep=1)
+                   projections; its last layer writes every token's cache entries but runs queries,
+                   attention and MoE only for the sampled last token, whose logits are all a prefill
+                   returns); transformers: its forward as generate() runs a prefill (use_cache=True,
+                   logits_to_keep=1, every layer over every token)
 For each it prints the median tokens/s, by wall clock and by process CPU time, and the ratios; the ratio of the
 fastest runs by CPU time (on a shared machine, other load only ever adds time, so the minimum is the least
 disturbed estimate); and the median ratio within back-to-back pairs (each repetition runs both, in alternating
