@@ -315,5 +315,14 @@ def test_kernels_split_between_threads_give_the_same_bits(monkeypatch):
             assert torch.equal(
                 cpu_kernels.rope(q, ang.cos(), ang.sin()), cpu_kernels.torch_rope(q, ang.cos(), ang.sin())
             )
+            # The MoE kernel on a layer small enough for it with two threads (torch's SiLU does not split it):
+            # the sgemm calls run on torch's BLAS threads, as the grouped GEMM's do.
+            x, out = torch.randn(40, 96, generator=g), torch.randn(40, 96, generator=g)
+            gate_up, down = torch.randn(4, 96, 128, generator=g) / 10, torch.randn(4, 64, 96, generator=g) / 8
+            idx = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(40)])
+            order = idx.flatten().argsort(stable=True)
+            token, counts, wt = order // 2, torch.bincount(idx.flatten(), minlength=4), torch.rand(80, generator=g)
+            want = cpu_kernels.torch_moe_experts(x, token, wt, counts, gate_up, down, out.clone())
+            assert torch.equal(cpu_kernels.moe_experts(x, token, wt, counts, gate_up, down, out), want)
     finally:
         torch.set_num_threads(before)
