@@ -400,6 +400,17 @@ def silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) ->
     return x
 
 
+def _whole_rows(rows: int, n: int) -> bool:
+    """Whether torch's element-wise kernels over a [rows, n] tensor, on torch's threads, give every thread whole
+    rows: ATen's parallel_for runs a loop over more than 32K values on min(threads, ceil(values / 32K)) threads,
+    each taking ceil(values / threads) consecutive values."""
+    values, threads = rows * n, torch.get_num_threads()
+    if threads <= 1 or values <= _GRAIN:
+        return True
+    parts = min(threads, -(-values // _GRAIN))
+    return (-(-values // parts)) % n == 0
+
+
 def moe_experts(
     x: torch.Tensor,
     token: torch.Tensor,
@@ -412,15 +423,18 @@ def moe_experts(
     """`torch_moe_experts` in one call: per expert, its rows gathered, the same two sgemm calls torch's grouped GEMM
     makes, the SwiGLU and the weighted scatter-add, with one expert's rows in cache at a time; or None.
 
-    On one thread only (or a small layer): above 32K activation values torch's SiLU splits its work between
-    threads, which decides which values take its vector exp (see `silu_mul`)."""
+    With several threads, only where torch's SiLU would split its work between them at row boundaries: above
+    32K activation values torch cuts the [pairs, I] activation into equal runs of values, one per thread, and a
+    run that starts inside a row walks that row differently, which decides which values take its vector exp
+    (see `silu_mul`). Rows whole, each value goes through the same operations as here. The GEMMs run on torch's
+    BLAS threads, as torch's own calls do; the gather, SiLU and scatter stay on the calling thread."""
     fn = _usable("glm5_moe_experts", x, w, gate_up, down, out)
     if fn is None or x.dim() != 2 or out.shape != x.shape or x.stride(1) != 1 or out.stride(1) != 1:
         return None
     E, D, I2 = gate_up.shape
     if down.shape != (E, I2 // 2, D) or x.shape[1] != D or not (gate_up.is_contiguous() and down.is_contiguous()):
         return None
-    if torch.get_num_threads() > 1 and token.numel() * (I2 // 2) > _GRAIN:
+    if not _whole_rows(token.numel(), I2 // 2):
         return None
     if counts.dtype != torch.int64 or token.dtype != torch.int64 or max(D, I2, token.numel()) >= 2**31:
         return None

@@ -111,12 +111,20 @@ int glm5_moe_experts(const float* x, int64_t ldx, const int64_t* token, const fl
         const int64_t m = counts[e];
         if (m == 0) continue;
         const int64_t* tok = token + p;
+        const float* wp = w + p;
+        // The row loops split between threads (whole rows: the same operations per value; an expert's rows are
+        // distinct tokens, so the scatter has no two writers per row). The sgemm calls stay outside them, on
+        // BLAS's own threads, as torch's calls run.
+        const bool split = n_threads > 1 && m * D >= 16384;
+#pragma omp parallel for if (split) num_threads(n_threads)
         for (int64_t i = 0; i < m; ++i) std::memcpy(A + i * D, x + tok[i] * ldx, D * sizeof(float));
         const int mi = (int)m;
         // Row-major C = A @ B is column-major C^T = B^T A^T: B^T is B's row-major storage, as torch calls it.
         sgemm_("N", "N", &n1, &mi, &k1, &one, gate_up + e * D * 2 * I, &n1, A, &k1, &zero, H, &n1);
-        glm5_silu_mul(H, 2 * I, H + I, 2 * I, w + p, m, I);
+#pragma omp parallel for if (split) num_threads(n_threads)
+        for (int64_t i = 0; i < m; ++i) glm5_silu_mul(H + i * 2 * I, 2 * I, H + i * 2 * I + I, 2 * I, wp + i, 1, I);
         sgemm_("N", "N", &n2, &mi, &k2, &one, down + e * I * D, &n2, H, &n1, &zero, Y, &n2);
+#pragma omp parallel for if (split) num_threads(n_threads)
         for (int64_t i = 0; i < m; ++i) {
             float* o = out + tok[i] * ldo;
             const float* y = Y + i * D;

@@ -182,8 +182,11 @@ def test_moe_experts_kernel_gives_the_references_bits(monkeypatch, N, E, k, D, I
         assert cpu_kernels.moe_experts(x, token, w, counts, gate_up, down, got) is got
         assert torch.equal(got, want)
         assert cpu_kernels.moe_experts(x, token, w, counts, gate_up.transpose(1, 2), down, got) is None
-        monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # torch's SiLU would split a big layer
+        # Three threads: torch's SiLU would split a big layer's activation inside rows (two: between rows).
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
         assert (cpu_kernels.moe_experts(x, token, w, counts, gate_up, down, got) is None) == (N * k * I > 32768)
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+        assert cpu_kernels.moe_experts(x, token, w, counts, gate_up, down, got) is not None
     assert cpu_kernels.moe_experts(x, token, w, counts, gate_up, down, got) is None  # autograd on
 
 
@@ -315,14 +318,17 @@ def test_kernels_split_between_threads_give_the_same_bits(monkeypatch):
             assert torch.equal(
                 cpu_kernels.rope(q, ang.cos(), ang.sin()), cpu_kernels.torch_rope(q, ang.cos(), ang.sin())
             )
-            # The MoE kernel on a layer small enough for it with two threads (torch's SiLU does not split it):
-            # the sgemm calls run on torch's BLAS threads, as the grouped GEMM's do.
-            x, out = torch.randn(40, 96, generator=g), torch.randn(40, 96, generator=g)
-            gate_up, down = torch.randn(4, 96, 128, generator=g) / 10, torch.randn(4, 64, 96, generator=g) / 8
-            idx = torch.stack([torch.randperm(4, generator=g)[:2] for _ in range(40)])
+            # The MoE kernel with two threads, on a layer whose SiLU torch splits between them (800 x 128 values:
+            # two runs of 400 rows); its sgemm calls run on torch's BLAS threads, as the grouped GEMM's do.
+            # ~100 rows of 192 per expert: the kernel splits its row loops between the two threads too.
+            x, out = torch.randn(200, 192, generator=g), torch.randn(200, 192, generator=g)
+            gate_up, down = torch.randn(8, 192, 256, generator=g) / 14, torch.randn(8, 128, 192, generator=g) / 11
+            idx = torch.stack([torch.randperm(8, generator=g)[:4] for _ in range(200)])
             order = idx.flatten().argsort(stable=True)
-            token, counts, wt = order // 2, torch.bincount(idx.flatten(), minlength=4), torch.rand(80, generator=g)
+            token, counts, wt = order // 4, torch.bincount(idx.flatten(), minlength=8), torch.rand(800, generator=g)
             want = cpu_kernels.torch_moe_experts(x, token, wt, counts, gate_up, down, out.clone())
             assert torch.equal(cpu_kernels.moe_experts(x, token, wt, counts, gate_up, down, out), want)
+            torch.set_num_threads(3)  # runs of 34134 values: inside rows, where the kernel steps aside
+            assert cpu_kernels.moe_experts(x, token, wt, counts, gate_up, down, out) is None
     finally:
         torch.set_num_threads(before)
