@@ -7,6 +7,11 @@ checks that they agree, then times two things, alternating the two implementatio
 both alike:
   forward          the model's forward over one sequence, logits for every position (training, scoring);
                    our GLM5ForCausalLM vs GlmMoeDsaForCausalLM
+  model prefill    a prefill through the model API, as transformers' generate() runs one: the prompt in, a KV
+                   cache built, the last position's logits out. Both sides the same call: ours
+                   GLM5ForCausalLM(ids, cache=KVCache, logits_to_keep=1), transformers
+                   GlmMoeDsaForCausalLM(ids, use_cache=True, logits_to_keep=1). Ours runs its last layer for
+                   the kept position only (its cache entries for every token)
   serving prefill  what a prefill is in serving: the prompt in, its KV cache written, the next token's
                    logits out. Ours: one step of the engine (serve/engine, paged latent cache, fused
                    projections; its last layer writes every token's cache entries but runs queries,
@@ -84,7 +89,23 @@ def main() -> None:
     print(f"max |logit diff| {diff:.2e}")
     report(runs, args)
 
-    # 2. Serving prefill: the prompt in, its KV cache written and the next token's logits out, which is what a
+    # 2. A prefill through the model API, the call transformers' generate() makes: cache built, last logits.
+    from model.kv_cache import KVCache
+
+    def ours_model_prefill():
+        return ours(ids, cache=KVCache.for_config(cfg), logits_to_keep=1)
+
+    def hf_prefill():
+        return hf(ids, use_cache=True, logits_to_keep=1).logits
+
+    model_prefill = {"ours": ours_model_prefill, "transformers": hf_prefill}
+    with torch.inference_mode():
+        diff = (model_prefill["ours"]() - model_prefill["transformers"]()).abs().max().item()
+    print(f"\n## model prefill: KV cache built, last position's logits ({args.tokens} tokens, fp32, {args.reps} reps)")
+    print(f"max |logit diff| {diff:.2e}")
+    report(model_prefill, args)
+
+    # 3. Serving prefill: the prompt in, its KV cache written and the next token's logits out, which is what a
     # prefill is in serving. Ours: the engine's step (paged latent cache, fused projections, one chunk);
     # transformers: its forward as generate() runs a prefill (use_cache=True builds its cache, and
     # logits_to_keep=1 projects only the last position).
@@ -109,7 +130,7 @@ def main() -> None:
         assert out.finished and not engine.has_unfinished, "the prefill took more than one step"
         return out
 
-    serving = {"ours": ours_prefill, "transformers": lambda: hf(ids, use_cache=True, logits_to_keep=1).logits}
+    serving = {"ours": ours_prefill, "transformers": hf_prefill}
     with torch.inference_mode():
         got = serving["ours"]().logprobs[0].top
         ref = torch.log_softmax(serving["transformers"]()[0, -1].float(), -1)

@@ -191,18 +191,28 @@ class MLA(nn.Module):
         return "absorbed" if 2 * absorbed < expanded else "expanded"
 
     # ---- the layer --------------------------------------------------------------------------------------
-    def forward(self, x_BTD, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl: str = "auto"):
+    def forward(self, x_BTD, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl: str = "auto", keep_last: int = 0):
         """x: post-input_layernorm hidden [B, T, D]. -> (output [B, T, D], topk_idx [B, T, K] or None).
 
         layer_cache: a `LayerCache` (model/kv_cache.py) that new entries are appended to, or None.
         prev_topk: the previous layer's selection, used when this layer's indexer is 'shared'.
         impl: 'expanded', 'absorbed', or 'auto' (`cheaper_impl`: absorbed for decode, expanded for prefill).
+        keep_last: if > 0, every token's cache entries (keys) are made, but only the last `keep_last` tokens'
+        queries: the output (and topk_idx) cover those rows only, [B, keep_last, ...].
         """
-        q_nope, q_pe, qr = self.project_q(x_BTD, cos, sin)
         c_kv, k_pe = self.project_kv(x_BTD, cos, sin)
         idx_k = self.indexer.keys(x_BTD, cos, sin) if self.indexer is not None else None
         if layer_cache is not None:
             c_kv, k_pe, idx_k = layer_cache.append(c_kv, k_pe, idx_k)
+        if 0 < keep_last < x_BTD.shape[1]:
+            x_BTD, cos, sin, q_idx = (
+                x_BTD[:, -keep_last:],
+                cos[:, -keep_last:],
+                sin[:, -keep_last:],
+                q_idx[..., -keep_last:],
+            )
+            prev_topk = None if prev_topk is None else prev_topk[:, -keep_last:]
+        q_nope, q_pe, qr = self.project_q(x_BTD, cos, sin)
         if self.indexer is not None:
             topk = self.indexer.select_from_latent(qr, cos, sin, x_BTD, idx_k, q_idx)
         else:

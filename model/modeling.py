@@ -44,15 +44,19 @@ class GLM5Model(nn.Module):
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return rope_cos_sin(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_base)
 
-    def forward(self, input_ids, positions, cache: KVCache | None = None, impl: str = "auto") -> torch.Tensor:
-        """ids [B, T], positions [B, T] -> hidden after model.norm [B, T, D]."""
+    def forward(
+        self, input_ids, positions, cache: KVCache | None = None, impl: str = "auto", keep_last: int = 0
+    ) -> torch.Tensor:
+        """ids [B, T], positions [B, T] -> hidden after model.norm [B, T, D] ([B, keep_last, D] if keep_last > 0:
+        the last layer then makes every token's cache entries but runs only the last `keep_last` tokens)."""
         start = cache.length if cache is not None else 0
         q_idx = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
         cos, sin = self.rope(positions)
         h, topk = self.embed_tokens(input_ids), None
-        for i in range(self.cfg.num_hidden_layers):
+        n = self.cfg.num_hidden_layers
+        for i in range(n):
             lc = cache.layers[i] if cache is not None else None
-            h, topk = self.layers[i](h, cos, sin, q_idx, lc, topk, impl)
+            h, topk = self.layers[i](h, cos, sin, q_idx, lc, topk, impl, keep_last if i == n - 1 else 0)
         return self.norm(h)
 
 
@@ -86,16 +90,23 @@ class GLM5ForCausalLM(nn.Module):
         cache: KVCache | None = None,
         return_hidden: bool = False,
         attn_impl: str = "auto",
+        logits_to_keep: int = 0,
     ):
         """input_ids [B, T] -> logits [B, T, V] (and the hidden after model.norm [B, T, D] if return_hidden).
 
         positions: [B, T] or [T] RoPE positions; default cache length + 0..T-1.
         cache: a `KVCache` to read and extend (incremental decoding); None for a stateless forward.
         attn_impl: 'auto' | 'expanded' | 'absorbed' (see MLA.forward).
+        logits_to_keep: as in transformers, 0 for every position, n > 0 for the last n only (a prefill that only
+        needs the next token: 1). Logits and hidden are then [B, n, ...]. Nothing reads the last layer's output
+        at the other positions, so that layer runs only these n (its cache entries are still made for every
+        token): a 512-token prefill with logits_to_keep=1 skips most of one layer and all but one lm_head row.
         """
         self._check_ids(input_ids)
+        if logits_to_keep < 0:
+            raise ValueError(f"logits_to_keep must be >= 0 (0 keeps every position), got {logits_to_keep}")
         positions = self._positions(input_ids, positions, cache.length if cache is not None else 0)
-        hidden = self.model(input_ids, positions, cache, attn_impl)
+        hidden = self.model(input_ids, positions, cache, attn_impl, keep_last=logits_to_keep)
         logits = self.lm_head(hidden)
         return (logits, hidden) if return_hidden else logits
 

@@ -159,6 +159,42 @@ def test_incremental_greedy_decode_equals_full_recompute():
         assert torch.allclose(again, model(torch.cat([seq[:, :-3], other], 1))[:, -3:], atol=1e-4)
 
 
+@pytest.mark.parametrize("pattern", ["FFF", "FSS"])
+def test_logits_to_keep_runs_the_last_layer_for_those_rows_and_caches_every_token(pattern):
+    """logits_to_keep=n: the last n rows' logits equal the full forward's (to rounding), the last layer's MoE sees
+    only n rows per sequence, every token's cache entries are made (the same as without it), and decoding on from
+    that cache gives what decoding on from a full prefill gives. A 'shared' last layer slices the previous
+    layer's top-k."""
+    cfg = tiny(index_topk=6, index_topk_pattern=pattern)
+    model = randomize(GLM5ForCausalLM(cfg)).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 17))
+    rows = []
+    last = model.model.layers[cfg.num_hidden_layers - 1].mlp
+    hook = last.register_forward_pre_hook(lambda mod, args: rows.append(args[0].shape[1]))
+    try:
+        with torch.no_grad():
+            full_cache, kept_cache = KVCache.for_config(cfg), KVCache.for_config(cfg)
+            full = model(ids, cache=full_cache)
+            for n in (1, 5):
+                rows.clear()
+                assert torch.allclose(model(ids, logits_to_keep=n), full[:, -n:], atol=1e-5)
+                assert rows == [n]
+            kept = model(ids, cache=kept_cache, logits_to_keep=1)
+            assert kept.shape == (2, 1, cfg.vocab_size) and torch.allclose(kept, full[:, -1:], atol=1e-5)
+            for a, b in zip(kept_cache.layers, full_cache.layers, strict=True):
+                assert torch.equal(a.c_kv, b.c_kv) and torch.equal(a.k_pe, b.k_pe)
+                assert (a.index_k is None) == (b.index_k is None) and (
+                    a.index_k is None or torch.equal(a.index_k, b.index_k)
+                )
+            nxt = full[:, -1:].argmax(-1)
+            assert torch.equal(model(nxt, cache=kept_cache), model(nxt, cache=full_cache))
+            assert torch.equal(model(ids, logits_to_keep=17), full)  # all of them: the plain forward
+    finally:
+        hook.remove()
+    with pytest.raises(ValueError, match="logits_to_keep"):
+        model(ids, logits_to_keep=-1)
+
+
 def test_stacked_experts_follow_weight_changes_or_step_aside():
     cfg = tiny()
     moe = randomize(MoE(cfg))

@@ -90,3 +90,19 @@ def test_our_checkpoint_loads_in_transformers_with_same_logits(tmp_path):
     ids = torch.randint(0, 300, (1, 29))
     with torch.no_grad():
         assert (ours(ids) - hf(ids).logits).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("case", ["moe_full", "shared_indexer_groups"])
+def test_logits_to_keep_matches_transformers(case, tmp_path):
+    """A prefill that keeps only the last positions' logits (transformers' `logits_to_keep`, what its generate()
+    runs): ours runs the last layer for those positions only and still agrees with transformers."""
+    hf = _hf_model(CASES[case])
+    hf.save_pretrained(tmp_path)
+    ours = GLM5ForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    for T, n in ((5, 1), (23, 1), (23, 4)):  # dense and sparse selection
+        ids = torch.randint(0, 300, (2, T))
+        with torch.no_grad():
+            ref = hf(ids, use_cache=True, logits_to_keep=n).logits
+            got = ours(ids, logits_to_keep=n)
+        assert got.shape == ref.shape == (2, n, 300)
+        assert (got - ref).abs().max().item() < 1e-4, (case, T, n)
