@@ -160,6 +160,24 @@ def gemm_probe_ms() -> float:
     return statistics.median(times) * 1e3
 
 
+def stream_gbs() -> float:
+    """Best of 3 reads of a 512 MiB tensor, GB/s (one thread): DRAM bandwidth at the moment. Each forward streams
+    ~800 MB of fp32 weights; when the VM's neighbours take memory bandwidth, GEMM-bound code (ours) slows more
+    than overhead-bound code (transformers), which the hot GEMM probe does not show."""
+    import torch
+
+    x = torch.ones(128 * 2**20)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t0)
+    torch.set_num_threads(threads)
+    return x.numel() * 4 / best / 1e9
+
+
 def report(runs: dict, args) -> None:
     """Times the runs alternately (machine load hits both alike) and prints tokens/s, ratios, fastest runs."""
     import torch
@@ -169,7 +187,7 @@ def report(runs: dict, args) -> None:
     with torch.inference_mode():
         for fn in runs.values():  # warm-up
             fn()
-        load_before, probe_before = os.getloadavg(), gemm_probe_ms()
+        load_before, probe_before, bw_before = os.getloadavg(), gemm_probe_ms(), stream_gbs()
         for rep in range(args.reps):
             order = list(runs.items()) if rep % 2 == 0 else list(runs.items())[::-1]  # neither always goes first
             for name, fn in order:
@@ -177,12 +195,13 @@ def report(runs: dict, args) -> None:
                 fn()
                 times[name].append(time.perf_counter() - t0)
                 cpu[name].append(time.process_time() - c0)
-        load_after, probe_after = os.getloadavg(), gemm_probe_ms()
+        load_after, probe_after, bw_after = os.getloadavg(), gemm_probe_ms(), stream_gbs()
     tps = {k: args.tokens / statistics.median(v) for k, v in times.items()}
     cpu_tps = {k: args.tokens / statistics.median(v) for k, v in cpu.items()}
     print(
         f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
-        f"GEMM probe {probe_before:.1f} ms before, {probe_after:.1f} ms after (~9.2 quiet)"
+        f"GEMM probe {probe_before:.1f} ms before, {probe_after:.1f} ms after (~9.2 quiet); "
+        f"DRAM read {bw_before:.1f} / {bw_after:.1f} GB/s"
     )
     for k in runs:
         ms = [round(t * 1e3) for t in times[k]]
