@@ -101,6 +101,7 @@ class MLA(nn.Module):
         q = q if q is not None else cpu_kernels.torch_concat_heads(q_nope, q_pe, self.scale)
         k = cpu_kernels.concat_heads(k_nope, k_pe[:, :, None])
         k = k if k is not None else cpu_kernels.torch_concat_heads(k_nope, k_pe[:, :, None])
+        q4, k4, v4 = q, k, v  # [B, T, H, Dn+R], [B, S, H, Dn+R], [B, S, H, Dv]: the fused kernel's layout
         q, k = q.transpose(1, 2), k.permute(0, 2, 3, 1)  # [B, H, T, Dn+R], [B, H, Dn+R, S]
         v = v.transpose(1, 2)  # [B, H, S, Dv]
         # Query blocks only look at keys up to their last index (causality): ~40% fewer scores in a prefill.
@@ -124,6 +125,10 @@ class MLA(nn.Module):
             # Every row keeps at least key 0 or its top-k picks, so no row is all -inf. The mask is added to the
             # scores after the GEMM (the same bits as accumulating onto it: x + 0 = x, x - inf = -inf), on CPU
             # in the softmax kernel's own pass.
+            if B == 1 and bias.dim() == 2:  # on CPU, head by head in one call: the same bits, scores in cache
+                o = out[0, t0:t1]
+                if cpu_kernels.attend_heads(q4[0, t0:t1], k4[0, :s_end], v4[0, :s_end], bias, o) is not None:
+                    continue
             scores = torch.bmm(q[:, t0:t1], k[..., :s_end])  # [B*H, t, s]
             probs = cpu_kernels.softmax_bias(scores, bias) if B == 1 and bias.dim() == 2 else None
             if probs is None:

@@ -73,12 +73,13 @@ _SIGNATURES = {
     "glm5_softmax_bias": (_P, _P, _I, _I, _I),
     "glm5_silu_mul": (_P, _I, _P, _I, _P, _I, _I),
     "glm5_moe_experts": (_P, _I, _P, _P, _P, _I, _P, _P, _I, _I, _P, _I, _P, _I),
+    "glm5_attend_heads": (_P, _I, _I, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _I, _I, _I, _P),
 }
 # Which source each kernel is in: plain C, or C++ on torch's vector math (the ones that call exp, and the MoE
 # experts, which also call torch's BLAS).
-_CPP = ("glm5_softmax_bias", "glm5_silu_mul", "glm5_moe_experts")
+_CPP = ("glm5_softmax_bias", "glm5_silu_mul", "glm5_moe_experts", "glm5_attend_heads")
 _SOURCE_OF = {name: "cpp" if name in _CPP else "c" for name in _SIGNATURES}
-_RESTYPES = {"glm5_topk_set": ctypes.c_int64, "glm5_moe_experts": ctypes.c_int}
+_RESTYPES = {"glm5_topk_set": ctypes.c_int64, "glm5_moe_experts": ctypes.c_int, "glm5_attend_heads": ctypes.c_int}
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "fns": {name: function} | None, "enabled": names that passed the probe, "note"
@@ -143,6 +144,16 @@ def torch_softmax_bias(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 def torch_silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
     """SwiGLU's activation in place: x = silu(x) * u (* w, one weight per row)."""
     return torch_mul_rows(F.silu(x, inplace=True), u, w)
+
+
+def torch_attend_heads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """Masked attention of t queries over s keys, every head (model/attention.py, `attend_expanded` with one
+    sequence): q [t, H, d], k [s, H, d], v [s, H, dv], bias [t, s] (0 / -inf, shared by the heads) ->
+    out [t, H, dv] (written in place) = softmax(q_h k_h^T + bias) v_h per head."""
+    scores = torch.bmm(q.transpose(0, 1), k.permute(1, 2, 0))  # [H, t, s]
+    return torch.bmm(torch_softmax_bias(scores, bias), v.transpose(0, 1), out=out.transpose(0, 1)).transpose(0, 1)
 
 
 def torch_moe_experts(
@@ -398,6 +409,34 @@ def silu_mul(x: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) ->
     else:
         fn(x2.data_ptr(), x2.stride(0), u2.data_ptr(), u2.stride(0), None if w is None else w.data_ptr(), *x2.shape)
     return x
+
+
+def attend_heads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor | None:
+    """`torch_attend_heads` head by head in one call (a head's scores stay in cache between its two GEMMs and
+    the softmax), the same bits; or None. q, k, v, out: [., H, .] views with unit stride in the last dim, one
+    stride between positions and one between heads; bias contiguous [t, s]."""
+    fn = _usable("glm5_attend_heads", q, k, v, bias, out)
+    if fn is None or q.dim() != 3 or k.dim() != 3 or v.dim() != 3 or out.dim() != 3:
+        return None
+    (t, H, d), (s, dv) = q.shape, (k.shape[0], v.shape[-1])
+    if k.shape != (s, H, d) or v.shape[:2] != (s, H) or out.shape != (t, H, dv) or bias.shape != (t, s):
+        return None
+    if (
+        any(x.stride(-1) != 1 for x in (q, k, v, out))
+        or not bias.is_contiguous()
+        or max(q.stride(0), k.stride(0), v.stride(0), out.stride(0), t, s) >= 2**31
+    ):
+        return None
+    scratch = torch.empty(t * s)
+    if fn(
+        q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1), v.data_ptr(), v.stride(0),
+        v.stride(1), bias.data_ptr(), out.data_ptr(), out.stride(0), out.stride(1), H, t, s, d, dv,
+        scratch.data_ptr(),
+    ):  # fmt: skip
+        return None
+    return out
 
 
 def _whole_rows(rows: int, n: int) -> bool:
@@ -733,6 +772,28 @@ def _probe_softmax_bias(fn, g) -> bool:
     return ok
 
 
+def _probe_attend_heads(fn, g) -> bool:
+    """Query blocks of the prefill's shapes (q and k [., H, d] with position strides of H * d, v a half of a wider
+    [k | v] row, the output rows of a bigger tensor) and odd ones, against the torch path."""
+    ok = True
+    for t, s, H, d, dv in ((128, 384, 8, 96, 64), (5, 37, 3, 10, 6), (64, 64, 2, 48, 32)):
+        q = torch.randn(t, H, d, generator=g)
+        k = torch.randn(s, H, d, generator=g)
+        kv = torch.randn(s, H, d + dv, generator=g)
+        v = kv[..., d:]
+        bias = torch.zeros(t, s).masked_fill_(torch.rand(t, s, generator=g) < 0.4, float("-inf"))
+        bias[:, 0] = 0.0
+        want = torch_attend_heads(q, k, v, bias, torch.empty(t + 2, H, dv)[1:-1])
+        got = torch.full((t + 2, H, dv), float("nan"))[1:-1]
+        scratch = torch.empty(t * s)
+        r = fn(
+            q.data_ptr(), H * d, d, k.data_ptr(), H * d, d, v.data_ptr(), H * (d + dv), d + dv, bias.data_ptr(),
+            got.data_ptr(), H * dv, dv, H, t, s, d, dv, scratch.data_ptr(),
+        )  # fmt: skip
+        ok &= r == 0 and torch.equal(got, want)
+    return ok
+
+
 def _probe_moe_experts(fn, g) -> bool:
     """Random routings of tokens to experts (an expert with no tokens, one with one), at toy sizes and at the
     `small` preset's (768 / 256), against the torch path."""
@@ -778,4 +839,5 @@ _PROBES = {
     "glm5_softmax_bias": _probe_softmax_bias,
     "glm5_silu_mul": _probe_rows_product(lambda x, u, w: torch_silu_mul(x, u, w)),
     "glm5_moe_experts": _probe_moe_experts,
+    "glm5_attend_heads": _probe_attend_heads,
 }

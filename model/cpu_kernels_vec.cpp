@@ -63,24 +63,53 @@ void glm5_silu_mul(float* x, int64_t x_stride, const float* u, int64_t u_stride,
     }
 }
 
-// Softmax over each row of x [batches, t, s] (rows contiguous) after adding the [t, s] mask `bias` (0 or
-// -inf), in place. torch: x.add_(bias).softmax(-1), whose CPU kernel takes a row's max, writes
-// exp(x - max), sums that, and multiplies by 1 / sum, each with its vector helpers.
-void glm5_softmax_bias(float* x, const float* bias, int64_t batches, int64_t t, int64_t s) {
+// One row of the masked softmax, in place: torch's x.add_(bias).softmax(-1) on that row. torch's CPU kernel takes
+// the row's max, writes exp(x - max), sums that, and multiplies by 1 / sum, each with its vector helpers.
+static inline void softmax_bias_row(float* row, const float* bias, int64_t s) {
     using at::vec::map;
     using at::vec::map2;
     using at::vec::reduce_all;
+    map2([](Vec a, Vec m) { return a + m; }, row, row, bias, s);
+    const float mx = reduce_all<float>([](Vec& a, Vec& c) { return at::vec::maximum(a, c); }, row, s);
+    map([mx](Vec a) { return (a - Vec(mx)).exp(); }, row, row, s);
+    float sum = reduce_all<float>([](Vec a, Vec c) { return a + c; }, row, s);
+    sum = 1 / sum;
+    map([sum](Vec a) { return a * Vec(sum); }, row, row, s);
+}
+
+// Softmax over each row of x [batches, t, s] (rows contiguous) after adding the [t, s] mask `bias` (0 or
+// -inf), in place.
+void glm5_softmax_bias(float* x, const float* bias, int64_t batches, int64_t t, int64_t s) {
     const int64_t rows = batches * t;
 #pragma omp parallel for if (rows * s >= 32768 && n_threads > 1) num_threads(n_threads)
-    for (int64_t r = 0; r < rows; ++r) {
-        float* row = x + r * s;
-        map2([](Vec a, Vec m) { return a + m; }, row, row, bias + (r % t) * s, s);
-        const float mx = reduce_all<float>([](Vec& a, Vec& c) { return at::vec::maximum(a, c); }, row, s);
-        map([mx](Vec a) { return (a - Vec(mx)).exp(); }, row, row, s);
-        float sum = reduce_all<float>([](Vec a, Vec c) { return a + c; }, row, s);
-        sum = 1 / sum;
-        map([sum](Vec a) { return a * Vec(sum); }, row, row, s);
+    for (int64_t r = 0; r < rows; ++r) softmax_bias_row(x + r * s, bias + (r % t) * s, s);
+}
+
+// Attention of one block of t queries over s keys, head by head, so that a head's [t, s] scores stay in cache
+// between the three steps (all heads' scores at once are H times that, through memory):
+//   S = q_h @ k_h^T         one sgemm: q_h [t, d] rows q_ps apart, k_h [s, d] rows k_ps apart
+//   S = softmax(S + bias)   row by row, bias [t, s]
+//   out_h = S @ v_h         one sgemm: v_h [s, dv] rows v_ps apart, out_h [t, dv] rows o_ps apart
+// Head h's q, k, v and out start h * q_hs, k_hs, v_hs, o_hs floats in. torch (MLA.attend_expanded): two bmm
+// calls over the heads and the softmax kernel in between; a bmm runs one sgemm per head with these very
+// arguments, so every value goes through the same operations. scratch: t * s floats. Returns 0, or -1 without
+// a BLAS sgemm.
+int glm5_attend_heads(const float* q, int64_t q_ps, int64_t q_hs, const float* k, int64_t k_ps, int64_t k_hs,
+                      const float* v, int64_t v_ps, int64_t v_hs, const float* bias, float* out, int64_t o_ps,
+                      int64_t o_hs, int64_t H, int64_t t, int64_t s, int64_t d, int64_t dv, float* scratch) {
+    if (sgemm_ == nullptr) return -1;
+    const float one = 1.0f, zero = 0.0f;
+    const int ti = (int)t, si = (int)s, di = (int)d, dvi = (int)dv;
+    const int kps = (int)k_ps, qps = (int)q_ps, vps = (int)v_ps, ops = (int)o_ps;
+    for (int64_t h = 0; h < H; ++h) {
+        // Column-major S^T [s, t] = k_h [s, d] (its rows read as columns: "T") times q_h^T [d, t].
+        sgemm_("T", "N", &si, &ti, &di, &one, k + h * k_hs, &kps, q + h * q_hs, &qps, &zero, scratch, &si);
+#pragma omp parallel for if (t * s >= 32768 && n_threads > 1) num_threads(n_threads)
+        for (int64_t r = 0; r < t; ++r) softmax_bias_row(scratch + r * s, bias + r * s, s);
+        // Column-major out_h^T [dv, t] = v_h^T [dv, s] times S^T [s, t].
+        sgemm_("N", "N", &dvi, &ti, &si, &one, v + h * v_hs, &vps, scratch, &si, &zero, out + h * o_hs, &ops);
     }
+    return 0;
 }
 
 // The routed experts of one MoE layer, in one call. The (token, expert) pairs come sorted by expert: pair p

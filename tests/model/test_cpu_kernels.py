@@ -24,6 +24,7 @@ ALL = {
     "glm5_softmax_bias",
     "glm5_silu_mul",
     "glm5_moe_experts",
+    "glm5_attend_heads",
 }
 needs_cc = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc")) is None or shutil.which(os.environ.get("CXX", "c++")) is None,
@@ -160,6 +161,27 @@ def test_softmax_and_silu_kernels_give_the_references_bits(monkeypatch):
 
 
 @needs_cc
+@pytest.mark.parametrize("t, s, H, d, dv", [(128, 512, 8, 96, 64), (7, 30, 3, 20, 12)])
+def test_attend_heads_kernel_gives_the_references_bits(t, s, H, d, dv):
+    """A query block's attention head by head against the torch path (two bmm and the masked softmax), on the
+    layouts attend_expanded passes: q and k assembled [., H, d], v the second half of kv_b's [k | v] rows, the
+    output rows of the whole sequence's [T, H, dv]; a causal + top-k mask. And its conditions."""
+    g = torch.Generator().manual_seed(9)
+    q, k = torch.randn(t, H, d, generator=g), torch.randn(s, H, d, generator=g)
+    v = torch.randn(s, H, 2 * dv, generator=g)[..., dv:]
+    bias = torch.zeros(t, s).masked_fill_(torch.rand(t, s, generator=g) < 0.5, float("-inf"))
+    bias[:, 0] = 0.0
+    with torch.inference_mode():
+        want = cpu_kernels.torch_attend_heads(q, k, v, bias, torch.empty(t + 5, H, dv)[3 : 3 + t])
+        out = torch.full((t + 5, H, dv), float("nan"))
+        assert cpu_kernels.attend_heads(q, k, v, bias, out[3 : 3 + t]) is not None
+        assert torch.equal(out[3 : 3 + t], want) and out[:3].isnan().all() and out[3 + t :].isnan().all()
+        assert cpu_kernels.attend_heads(q.transpose(0, 1), k, v, bias, out[:t]) is None  # not [t, H, d]
+        assert cpu_kernels.attend_heads(q, k, v, bias.t().contiguous().t(), out[:t]) is None  # bias not contiguous
+    assert cpu_kernels.attend_heads(q, k, v, bias, out[:t]) is None  # autograd on
+
+
+@needs_cc
 @pytest.mark.parametrize("N, E, k, D, I", [(512, 32, 4, 768, 256), (37, 6, 2, 40, 20)])
 def test_moe_experts_kernel_gives_the_references_bits(monkeypatch, N, E, k, D, I):  # noqa: E741
     """The fused routed experts against the torch path (gather, grouped GEMM, SwiGLU, grouped GEMM, scatter-add) on
@@ -234,8 +256,10 @@ def test_model_forward_is_the_same_with_and_without_kernels(monkeypatch, batch):
         used = set(calls)
         monkeypatch.setitem(cpu_kernels._state, "enabled", set())
         plain = model(ids)
-    fused_away = {"glm5_mul_rows"}  # SwiGLU's product: silu_mul does it with the SiLU (mul_rows is its fallback)
-    per_sequence = {"glm5_attn_bias", "glm5_softmax_bias"}  # one sequence's mask: batches of one (the engine's)
+    # SwiGLU's product: silu_mul does it with the SiLU (mul_rows is its fallback); the masked softmax: attend_heads
+    # does it between its GEMMs (softmax_bias is its fallback).
+    fused_away = {"glm5_mul_rows", "glm5_softmax_bias"}
+    per_sequence = {"glm5_attn_bias", "glm5_attend_heads"}  # one sequence's mask: batches of one (the engine's)
     assert used == ALL - fused_away - (per_sequence if batch > 1 else set())
     assert torch.equal(fast, plain)
 
@@ -318,6 +342,11 @@ def test_kernels_split_between_threads_give_the_same_bits(monkeypatch):
             assert torch.equal(
                 cpu_kernels.rope(q, ang.cos(), ang.sin()), cpu_kernels.torch_rope(q, ang.cos(), ang.sin())
             )
+            q, k = torch.randn(128, 8, 96, generator=g), torch.randn(384, 8, 96, generator=g)
+            v = torch.randn(384, 8, 128, generator=g)[..., 64:]
+            want = cpu_kernels.torch_attend_heads(q, k, v, bias[:, :384].contiguous(), torch.empty(128, 8, 64))
+            got = cpu_kernels.attend_heads(q, k, v, bias[:, :384].contiguous(), torch.empty(128, 8, 64))
+            assert torch.equal(got, want)
             # The MoE kernel with two threads, on a layer whose SiLU torch splits between them (800 x 128 values:
             # two runs of 400 rows); its sgemm calls run on torch's BLAS threads, as the grouped GEMM's do.
             # ~100 rows of 192 per expert: the kernel splits its row loops between the two threads too.
