@@ -74,12 +74,18 @@ _SIGNATURES = {
     "glm5_silu_mul": (_P, _I, _P, _I, _P, _I, _I),
     "glm5_moe_experts": (_P, _I, _P, _P, _P, _I, _P, _P, _I, _I, _P, _I, _P, _I),
     "glm5_attend_heads": (_P, _I, _I, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _I, _I, _I, _P),
+    "glm5_index_scores": (_P, _I, _P, _I, _P, _P, _I, _I, _I, _I, _I, _P),
 }
 # Which source each kernel is in: plain C, or C++ on torch's vector math (the ones that call exp, and the MoE
 # experts, which also call torch's BLAS).
-_CPP = ("glm5_softmax_bias", "glm5_silu_mul", "glm5_moe_experts", "glm5_attend_heads")
+_CPP = ("glm5_softmax_bias", "glm5_silu_mul", "glm5_moe_experts", "glm5_attend_heads", "glm5_index_scores")
 _SOURCE_OF = {name: "cpp" if name in _CPP else "c" for name in _SIGNATURES}
-_RESTYPES = {"glm5_topk_set": ctypes.c_int64, "glm5_moe_experts": ctypes.c_int, "glm5_attend_heads": ctypes.c_int}
+_RESTYPES = {
+    "glm5_topk_set": ctypes.c_int64,
+    "glm5_moe_experts": ctypes.c_int,
+    "glm5_attend_heads": ctypes.c_int,
+    "glm5_index_scores": ctypes.c_int,
+}
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "fns": {name: function} | None, "enabled": names that passed the probe, "note"
@@ -154,6 +160,14 @@ def torch_attend_heads(
     out [t, H, dv] (written in place) = softmax(q_h k_h^T + bias) v_h per head."""
     scores = torch.bmm(q.transpose(0, 1), k.permute(1, 2, 0))  # [H, t, s]
     return torch.bmm(torch_softmax_bias(scores, bias), v.transpose(0, 1), out=out.transpose(0, 1)).transpose(0, 1)
+
+
+def torch_index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The DSA indexer's scores (model/indexer.py, `Indexer.scores`, scale folded into w): q [T, I, d] queries,
+    k [S, d] keys, w [T, I] head weights -> [T, S] = sum_i w[t, i] * relu(q[t, i] . k[s])."""
+    T, I, d = q.shape
+    logits = torch.bmm(q.reshape(1, T * I, d), k[None].transpose(1, 2)).relu_()
+    return torch.matmul(w[:, None, :], logits.view(T, I, -1)).squeeze(1)
 
 
 def torch_moe_experts(
@@ -435,6 +449,44 @@ def attend_heads(
         v.stride(1), bias.data_ptr(), out.data_ptr(), out.stride(0), out.stride(1), H, t, s, d, dv,
         scratch.data_ptr(),
     ):  # fmt: skip
+        return None
+    return out
+
+
+_INDEX_BLOCK_ROWS = 256  # (query, head) rows per block of index_scores: 256 x S floats in cache at a time
+
+
+def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """`torch_index_scores` a block of queries at a time (their [rows, S] logits stay in cache), the same bits; or
+    None. q [T, I, d] with its (query, head) rows one stride apart, k [S, d] with unit stride in d, w contiguous."""
+    fn = _usable("glm5_index_scores", q, k, w)
+    if fn is None or q.dim() != 3 or k.dim() != 2 or w.shape != q.shape[:2] or not w.is_contiguous():
+        return None
+    T, I, d = q.shape
+    S = k.shape[0]
+    if k.shape[1] != d or k.stride(1) != 1 or q.stride(2) != 1 or q.stride(0) != I * q.stride(1):
+        return None
+    if max(T * I, S, d, q.stride(1), k.stride(0)) >= 2**31 or not (T and S):
+        return None
+    if I * S < 400:  # torch's bmm runs its own loop, not BLAS, for products this small
+        return None
+    out = torch.empty(T, S)
+    rows = max(_INDEX_BLOCK_ROWS, I)
+    scratch = torch.empty((2 * rows + I) * S)
+    if fn(
+        q.data_ptr(),
+        q.stride(1),
+        k.data_ptr(),
+        k.stride(0),
+        w.data_ptr(),
+        out.data_ptr(),
+        T,
+        I,
+        S,
+        d,
+        rows,
+        scratch.data_ptr(),
+    ):
         return None
     return out
 
@@ -794,6 +846,22 @@ def _probe_attend_heads(fn, g) -> bool:
     return ok
 
 
+def _probe_index_scores(fn, g) -> bool:
+    """Blocks of (query, head) rows against the one product over all of them: at the prefill's shapes (256
+    queries x 8 heads, and a short tail) and small ones, including fewer rows than a block (products of
+    I x S >= 400 values: below that torch's bmm does not call BLAS, and the kernel declines)."""
+    ok = True
+    for T, I, d, S in ((256, 8, 64, 512), (300, 8, 64, 700), (37, 16, 10, 40), (40, 8, 16, 64)):
+        q, k = torch.randn(T, I, d, generator=g), torch.randn(S, d, generator=g)
+        w = torch.randn(T, I, generator=g)
+        out = torch.empty(T, S)
+        scratch = torch.empty((2 * _INDEX_BLOCK_ROWS + I) * S)
+        r = fn(q.data_ptr(), d, k.data_ptr(), d, w.data_ptr(), out.data_ptr(), T, I, S, d, _INDEX_BLOCK_ROWS,
+               scratch.data_ptr())  # fmt: skip
+        ok &= r == 0 and torch.equal(out, torch_index_scores(q, k, w))
+    return ok
+
+
 def _probe_moe_experts(fn, g) -> bool:
     """Random routings of tokens to experts (an expert with no tokens, one with one), at toy sizes and at the
     `small` preset's (768 / 256), against the torch path."""
@@ -840,4 +908,5 @@ _PROBES = {
     "glm5_silu_mul": _probe_rows_product(lambda x, u, w: torch_silu_mul(x, u, w)),
     "glm5_moe_experts": _probe_moe_experts,
     "glm5_attend_heads": _probe_attend_heads,
+    "glm5_index_scores": _probe_index_scores,
 }

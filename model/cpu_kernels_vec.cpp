@@ -112,6 +112,42 @@ int glm5_attend_heads(const float* q, int64_t q_ps, int64_t q_hs, const float* k
     return 0;
 }
 
+// The DSA indexer's scores of T queries against S keys, a block of queries at a time so that a block's
+// per-head logits stay in cache:
+//   L = q_blk @ k^T         one sgemm: q [T * I, d] (query t's head i at row t * I + i, rows q_ld apart),
+//                           k [S, d] (rows k_ld apart) -> L [rows, S]
+//   L = relu(L)
+//   out[t] = w[t] @ L_t     one sgemm per query: w [T, I] (contiguous), L_t its [I, S] rows -> out [T, S]
+// torch (Indexer.scores): one bmm over every (query, head) row, relu_, and a batched [1, I] @ [I, S] product per
+// query. The blocks are >= `block_rows` rows (64 and more: torch's BLAS gives each row of a product the same
+// bits whatever the number of rows, from 32 rows up, which the loader checks), a short tail merged into the
+// block before it; each query's product is the sgemm its batched product runs. scratch: (2 * block_rows + I) * S
+// floats at most. Returns 0, or -1 without a BLAS sgemm.
+int glm5_index_scores(const float* q, int64_t q_ld, const float* k, int64_t k_ld, const float* w, float* out,
+                      int64_t T, int64_t I, int64_t S, int64_t d, int64_t block_rows, float* scratch) {
+    if (sgemm_ == nullptr) return -1;
+    const float one = 1.0f, zero = 0.0f;
+    const int si = (int)S, di = (int)d, ii = (int)I, kld = (int)k_ld, qld = (int)q_ld, onei = 1;
+    int64_t per = (block_rows + I - 1) / I;  // queries per block
+    if (per < 1) per = 1;
+    for (int64_t t0 = 0; t0 < T;) {
+        int64_t nt = T - t0 < 2 * per ? T - t0 : per;  // a tail shorter than a block joins this one
+        const int rows = (int)(nt * I);
+        sgemm_("T", "N", &si, &rows, &di, &one, k, &kld, q + t0 * I * q_ld, &qld, &zero, scratch, &si);
+        const Vec zv(0.0f);
+        constexpr int64_t V = Vec::size();
+        const int64_t n = (int64_t)rows * S;
+        int64_t j = 0;
+        for (; j + V <= n; j += V) at::vec::clamp_min(Vec::loadu(scratch + j), zv).store(scratch + j);
+        for (; j < n; ++j) scratch[j] = scratch[j] < 0.0f ? 0.0f : scratch[j];
+        for (int64_t t = 0; t < nt; ++t)
+            sgemm_("N", "N", &si, &onei, &ii, &one, scratch + t * I * S, &si, w + (t0 + t) * I, &ii, &zero,
+                   out + (t0 + t) * S, &si);
+        t0 += nt;
+    }
+    return 0;
+}
+
 // The routed experts of one MoE layer, in one call. The (token, expert) pairs come sorted by expert: pair p
 // is token[p] with routing weight w[p], and expert e owns the next counts[e] pairs. For each expert, in order:
 //   A = x[token[p..]]                  gathered rows [m, D], into buf

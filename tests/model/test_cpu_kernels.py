@@ -25,6 +25,7 @@ ALL = {
     "glm5_silu_mul",
     "glm5_moe_experts",
     "glm5_attend_heads",
+    "glm5_index_scores",
 }
 needs_cc = pytest.mark.skipif(
     shutil.which(os.environ.get("CC", "cc")) is None or shutil.which(os.environ.get("CXX", "c++")) is None,
@@ -182,6 +183,24 @@ def test_attend_heads_kernel_gives_the_references_bits(t, s, H, d, dv):
 
 
 @needs_cc
+@pytest.mark.parametrize("T, I, d, S", [(256, 8, 64, 512), (600, 8, 64, 1000), (30, 8, 16, 64)])
+def test_index_scores_kernel_gives_the_references_bits(T, I, d, S):  # noqa: E741
+    """The indexer's scores a block of queries at a time against one product over every (query, head) row: the
+    `small` preset's prefill, a longer one with a tail block, a short one; queries as the indexer makes them
+    ([T, I, d] rows of a contiguous tensor), keys a strided view. And its conditions."""
+    g = torch.Generator().manual_seed(10)
+    q = torch.randn(T, I, d, generator=g)
+    k = torch.randn(S, d + 4, generator=g)[:, 2 : 2 + d]
+    w = torch.randn(T, I, generator=g).abs()
+    with torch.inference_mode():
+        got = cpu_kernels.index_scores(q, k, w)
+        assert got is not None and torch.equal(got, cpu_kernels.torch_index_scores(q, k, w))
+        assert cpu_kernels.index_scores(q[:, :, :4].contiguous(), k[:4, :4].contiguous(), w) is None  # I x S < 400
+        assert cpu_kernels.index_scores(q.transpose(0, 1), k, w.t()) is None  # (query, head) rows not in order
+    assert cpu_kernels.index_scores(q, k, w) is None  # autograd on
+
+
+@needs_cc
 @pytest.mark.parametrize("N, E, k, D, I", [(512, 32, 4, 768, 256), (37, 6, 2, 40, 20)])
 def test_moe_experts_kernel_gives_the_references_bits(monkeypatch, N, E, k, D, I):  # noqa: E741
     """The fused routed experts against the torch path (gather, grouped GEMM, SwiGLU, grouped GEMM, scatter-add) on
@@ -244,10 +263,11 @@ def test_topk_kernel_gives_torchs_set_and_leaves_ambiguous_rows_to_torch(rows, n
 @needs_cc
 @pytest.mark.parametrize("batch", [1, 2])
 def test_model_forward_is_the_same_with_and_without_kernels(monkeypatch, batch):
-    """The tiny model over 40 tokens (past index_topk = 16: the sparse path) gives the same logits, bit for bit,
-    with the kernels and with every kernel turned off (the torch references)."""
+    """The tiny model over 64 tokens (past index_topk = 16: the sparse path; 8 index heads x 64 keys: enough for
+    index_scores) gives the same logits, bit for bit, with the kernels and with every kernel turned off (the
+    torch references)."""
     model = randomize(GLM5ForCausalLM.from_config(tiny(), seed=0)).eval()
-    ids = torch.randint(0, model.config.vocab_size, (batch, 40), generator=torch.Generator().manual_seed(6))
+    ids = torch.randint(0, model.config.vocab_size, (batch, 64), generator=torch.Generator().manual_seed(6))
     calls = []
     real = cpu_kernels._kernel
     monkeypatch.setattr(cpu_kernels, "_kernel", lambda name: calls.append(name) or real(name))
@@ -259,7 +279,8 @@ def test_model_forward_is_the_same_with_and_without_kernels(monkeypatch, batch):
     # SwiGLU's product: silu_mul does it with the SiLU (mul_rows is its fallback); the masked softmax: attend_heads
     # does it between its GEMMs (softmax_bias is its fallback).
     fused_away = {"glm5_mul_rows", "glm5_softmax_bias"}
-    per_sequence = {"glm5_attn_bias", "glm5_attend_heads"}  # one sequence's mask: batches of one (the engine's)
+    # One sequence at a time (batches of one: the engine's): its mask, its attention, its index scores.
+    per_sequence = {"glm5_attn_bias", "glm5_attend_heads", "glm5_index_scores"}
     assert used == ALL - fused_away - (per_sequence if batch > 1 else set())
     assert torch.equal(fast, plain)
 
