@@ -1,4 +1,4 @@
-"""Fused CPU kernels for the element-wise passes of a prefill and its MoE experts, compiled on first use.
+"""Fused CPU kernels for a prefill's element-wise passes, MoE experts, attention and indexer, compiled on first use.
 
 A prefill on CPU spends most of its time in GEMMs, and much of the rest in element-wise passes that torch runs
 one operation at a time, each reading the tensor and writing a fresh one: RMSNorm is five such passes. The
@@ -8,13 +8,18 @@ runs it and its reference on random rows of several lengths, and a kernel that d
 used. So a forward is the same function of its inputs with or without them, and a machine without a C
 compiler, or with a torch whose summation order differs, just runs the reference.
 
-The routed experts of a MoE layer are one kernel too (`moe_experts`): per expert, its tokens' rows gathered,
-the very sgemm calls torch's grouped GEMM makes (MKL's, inside libtorch_cpu), the SwiGLU and the weighted
-scatter-add, with one expert's rows in cache instead of three [tokens * k, ...] tensors in memory.
+Three kernels reorder GEMM work so that intermediates stay in cache, calling the very sgemm torch calls (MKL's,
+inside libtorch_cpu) with the same arguments, so every value goes through the same operations:
+- `moe_experts`: a MoE layer's routed experts, per expert: its tokens' rows gathered, its two GEMMs, the SwiGLU,
+  the weighted scatter-add (instead of three [tokens * k, ...] tensors through memory);
+- `attend_heads`: a query block's attention head by head (scores, masked softmax, weighted sum of values);
+- `index_scores`: the DSA indexer's scores a block of queries at a time (logits, relu, weighted head sum).
+The last relies on torch's BLAS giving each row of a product the same bits whatever the number of rows (from
+32 rows up); the loader's probe checks that too.
 
 Two sources: `cpu_kernels.c` (plain C: norms, RoPE, masks, copies, top-k) and `cpu_kernels_vec.cpp`, for
-the ones that call exp (the attention softmax, SwiGLU's SiLU, the MoE experts). Those are written on torch's
-own Vectorized types and linked against libtorch_cpu, so that exp is torch's exp. Each is compiled by the system's compiler
+the ones that call exp or BLAS (the attention softmax, SwiGLU's SiLU, the three above). Those are written on
+torch's own Vectorized types and linked against libtorch_cpu, so that exp is torch's exp. Each is compiled by the system's compiler
 (`$CC` / `$CXX`, else `cc` / `c++`) for this CPU into a cache directory (`$GLM5_KERNEL_CACHE`, else
 `~/.cache/glm5/kernels`) under a name that hashes the source, the command, torch's version and the CPU, and
 loaded with ctypes (which releases the GIL during a call). Either may be missing; `GLM5_CPU_KERNELS=0` turns
