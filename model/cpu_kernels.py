@@ -189,11 +189,12 @@ def torch_moe_experts(
     `MoE.routed_stacked`): pair p is row token[p] of x [N, D] with routing weight w[p]; expert e owns the next
     counts[e] pairs; gate_up [E, D, 2I] and down [E, I, D] are the experts' stacked weights (input-major).
     out [N, D] += sum over pairs of w[p] * down_e(silu(gate_e(x)) * up_e(x)), in place, in pair order.
-    `swiglu(g, u, w)` computes the activation in place on g (any function with torch_silu_mul's bits)."""
-    h = torch._grouped_mm(x.index_select(0, token), gate_up, offs=counts.cumsum(0).to(torch.int32))
+    `swiglu(g, u, w)` computes the activation (any function with torch_silu_mul's bits; the model's runs in place
+    on g when nothing trains)."""
+    offs = counts.cumsum(0).to(torch.int32)
+    h = torch._grouped_mm(x.index_select(0, token), gate_up, offs=offs)  # [pairs, 2I]
     g, u = h.split(down.shape[1], dim=-1)
-    act = swiglu(g, u, w)
-    return out.index_add_(0, token, torch._grouped_mm(act, down, offs=counts.cumsum(0).to(torch.int32)))
+    return out.index_add_(0, token, torch._grouped_mm(swiglu(g, u, w), down, offs=offs))
 
 
 # ---- the kernels ----------------------------------------------------------------------------------------
