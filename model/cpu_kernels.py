@@ -443,11 +443,13 @@ def attend_heads(
     (t, H, d), (s, dv) = q.shape, (k.shape[0], v.shape[-1])
     if k.shape != (s, H, d) or v.shape[:2] != (s, H) or out.shape != (t, H, dv) or bias.shape != (t, s):
         return None
-    if (
-        any(x.stride(-1) != 1 for x in (q, k, v, out))
-        or not bias.is_contiguous()
-        or max(q.stride(0), k.stride(0), v.stride(0), out.stride(0), t, s) >= 2**31
-    ):
+    # Rows as BLAS takes them (unit stride, rows at least a row apart), an output whose rows do not overlap,
+    # and sizes that fit BLAS's ints.
+    if any(x.stride(2) != 1 or x.stride(0) < x.shape[2] or x.stride(1) < 0 for x in (q, k, v, out)):
+        return None
+    if out.stride(1) < dv or out.stride(0) < H * out.stride(1) or not bias.is_contiguous():
+        return None
+    if max(q.stride(0), k.stride(0), v.stride(0), out.stride(0), t, s) >= 2**31:
         return None
     scratch = torch.empty(t * s)
     if fn(
@@ -470,7 +472,9 @@ def index_scores(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor) -> torch.Ten
         return None
     T, I, d = q.shape
     S = k.shape[0]
-    if k.shape[1] != d or k.stride(1) != 1 or q.stride(2) != 1 or q.stride(0) != I * q.stride(1):
+    if k.shape[1] != d or k.stride(1) != 1 or k.stride(0) < d or q.stride(2) != 1 or q.stride(1) < d:
+        return None
+    if q.stride(0) != I * q.stride(1):
         return None
     if max(T * I, S, d, q.stride(1), k.stride(0)) >= 2**31 or not (T and S):
         return None
@@ -534,6 +538,8 @@ def moe_experts(
     if not _whole_rows(token.numel(), I2 // 2):
         return None
     if counts.dtype != torch.int64 or token.dtype != torch.int64 or max(D, I2, token.numel()) >= 2**31:
+        return None
+    if counts.shape != (E,) or w.shape != token.shape or token.dim() != 1:
         return None
     token, counts, w = token.contiguous(), counts.contiguous(), w.contiguous()
     rows = int(counts.max()) if counts.numel() else 0
