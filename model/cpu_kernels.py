@@ -77,7 +77,7 @@ _SIGNATURES = {
     "glm5_topk_set": (_P, _I, _I, _I, _I, _P, _P),
     "glm5_softmax_bias": (_P, _P, _I, _I, _I),
     "glm5_silu_mul": (_P, _I, _P, _I, _P, _I, _I),
-    "glm5_moe_experts": (_P, _I, _P, _P, _P, _I, _P, _P, _I, _I, _P, _I, _P, _I),
+    "glm5_moe_experts": (_P, _I, _P, _P, _P, _I, _P, _P, _I, _I, _P, _I, _P, _I, _I),
     "glm5_attend_heads": (_P, _I, _I, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I, _I, _I, _I, _P),
     "glm5_index_scores": (_P, _I, _P, _I, _P, _P, _I, _I, _I, _I, _I, _P),
 }
@@ -527,8 +527,10 @@ def moe_experts(
     With several threads, only where torch's SiLU would split its work between them at row boundaries: above
     32K activation values torch cuts the [pairs, I] activation into equal runs of values, one per thread, and a
     run that starts inside a row walks that row differently, which decides which values take its vector exp
-    (see `silu_mul`). Rows whole, each value goes through the same operations as here. The GEMMs run on torch's
-    BLAS threads, as torch's own calls do; the gather, SiLU and scatter stay on the calling thread."""
+    (see `silu_mul`). Rows whole, each value goes through the same operations as here. The experts are then
+    split between torch's threads, each one's GEMMs on one thread (BLAS gives the same bits on any number of
+    threads: the loader checks it), and the scatter-add is split by columns, each value's adds in pair order.
+    Torch instead splits each expert's small GEMMs between the threads."""
     fn = _usable("glm5_moe_experts", x, w, gate_up, down, out)
     if fn is None or x.dim() != 2 or out.shape != x.shape or x.stride(1) != 1 or out.stride(1) != 1:
         return None
@@ -543,10 +545,12 @@ def moe_experts(
         return None
     token, counts, w = token.contiguous(), counts.contiguous(), w.contiguous()
     rows = int(counts.max()) if counts.numel() else 0
-    buf = torch.empty(max(1, rows * (2 * D + I2)))
+    ways = torch.get_num_threads() if E > 1 else 1
+    size = rows * (2 * D + I2) if ways == 1 else ways * rows * (D + I2) + token.numel() * D
+    buf = torch.empty(max(1, size))
     if fn(
         x.data_ptr(), x.stride(0), token.data_ptr(), w.data_ptr(), counts.data_ptr(), E, gate_up.data_ptr(),
-        down.data_ptr(), D, I2 // 2, out.data_ptr(), out.stride(0), buf.data_ptr(), rows,
+        down.data_ptr(), D, I2 // 2, out.data_ptr(), out.stride(0), buf.data_ptr(), rows, ways,
     ):  # fmt: skip
         return None  # no BLAS sgemm in this torch: nothing was written
     return out
@@ -898,13 +902,21 @@ def _probe_moe_cases(fn, g) -> bool:
         order = flat.argsort(stable=True)
         token, counts = order // k, torch.bincount(flat, minlength=E)
         w = torch.rand(N * k, generator=g)
-        got = out.clone()
-        buf = torch.empty(int(counts.max()) * (2 * D + 2 * I))
-        r = fn(
-            x.data_ptr(), D, token.data_ptr(), w.data_ptr(), counts.data_ptr(), E, gate_up.data_ptr(),
-            down.data_ptr(), D, I, got.data_ptr(), D, buf.data_ptr(), int(counts.max()),
-        )  # fmt: skip
-        ok &= r == 0 and torch.equal(got, torch_moe_experts(x, token, w, counts, gate_up, down, out.clone()))
+        want = torch_moe_experts(x, token, w, counts, gate_up, down, out.clone())
+        rows = int(counts.max())
+        for ways in (1, 2):  # one expert after another; experts split between two threads
+            got = out.clone()
+            buf = torch.empty(ways * rows * (2 * D + 2 * I) + N * k * D)
+            r = fn(
+                x.data_ptr(), D, token.data_ptr(), w.data_ptr(), counts.data_ptr(), E, gate_up.data_ptr(),
+                down.data_ptr(), D, I, got.data_ptr(), D, buf.data_ptr(), rows, ways,
+            )  # fmt: skip
+            ok &= r == 0 and torch.equal(got, want)
+    # BLAS's bits on any number of threads (the expert-parallel path runs each GEMM on one, torch on all of them)
+    a, b = torch.randn(64, 768, generator=g), torch.randn(768, 512, generator=g)
+    one = a @ b
+    torch.set_num_threads(2)
+    ok &= torch.equal(a @ b, one)
     return ok
 
 

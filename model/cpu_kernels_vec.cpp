@@ -10,9 +10,12 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 using at::vec::Vectorized;
 using Vec = Vectorized<float>;
@@ -160,11 +163,60 @@ int glm5_index_scores(const float* q, int64_t q_ld, const float* k, int64_t k_ld
 // arguments, and index_add_ adds the rows in pair order. What this saves is the [pairs, D] / [pairs, 2I] /
 // [pairs, D] intermediates in memory (one expert's rows stay in cache) and torch's per-expert dispatch.
 // buf: rows * (2 * D + 2 * I) floats, rows >= every counts[e] (an expert is never split: one sgemm each, as
-// torch). Returns 0, or -1 without a BLAS sgemm.
+// torch); with ways > 1, ways * rows * (D + 2 * I) + pairs * D. Returns 0, or -1 without a BLAS sgemm.
+//
+// ways > 1: the experts are split between that many threads, each expert's two sgemm calls on its thread alone
+// (BLAS runs sequentially inside a parallel region; its results do not depend on its thread count, which the
+// loader checks), every pair's output into a [pairs, D] buffer; then the scatter-add in pair order, split between
+// the threads by columns (each output value still gets its adds in pair order). Torch's path, on several
+// threads, runs the experts one after the other, each small GEMM split between the threads.
+static int moe_experts_parallel(const float* x, int64_t ldx, const int64_t* token, const float* w,
+                                const int64_t* counts, int64_t E, const float* gate_up, const float* down,
+                                int64_t D, int64_t I, float* out, int64_t ldo, float* buf, int64_t rows,
+                                int64_t ways) {
+    constexpr int64_t V = Vec::size();
+    std::vector<int64_t> first(E + 1, 0);
+    for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + counts[e];
+    const int64_t pairs = first[E];
+    float* Y = buf + ways * rows * (D + 2 * I);  // [pairs, D]
+    const float one = 1.0f, zero = 0.0f;
+    const int n1 = (int)(2 * I), k1 = (int)D, n2 = (int)D, k2 = (int)I;
+#pragma omp parallel num_threads(ways)
+    {
+        float* A = buf + omp_get_thread_num() * rows * (D + 2 * I);  // [rows, D]
+        float* H = A + rows * D;                                      // [rows, 2I]
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t e = 0; e < E; ++e) {
+            const int64_t m = counts[e], p = first[e];
+            if (m == 0) continue;
+            for (int64_t i = 0; i < m; ++i) std::memcpy(A + i * D, x + token[p + i] * ldx, D * sizeof(float));
+            const int mi = (int)m;
+            sgemm_("N", "N", &n1, &mi, &k1, &one, gate_up + e * D * 2 * I, &n1, A, &k1, &zero, H, &n1);
+            glm5_silu_mul(H, 2 * I, H + I, 2 * I, w + p, m, I);  // row by row, on this thread
+            sgemm_("N", "N", &n2, &mi, &k2, &one, down + e * I * D, &n2, H, &n1, &zero, Y + p * D, &n2);
+        }
+    }
+    const int64_t cols = 4 * V;
+#pragma omp parallel for num_threads(ways)
+    for (int64_t c = 0; c < D; c += cols) {
+        const int64_t c1 = c + cols < D ? c + cols : D;
+        for (int64_t p = 0; p < pairs; ++p) {
+            float* o = out + token[p] * ldo;
+            const float* y = Y + p * D;
+            int64_t d = c;
+            for (; d + V <= c1; d += V) (Vec::loadu(o + d) + Vec::loadu(y + d)).store(o + d);
+            for (; d < c1; ++d) o[d] += y[d];
+        }
+    }
+    return 0;
+}
+
 int glm5_moe_experts(const float* x, int64_t ldx, const int64_t* token, const float* w, const int64_t* counts,
                      int64_t E, const float* gate_up, const float* down, int64_t D, int64_t I, float* out,
-                     int64_t ldo, float* buf, int64_t rows) {
+                     int64_t ldo, float* buf, int64_t rows, int64_t ways) {
     if (sgemm_ == nullptr) return -1;
+    if (ways > 1)
+        return moe_experts_parallel(x, ldx, token, w, counts, E, gate_up, down, D, I, out, ldo, buf, rows, ways);
     constexpr int64_t V = Vec::size();
     const float one = 1.0f, zero = 0.0f;
     float* A = buf;                 // [rows, D]
