@@ -4,8 +4,9 @@ Module map, in reading order (a forward goes top to bottom through the network p
 - special_tokens.py  the GLM-5 special tokens and their ids in glm5's shipped tokenizer
 - config.py          GLM5Config (the keys of config.json), presets tiny / small / glm5, parameter and memory sums
 - cpu_kernels.py     fused CPU kernels for a prefill's element-wise passes (RMSNorm, RoPE, masks, top-k, softmax,
-                     SwiGLU): compiled on first use, checked bit for bit against the torch code they replace
-                     (cpu_kernels.c; cpu_kernels_vec.cpp on torch's own vector math for what calls exp)
+                     SwiGLU) and, around torch's own BLAS calls, its MoE experts, attention heads and indexer
+                     scores: compiled on first use, checked bit for bit against the torch code they replace
+                     (cpu_kernels.c; cpu_kernels_vec.cpp on torch's vector math and BLAS)
 - norms.py           RMSNorm
 - rope.py            interleaved RoPE (cos/sin from positions, rotation)
 - indexer.py         the DSA lightning indexer: index keys, scores, causal top-k
