@@ -6,7 +6,8 @@ Module map, in reading order (a forward goes top to bottom through the network p
 - cpu_kernels.py     fused CPU kernels for a prefill's element-wise passes (RMSNorm, RoPE, masks, top-k, softmax,
                      SwiGLU) and, around torch's own BLAS calls, its MoE experts, attention heads and indexer
                      scores: compiled on first use, checked bit for bit against the torch code they replace
-                     (cpu_kernels.c; cpu_kernels_vec.cpp on torch's vector math and BLAS)
+                     (cpu_kernels.c; cpu_kernels_vec.cpp on torch's vector math and BLAS; the checks in
+                     cpu_kernel_probes.py)
 - norms.py           RMSNorm
 - rope.py            interleaved RoPE (cos/sin from positions, rotation)
 - indexer.py         the DSA lightning indexer: index keys, scores, causal top-k
