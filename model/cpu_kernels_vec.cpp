@@ -151,6 +151,28 @@ int glm5_index_scores(const float* q, int64_t q_ld, const float* k, int64_t k_ld
     return 0;
 }
 
+// One expert over its m pairs: rows x[tok[i]] gathered into A [m, D], H = A @ gate_up_e [m, 2I], the SwiGLU with
+// the routing weights in place on H's first half (row by row), Y = that @ down_e [m, D] (rows D apart).
+// Row-major C = A @ B is column-major C^T = B^T A^T: B^T is B's row-major storage, as torch calls sgemm.
+static void run_expert(const float* x, int64_t ldx, const int64_t* tok, const float* wp, int64_t m,
+                       const float* gate_up_e, const float* down_e, int64_t D, int64_t I, float* A, float* H,
+                       float* Y) {
+    const float one = 1.0f, zero = 0.0f;
+    const int n1 = (int)(2 * I), k1 = (int)D, n2 = (int)D, k2 = (int)I, mi = (int)m;
+    for (int64_t i = 0; i < m; ++i) std::memcpy(A + i * D, x + tok[i] * ldx, D * sizeof(float));
+    sgemm_("N", "N", &n1, &mi, &k1, &one, gate_up_e, &n1, A, &k1, &zero, H, &n1);
+    glm5_silu_mul(H, 2 * I, H + I, 2 * I, wp, m, I);
+    sgemm_("N", "N", &n2, &mi, &k2, &one, down_e, &n2, H, &n1, &zero, Y, &n2);
+}
+
+// o[lo:hi] += y[lo:hi] (each value one add: vector or scalar, the same result).
+static inline void add_into(float* o, const float* y, int64_t lo, int64_t hi) {
+    constexpr int64_t V = Vec::size();
+    int64_t d = lo;
+    for (; d + V <= hi; d += V) (Vec::loadu(o + d) + Vec::loadu(y + d)).store(o + d);
+    for (; d < hi; ++d) o[d] += y[d];
+}
+
 // The routed experts of one MoE layer, in one call. The (token, expert) pairs come sorted by expert: pair p
 // is token[p] with routing weight w[p], and expert e owns the next counts[e] pairs. For each expert, in order:
 //   A = x[token[p..]]                  gathered rows [m, D], into buf
@@ -174,40 +196,25 @@ static int moe_experts_parallel(const float* x, int64_t ldx, const int64_t* toke
                                 const int64_t* counts, int64_t E, const float* gate_up, const float* down,
                                 int64_t D, int64_t I, float* out, int64_t ldo, float* buf, int64_t rows,
                                 int64_t ways) {
-    constexpr int64_t V = Vec::size();
     std::vector<int64_t> first(E + 1, 0);
     for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + counts[e];
     const int64_t pairs = first[E];
     float* Y = buf + ways * rows * (D + 2 * I);  // [pairs, D]
-    const float one = 1.0f, zero = 0.0f;
-    const int n1 = (int)(2 * I), k1 = (int)D, n2 = (int)D, k2 = (int)I;
 #pragma omp parallel num_threads(ways)
     {
-        float* A = buf + omp_get_thread_num() * rows * (D + 2 * I);  // [rows, D]
-        float* H = A + rows * D;                                      // [rows, 2I]
+        float* A = buf + omp_get_thread_num() * rows * (D + 2 * I);  // [rows, D], then H [rows, 2I]
 #pragma omp for schedule(dynamic, 1)
         for (int64_t e = 0; e < E; ++e) {
-            const int64_t m = counts[e], p = first[e];
-            if (m == 0) continue;
-            for (int64_t i = 0; i < m; ++i) std::memcpy(A + i * D, x + token[p + i] * ldx, D * sizeof(float));
-            const int mi = (int)m;
-            sgemm_("N", "N", &n1, &mi, &k1, &one, gate_up + e * D * 2 * I, &n1, A, &k1, &zero, H, &n1);
-            glm5_silu_mul(H, 2 * I, H + I, 2 * I, w + p, m, I);  // row by row, on this thread
-            sgemm_("N", "N", &n2, &mi, &k2, &one, down + e * I * D, &n2, H, &n1, &zero, Y + p * D, &n2);
+            const int64_t p = first[e];
+            if (counts[e])
+                run_expert(x, ldx, token + p, w + p, counts[e], gate_up + e * D * 2 * I, down + e * I * D, D, I, A,
+                           A + rows * D, Y + p * D);
         }
     }
-    const int64_t cols = 4 * V;
+    const int64_t cols = 4 * Vec::size();
 #pragma omp parallel for num_threads(ways)
-    for (int64_t c = 0; c < D; c += cols) {
-        const int64_t c1 = c + cols < D ? c + cols : D;
-        for (int64_t p = 0; p < pairs; ++p) {
-            float* o = out + token[p] * ldo;
-            const float* y = Y + p * D;
-            int64_t d = c;
-            for (; d + V <= c1; d += V) (Vec::loadu(o + d) + Vec::loadu(y + d)).store(o + d);
-            for (; d < c1; ++d) o[d] += y[d];
-        }
-    }
+    for (int64_t c = 0; c < D; c += cols)
+        for (int64_t p = 0; p < pairs; ++p) add_into(out + token[p] * ldo, Y + p * D, c, c + cols < D ? c + cols : D);
     return 0;
 }
 
@@ -217,39 +224,14 @@ int glm5_moe_experts(const float* x, int64_t ldx, const int64_t* token, const fl
     if (sgemm_ == nullptr) return -1;
     if (ways > 1)
         return moe_experts_parallel(x, ldx, token, w, counts, E, gate_up, down, D, I, out, ldo, buf, rows, ways);
-    constexpr int64_t V = Vec::size();
-    const float one = 1.0f, zero = 0.0f;
-    float* A = buf;                 // [rows, D]
-    float* H = A + rows * D;        // [rows, 2I]
-    float* Y = H + rows * 2 * I;    // [rows, D]
-    const int n1 = (int)(2 * I), k1 = (int)D, n2 = (int)D, k2 = (int)I;
-    int64_t p = 0;
-    for (int64_t e = 0; e < E; ++e) {
+    float* A = buf;               // [rows, D]
+    float* H = A + rows * D;      // [rows, 2I]
+    float* Y = H + rows * 2 * I;  // [rows, D]
+    for (int64_t e = 0, p = 0; e < E; p += counts[e], ++e) {
         const int64_t m = counts[e];
         if (m == 0) continue;
-        const int64_t* tok = token + p;
-        const float* wp = w + p;
-        // The row loops split between threads (whole rows: the same operations per value; an expert's rows are
-        // distinct tokens, so the scatter has no two writers per row). The sgemm calls stay outside them, on
-        // BLAS's own threads, as torch's calls run.
-        const bool split = n_threads > 1 && m * D >= 16384;
-#pragma omp parallel for if (split) num_threads(n_threads)
-        for (int64_t i = 0; i < m; ++i) std::memcpy(A + i * D, x + tok[i] * ldx, D * sizeof(float));
-        const int mi = (int)m;
-        // Row-major C = A @ B is column-major C^T = B^T A^T: B^T is B's row-major storage, as torch calls it.
-        sgemm_("N", "N", &n1, &mi, &k1, &one, gate_up + e * D * 2 * I, &n1, A, &k1, &zero, H, &n1);
-#pragma omp parallel for if (split) num_threads(n_threads)
-        for (int64_t i = 0; i < m; ++i) glm5_silu_mul(H + i * 2 * I, 2 * I, H + i * 2 * I + I, 2 * I, wp + i, 1, I);
-        sgemm_("N", "N", &n2, &mi, &k2, &one, down + e * I * D, &n2, H, &n1, &zero, Y, &n2);
-#pragma omp parallel for if (split) num_threads(n_threads)
-        for (int64_t i = 0; i < m; ++i) {
-            float* o = out + tok[i] * ldo;
-            const float* y = Y + i * D;
-            int64_t d = 0;
-            for (; d + V <= D; d += V) (Vec::loadu(o + d) + Vec::loadu(y + d)).store(o + d);
-            for (; d < D; ++d) o[d] += y[d];
-        }
-        p += m;
+        run_expert(x, ldx, token + p, w + p, m, gate_up + e * D * 2 * I, down + e * I * D, D, I, A, H, Y);
+        for (int64_t i = 0; i < m; ++i) add_into(out + token[p + i] * ldo, Y + i * D, 0, D);  // in pair order
     }
     return 0;
 }

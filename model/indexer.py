@@ -73,18 +73,19 @@ class Indexer(nn.Module):
         B, T, n_heads, Di = q_BTID.shape
         w_BTI = self.weights_proj(x_BTD.to(self.weights_proj.weight.dtype)).float() * n_heads**-0.5
         scale = Di**-0.5
-        if _power_of_two(scale) and not torch.is_grad_enabled():
-            # w * ReLU(l * 2^-m) == (w * 2^-m) * ReLU(l) bit for bit (scaling by a power of two is exact, barring
-            # underflow to subnormals), so the scale goes onto the [T, I] weights instead of the [T*I, S] logits.
+        # w * ReLU(l * 2^-m) == (w * 2^-m) * ReLU(l) bit for bit (scaling by a power of two is exact, barring
+        # underflow to subnormals), so without autograd the scale goes onto the [T, I] weights instead of the
+        # [T*I, S] logits.
+        folded = _power_of_two(scale) and not torch.is_grad_enabled()
+        if folded:
             w_BTI = w_BTI * scale
             if B == 1:  # on CPU a block of queries at a time, their logits in cache: the same bits
                 fused = cpu_kernels.index_scores(q_BTID[0].float(), k_BSD[0].float(), w_BTI[0])
                 if fused is not None:
                     return fused[None]
-        # One GEMM over all (query, head) rows: [B, T*I, Di] @ [B, Di, S].
+        # One GEMM over all (query, head) rows: [B, T*I, Di] @ [B, Di, S]; then in place, no new buffers.
         logits = torch.bmm(q_BTID.reshape(B, T * n_heads, Di).float(), k_BSD.float().transpose(1, 2))
-        # In place: the same values, no new buffers (the scale is in w_BTI already where it is a power of two).
-        logits = logits.relu_() if _power_of_two(scale) and not torch.is_grad_enabled() else logits.mul_(scale).relu_()
+        logits = logits.relu_() if folded else logits.mul_(scale).relu_()
         return torch.matmul(w_BTI[:, :, None, :], logits.view(B, T, n_heads, -1)).squeeze(2)
 
     def first_scored(self, q_idx_T: torch.Tensor) -> int:
