@@ -119,8 +119,12 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(tok):
         model.zero_grad()
         grpo_backward(model, [group], GRPOConfig(group_size=6), micro_batch=mb)
         grads.append([p.grad.clone() for p in model.parameters() if p.requires_grad])
+    # The same sums in another order: fp32 rounding differs by CPU and BLAS build (5.7e-6 on gradients of 2.3 on an
+    # AMD EPYC), so the bound is relative to the gradients' scale; a wrong micro-batch weighting is off by O(1).
+    scale = max(g.abs().max().item() for g in grads[0])
     for other in grads[1:]:
-        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[0], other, strict=True))
+        worst = max((a - b).abs().max().item() for a, b in zip(grads[0], other, strict=True))
+        assert worst <= 1e-5 * scale, (worst, scale)
 
 
 def test_completions_whose_check_fails_are_left_out(tok):
