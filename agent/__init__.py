@@ -3,8 +3,14 @@ trajectories, hooks, MCP, TUI and headless runs.
 
     client.py       ChatClient: OpenAI-compatible Chat Completions over httpx; streaming, reasoning_content and
                     tool_calls deltas assembled, retries with backoff on 429/5xx/timeouts, raw response kept
-    loop.py         Agent: run(task) loops step() = execute(query()); Submitted / LimitsExceeded / FormatError /
-                    Interrupted carry the control flow; checkpoints, hooks and permissions around each tool call
+    loop.py         Agent: run(task) loops step() = execute(query()), as small as mini-swe-agent's loop
+    flow.py         the exit statuses and the exceptions that carry the loop's control flow (Submitted, ...)
+    stats.py        token / cost / step totals and the limits checked before each model call
+    tool_call.py    one tool call: parse, approval, PreToolUse hook, checkpoints, run, PostToolUse, record
+    approval.py     may a call run: permission rules, then the user's yes / no / always
+    outcomes.py     outcome labels: test runs (passed / failed / unknown), files changed, diff kept
+    compaction.py   the conversation summarized and restarted from the summary (auto and /compact)
+    rewind.py       the last N turns undone: code and conversation (/undo, /rewind)
     environment.py  Environment: the repository, path resolution, commands (process groups, timeouts, background
                     jobs, long output to a file)
     sandbox.py      bubblewrap wrapping, probed once; a clear warning where it cannot run
@@ -24,9 +30,9 @@ trajectories, hooks, MCP, TUI and headless runs.
     headless.py     `glm5 code -p`: text / json / stream-json output and exit codes
     tui/            the Textual app
 
-Life of a task: interface -> builder.build_session -> Agent.run(task) -> ChatClient.query -> tool calls through
-permissions, hooks and checkpoints -> every message and call appended to the trajectory -> Agent.finish writes
-the outcome labels.
+Life of a task: interface -> builder.build_session -> Agent.run(task) -> ChatClient.query -> tool_call.run_call
+(approval, hooks, checkpoints) -> every message and call appended to the trajectory -> Agent.finish writes the
+outcome labels.
 """
 
 __version__ = "0.1.0"

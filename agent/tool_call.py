@@ -1,0 +1,105 @@
+"""One tool call from the model's reply, carried out and recorded.
+
+    run_call(agent, call)
+      tool lookup, JSON arguments (FormatError) -> approval.decide (allow / ask / deny)
+      -> PreToolUse hook (may block) -> checkpoint before -> tool.run -> checkpoint after
+      -> PostToolUse hook (may add to the result) -> test-run label -> `tool` record -> tool message
+
+Every way a call can end (denied, blocked, failed, done) leaves one `tool` record with its `decision` and one
+tool message answering the call, so the conversation stays well formed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from agent import approval, outcomes
+from agent.flow import FormatError
+from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult
+
+if TYPE_CHECKING:
+    from agent.loop import Agent
+
+
+def parse(agent: Agent, call: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    fn = call.get("function") or {}
+    name = fn.get("name", "")
+    tool = agent.tools.get(name)
+    if tool is None:
+        raise FormatError(f"there is no tool named {name!r}; available: {', '.join(agent.tools.names())}")
+    try:
+        args = json.loads(fn.get("arguments") or "{}")
+    except json.JSONDecodeError as e:
+        raise FormatError(f"the arguments of {name} are not valid JSON ({e}); send a JSON object") from None
+    if not isinstance(args, dict):
+        raise FormatError(f"the arguments of {name} must be a JSON object")
+    return name, tool, args
+
+
+def run_call(agent: Agent, call: dict[str, Any]) -> None:
+    name, tool, args = parse(agent, call)
+    subject = tool.subject(args)
+    record: dict[str, Any] = {"step": agent.stats.steps, "call_id": call["id"], "name": name, "arguments": args}
+
+    verdict = approval.decide(agent, name, tool, subject, args)
+    if not verdict.runs:
+        text = f"permission denied: {verdict.reason}. Do something else, or ask the user."
+        agent.writer.write("tool", **record, decision=verdict.decision, reason=verdict.reason, result=text,
+                           is_error=True)  # fmt: skip
+        agent.tool_message(call["id"], text)
+        return
+
+    if agent.hooks:
+        h = agent.hooks.run("PreToolUse", {"tool_name": name, "tool_input": args}, tool_name=name)
+        agent.warn(h.warnings)
+        if h.blocked:
+            text = f"blocked by a PreToolUse hook: {h.message}"
+            agent.writer.write("tool", **record, decision="blocked", result=text, is_error=True)
+            agent.tool_message(call["id"], text)
+            return
+
+    mutating = tool.kind != READ and name != "todo"
+    cps = agent.checkpoints if mutating else None
+    before = cps.snapshot(f"before {name}") if cps else None
+    agent.ui.on_tool_start(name, args)
+    t0 = time.monotonic()
+    try:
+        result = tool.run(args, ToolContext(agent.env, agent.state))
+    except ToolError as e:
+        result = ToolResult(f"error: {e}", is_error=True)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # a tool bug must not kill the session; the model sees what happened
+        result = ToolResult(f"error: {name} failed: {type(e).__name__}: {e}", is_error=True)
+    duration = time.monotonic() - t0
+    after = cps.snapshot(f"after {name}") if cps else None
+
+    if agent.hooks:
+        h = agent.hooks.run(
+            "PostToolUse",
+            {"tool_name": name, "tool_input": args, "tool_response": {"output": result.output, **result.data}},
+            tool_name=name,
+        )
+        agent.warn(h.warnings)
+        if h.blocked:
+            result.output += f"\n[PostToolUse hook] {h.message}"
+    if tool.kind == EXECUTE and name == "bash":
+        test = outcomes.test_run(args.get("command", ""), result)
+        if test is not None:
+            agent.tests.append(test)
+    agent.writer.write(
+        "tool",
+        **record,
+        decision=verdict.decision,
+        result=result.output,
+        is_error=result.is_error,
+        data={k: v for k, v in result.data.items() if k != "todos"},
+        duration_s=round(duration, 3),
+        checkpoint=before.ref if before else None,
+        commit_before=before.commit if before else None,
+        commit_after=after.commit if after else None,
+    )
+    agent.ui.on_tool_end(name, result)
+    agent.tool_message(call["id"], result.output)
