@@ -36,8 +36,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).absolute().parents[1]))
 
+from finetune.data.batches import token_batches  # noqa: E402
 from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences  # noqa: E402
-from finetune.mtp_loss import MTPTrainConfig, mtp_loss, token_batches, train_mtp  # noqa: E402
+from finetune.mtp_objective import MTPTrainConfig, mtp_loss, train_mtp  # noqa: E402
 from model.config import preset  # noqa: E402
 from model.modeling import GLM5ForCausalLM  # noqa: E402
 from model.tokenizer import Tokenizer  # noqa: E402

@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from finetune.mtp_loss import restore_training_state, training_state
 from finetune.sft import DEFAULT_TARGETS
+from finetune.train_loop import restore_training_state, training_state
 
 RL_TARGETS = tuple(t for t in DEFAULT_TARGETS if t != "kv_b_proj")
 

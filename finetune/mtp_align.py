@@ -18,15 +18,13 @@ Shapes: B batch, T tokens.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
 
-import torch
-
-from finetune.mtp_loss import MTPLoss, MTPTrainConfig, train_mtp
+from finetune.data.batches import padded_batches
+from finetune.mtp_objective import MTPTrainConfig, train_mtp
+from finetune.train_loop import LossTerms
 
 
 def generate_sequences(
@@ -59,61 +57,6 @@ def generate_sequences(
                 if progress:
                     progress(len(done), len(prompts))
     return [(list(p) + done[i], len(p)) for p, i in zip(prompts, ids, strict=True)]
-
-
-def read_prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
-    """A JSONL file of prompts -> (token ids, the line's object, "FILE:LINE") per line. Each line:
-    {"prompt": "raw text"} or {"messages": [...]} (OpenAI chat messages, rendered with GLM-5's chat template and
-    its generation prompt; optional "tools"). A bad line raises ValueError naming the file and line; other keys
-    (an RL task's reward) are the caller's to read and to report by that location."""
-    from model.chat import render
-
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e.msg})") from None
-            if isinstance(row, dict) and isinstance(row.get("prompt"), str) and row["prompt"]:
-                text = row["prompt"]
-            elif isinstance(row, dict) and isinstance(row.get("messages"), list) and row["messages"]:
-                try:
-                    text = render(row["messages"], row.get("tools"), add_generation_prompt=True)
-                except (ValueError, KeyError, TypeError) as e:
-                    raise ValueError(f"{where}: bad messages ({e})") from None
-            else:
-                raise ValueError(f'{where}: expected {{"prompt": "text"}} or {{"messages": [...]}}')
-            out.append((tokenizer.encode(text), row, where))
-    if not out:
-        raise ValueError(f"{path}: no prompts")
-    return out
-
-
-def sample_sequences(samples: Iterable[dict], tokenizer) -> list[tuple[list[int], int]]:
-    """Recorded model calls -> (ids, prompt length): the prompt and the model's response, rendered with the
-    chat template exactly as training renders them (`render_for_training`), cut after the response's last
-    generated token. `samples` are `agent.trajectory.Trajectory.samples()` dicts (messages, tools, response)."""
-    from model.chat import render_for_training
-
-    out = []
-    for smp in samples:
-        response = smp.get("response") or {}
-        if response.get("role") != "assistant":
-            continue  # a call that failed before the model answered
-        msgs = list(smp["messages"]) + [response]
-        r = render_for_training(tokenizer, msgs, smp.get("tools") or None)
-        mine = [
-            t
-            for t, (i, g) in enumerate(zip(r.message_index, r.generated_mask, strict=True))
-            if g and i == len(msgs) - 1
-        ]
-        if mine:
-            out.append((r.ids[: mine[-1] + 1], mine[0]))
-    return out
 
 
 def default_draft_vocab_size(seqs: list[tuple[list[int], int]], vocab_size: int) -> int:
@@ -153,29 +96,6 @@ def draft_vocab(
     return sorted(ranked[:size])
 
 
-def align_batches(
-    seqs: list[tuple[list[int], int]], batch_size: int, min_len: int, seed: int = 0
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Endless shuffled batches (ids [B, T], target mask [B, T]): whole sequences, right-padded with token 0 to
-    the batch's longest; a token is a target when the model generated it (position >= its prompt length).
-    Padding sits after every real token, so it changes nothing a causal model computes for them."""
-    usable = [(s, p) for s, p in seqs if len(s) >= min_len and len(s) > p]
-    if not usable:
-        raise ValueError(f"no sequence has {min_len} tokens and a generated part; generate longer continuations")
-    gen = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(len(usable), generator=gen).tolist()
-        for start in range(0, max(1, len(usable) - batch_size + 1), batch_size):
-            chosen = [usable[i] for i in order[start : start + batch_size]]
-            T = max(len(s) for s, _ in chosen)
-            ids = torch.zeros(len(chosen), T, dtype=torch.long)
-            mask = torch.zeros(len(chosen), T, dtype=torch.bool)
-            for b, (s, p) in enumerate(chosen):
-                ids[b, : len(s)] = torch.tensor(s)
-                mask[b, p : len(s)] = True
-            yield ids, mask
-
-
 def align_mtp(
     model,
     seqs: list[tuple[list[int], int]],
@@ -185,7 +105,7 @@ def align_mtp(
     log_every: int = 0,
     log=print,
     **checkpointing,
-) -> list[MTPLoss]:
+) -> list[LossTerms]:
     """Train the MTP layer alone on (sequence, prompt length) pairs; only generated tokens are targets.
     `checkpointing`: train_mtp's resume / save / save_every (the batch order is fixed by `seed`, so a resumed
     run continues the interrupted one exactly).
@@ -196,5 +116,5 @@ def align_mtp(
     model's whole distribution (KL), for speculation under sampling. On the benchmark's trained `tiny`,
     "tokens" raised acceptance at k = 3 from 2.76 to 3.22, "model" to 2.99 (benchmarks/RESULTS.md)."""
     cfg = replace(cfg, train_main=False)
-    batches = align_batches(seqs, batch_size, cfg.num_mtp_steps + 2, seed)
+    batches = padded_batches(seqs, batch_size, cfg.num_mtp_steps + 2, seed)
     return train_mtp(model, batches, cfg, log_every=log_every, log=log, **checkpointing)

@@ -33,24 +33,13 @@ Shapes: B batch, T tokens, D hidden, V vocab.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-
-@dataclass
-class MTPLoss:
-    """`loss` is what to backpropagate; the parts are detached floats for logs."""
-
-    loss: torch.Tensor
-    lm: float
-    mtp: list[float] = field(default_factory=list)  # one per chained step
-
-    @property
-    def mtp_mean(self) -> float:
-        return sum(self.mtp) / len(self.mtp) if self.mtp else 0.0
+from finetune.train_loop import LossTerms, OptimConfig, train
 
 
 def _masked_ce(logits_BTV: torch.Tensor, targets_BT: torch.Tensor, mask_BT: torch.Tensor | None) -> torch.Tensor:
@@ -79,7 +68,7 @@ def mtp_loss(
     loss_mask: torch.Tensor | None = None,
     train_main: bool = True,
     targets: str = "tokens",
-) -> MTPLoss:
+) -> LossTerms:
     """LM loss + `mtp_weight` * the mean of the `num_steps` chained MTP losses (module docstring).
 
     input_ids [B, T] with T >= num_steps + 2 (every step needs at least one target). `targets`: "tokens" (the
@@ -120,25 +109,12 @@ def mtp_loss(
             steps.append(_masked_kl(teacher[:, 1 + k : T - 1], draft[:, : n - 1], target_mask))
     mtp = torch.stack(steps).mean() if steps else lm.new_zeros(())
     loss = (lm + mtp_weight * mtp) if train_main else mtp
-    return MTPLoss(loss, float(lm.detach()), [float(s.detach()) for s in steps])
-
-
-def token_batches(
-    tokens: list[int] | torch.Tensor, seq_len: int, batch_size: int, seed: int = 0
-) -> Iterator[torch.Tensor]:
-    """Endless random windows [batch_size, seq_len] from one long token stream (a tokenised corpus)."""
-    data = torch.as_tensor(tokens, dtype=torch.long)
-    if data.numel() <= seq_len:
-        raise ValueError(f"the corpus has {data.numel()} tokens; need more than seq_len={seq_len}")
-    gen = torch.Generator().manual_seed(seed)
-    while True:
-        starts = torch.randint(0, data.numel() - seq_len, (batch_size,), generator=gen)
-        yield torch.stack([data[s : s + seq_len] for s in starts.tolist()])
+    return LossTerms(loss, float(lm.detach()), [float(s.detach()) for s in steps], tokens=input_ids.numel())
 
 
 @dataclass(frozen=True)
 class MTPTrainConfig:
-    """An explicit loop's knobs: AdamW with linear warm-up then cosine decay to 10%."""
+    """A run of `train_mtp`: the loop's optimizer settings (train_loop.OptimConfig's) and the objective's."""
 
     steps: int = 300
     lr: float = 3e-3
@@ -160,103 +136,41 @@ def train_mtp(
     resume: dict | None = None,
     save: Callable[[dict], None] | None = None,
     save_every: int = 0,
-) -> list[MTPLoss]:
-    """data -> forward -> mtp_loss -> backward -> clip -> step, `cfg.steps` times. Returns every step's loss.
+    on_step=None,
+) -> list[LossTerms]:
+    """The training loop (finetune/train_loop.py) on `mtp_loss`, `cfg.steps` times. Returns every step's loss.
     A batch is ids [B, T] or (ids, loss mask [B, T]).
 
     With `train_main=False` only the MTP layer(s) are optimised (the main model is left exactly as it was).
-
-    Checkpoints: every `save_every` steps `save(state)` gets the training state (step, trained parameters by
-    name, optimizer state, losses so far); `resume=state` continues from it: the parameters and optimizer are
-    restored and the first `state["step"]` batches of `batches` are skipped, so a deterministic batch stream
-    (token_batches, mtp_align.align_batches with a seed) makes the resumed run the run that was interrupted.
+    `resume` / `save` / `save_every`: the loop's exact-resume checkpoints (a deterministic batch stream, such as
+    data.batches.token_batches or padded_batches with a seed, makes the resumed run the interrupted one).
     """
-    import math
-
     n_main = model.config.num_hidden_layers
     if cfg.train_main:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     else:
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and _layer_index(n) >= n_main]
-    params = [p for _, p in named]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    done: list[MTPLoss] = []
-    if resume is not None:
-        restore_training_state(resume, named, opt)
-        done = [MTPLoss(torch.tensor(sum(m) / max(1, len(m))), lm, list(m)) for lm, m in resume["losses"]]
-
-    def lr_at(step: int) -> float:
-        if step < cfg.warmup:
-            return cfg.lr * (step + 1) / cfg.warmup
-        frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-
     # MTP-only: everything else is frozen for the loop, so backward computes no gradient for the shared lm_head
     # and embedding (at GLM-5's size the lm_head's alone is 0.95G values per step), and restored after.
-    trained = {id(p) for p in params}
+    trained = {id(p) for _, p in named}
     frozen = [] if cfg.train_main else [p for p in model.parameters() if p.requires_grad and id(p) not in trained]
     for p in frozen:
         p.requires_grad_(False)
 
-    def checkpoint(step: int, history: list[MTPLoss]) -> None:
-        if save is not None:
-            save(training_state(step, named, opt, losses=[(h.lm, list(h.mtp)) for h in history]))
+    def loss_fn(batch) -> LossTerms:
+        ids, mask = batch if isinstance(batch, tuple) else (batch, None)  # (ids, loss mask) or ids
+        return mtp_loss(model, ids, cfg.num_mtp_steps, cfg.mtp_weight, mask, cfg.train_main, cfg.targets)
 
+    optim = OptimConfig(cfg.steps, cfg.lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
     try:
-        return _loop(model, batches, cfg, opt, params, lr_at, log_every, log, done, checkpoint, save_every)
+        loop = {"log_every": log_every, "log": log, "resume": resume, "save": save, "save_every": save_every}
+        return train(model, named, batches, loss_fn, optim, on_step=on_step, **loop)
     finally:
         for p in frozen:
             p.requires_grad_(True)
-        model.eval()
-
-
-def training_state(step: int, named: list[tuple[str, torch.Tensor]], opt, **extra) -> dict:
-    """A resumable checkpoint of a training loop: the step, the trained parameters by name, the optimizer
-    state, and the loop's own `extra` (its history). `restore_training_state` reads it back."""
-    return {"step": step, "params": {n: p.detach().clone() for n, p in named}, "optimizer": opt.state_dict(), **extra}
-
-
-def restore_training_state(state: dict, named: list[tuple[str, torch.Tensor]], opt) -> None:
-    """Put a `training_state` back into the parameters (in place) and the optimizer."""
-    if set(state["params"]) != {n for n, _ in named}:
-        raise ValueError("the checkpoint does not match this model and configuration (different parameters)")
-    with torch.no_grad():
-        for n, p in named:
-            p.copy_(state["params"][n])
-    opt.load_state_dict(state["optimizer"])
 
 
 def _layer_index(name: str) -> int:
     """`model.layers.{i}.…` -> i; -1 for parameters outside the layer stack (embedding, final norm, lm_head)."""
     parts = name.split(".")
     return int(parts[2]) if len(parts) > 2 and parts[:2] == ["model", "layers"] else -1
-
-
-def _loop(
-    model, batches, cfg: MTPTrainConfig, opt, params, lr_at, log_every, log, done, checkpoint, save_every
-) -> list[MTPLoss]:
-    model.train()
-    history: list[MTPLoss] = list(done)
-    it = iter(batches)
-    for _ in range(len(done)):  # the batches the interrupted run already trained on
-        next(it)
-    for step in range(len(done), cfg.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        batch = next(it)
-        ids, mask = batch if isinstance(batch, tuple) else (batch, None)  # (ids, loss mask) or ids
-        out = mtp_loss(
-            model, ids, cfg.num_mtp_steps, cfg.mtp_weight, mask, train_main=cfg.train_main, targets=cfg.targets
-        )
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        history.append(out)
-        if log_every and (step % log_every == 0 or step == cfg.steps - 1):
-            mtp = " ".join(f"{x:.3f}" for x in out.mtp)
-            log(f"step {step:4d}  lm {out.lm:.3f}  mtp [{mtp}]  lr {lr_at(step):.2e}")
-        if save_every and (step + 1) % save_every == 0 and step + 1 < cfg.steps:
-            checkpoint(step + 1, history)
-    return history

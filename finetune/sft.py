@@ -1,136 +1,82 @@
-"""Supervised fine-tuning with LoRA (peft) on what the agent recorded: each model call's response is the target.
+"""Supervised fine-tuning on what the agent recorded: the masked next-token loss on the model's own tokens.
 
-    model = GLM5ForCausalLM.from_pretrained(ckpt)
-    add_lora(model, LoraSettings(rank=16))                    # peft adapters on the main layers; the rest frozen
-    seqs = sample_sequences(trajectory_samples, tokenizer)    # (ids, prompt length): finetune/mtp_align.py
-    train_sft(model, seqs, MTPTrainConfig(steps=200, lr=2e-4))  # masked LM loss on the responses only
-    save_adapter(model, out)                                  # adapter_config.json + adapter_model.safetensors
-    merge_lora(model); model.save_pretrained(merged)          # or a plain checkpoint `glm5 serve` can load
+    model = add_lora(GLM5ForCausalLM.from_pretrained(ckpt), LoraSettings(rank=16))   # finetune/lora.py
+    seqs = recorded_sequences(files, tokenizer)       # (ids, prompt length): finetune/data/trajectories.py
+    train_sft(model, seqs, SFTConfig(steps=200, lr=2e-4))
+    save_adapter(model, out)
 
-The adapter is peft's own format, and peft loads it (`inject_adapter_in_model(LoraConfig.from_pretrained(dir),
-model)` then `set_peft_model_state_dict`, as `load_adapter` does). LoRA goes on the main layers only: the MTP
-layer drafts for whatever the main model becomes, and `glm5 finetune align-mtp` re-aligns it afterwards.
-The loss is the next-token loss on the response tokens (mtp_loss with no MTP steps and the prompt masked out),
-trained by the same loop as the MTP layer (`train_mtp`: AdamW, warm-up + cosine, clipping, checkpoints and
-exact resume).
+The loss is the next-token cross-entropy on the target tokens, averaged over them (every other token is
+context), run by the training loop of finetune/train_loop.py (AdamW, warm-up + cosine, clipping, checkpoints
+and exact resume).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-from finetune.mtp_align import align_batches
-from finetune.mtp_loss import MTPLoss, MTPTrainConfig, train_mtp
+from finetune.data.batches import padded_batches
+from finetune.lora import DEFAULT_TARGETS, LoraSettings, add_lora, load_adapter, merge_lora, save_adapter
+from finetune.train_loop import LossTerms, OptimConfig, train
 
-# Every linear of GLM-5's attention and MLPs (experts and shared expert included); not the router, the
-# indexer or the lm_head (GLM-5's high-precision set, model/quant_int4.py).
-DEFAULT_TARGETS = (
-    "q_a_proj",
-    "q_b_proj",
-    "kv_a_proj_with_mqa",
-    "kv_b_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
+__all__ = [  # the LoRA helpers are re-exported: `finetune.sft` was their home (serve_cmd, grpo import them here)
+    "DEFAULT_TARGETS",
+    "LoraSettings",
+    "SFTConfig",
+    "add_lora",
+    "load_adapter",
+    "merge_lora",
+    "save_adapter",
+    "sft_loss",
+    "train_sft",
+]
 
 
 @dataclass(frozen=True)
-class LoraSettings:
-    rank: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
-    targets: tuple[str, ...] = field(default=DEFAULT_TARGETS)
+class SFTConfig:
+    """An SFT run: the optimizer schedule, the batch and the seed of the batch order."""
+
+    steps: int = 200
+    lr: float = 2e-4
+    warmup: int = 10
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    batch_size: int = 4
+    seed: int = 0
+
+    @property
+    def optim(self) -> OptimConfig:
+        return OptimConfig(self.steps, self.lr, self.warmup, self.weight_decay, self.grad_clip)
 
 
-def add_lora(model, settings: LoraSettings = LoraSettings(), seed: int = 0):
-    """Inject peft LoRA adapters into the main layers' target linears; freeze everything else. -> model.
-    The adapters' random initialisation comes from `seed` (not the global RNG): a run is reproducible, and an
-    interrupted one can be checked against an uninterrupted one."""
-    import peft
-
-    n_main = model.config.num_hidden_layers
-    layers = "|".join(str(i) for i in range(n_main))
-    names = "|".join(re.escape(t) for t in settings.targets)
-    cfg = peft.LoraConfig(
-        r=settings.rank,
-        lora_alpha=settings.alpha,
-        lora_dropout=settings.dropout,
-        target_modules=rf"model\.layers\.({layers})\..*\b({names})",
-    )
-    for p in model.parameters():
-        p.requires_grad_(False)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = peft.inject_adapter_in_model(cfg, model)
-    if not any("lora_" in n for n, _ in model.named_parameters()):
-        raise ValueError(f"no module matches the LoRA targets {settings.targets}")
-    return model
+def sft_loss(model, ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> LossTerms:
+    """Mean next-token cross-entropy over the target tokens: logits at t score token t+1 where mask[t+1]."""
+    logits = model(ids_BT)
+    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids_BT[:, 1:].flatten(), reduction="none")
+    m = mask_BT[:, 1:].flatten().to(ce.dtype)
+    loss = (ce * m).sum() / m.sum().clamp(min=1.0)
+    return LossTerms(loss, float(loss.detach()), tokens=ids_BT.numel())
 
 
 def train_sft(
     model,
     seqs: list[tuple[list[int], int]],
-    cfg: MTPTrainConfig = MTPTrainConfig(steps=200, lr=2e-4, warmup=10),
-    batch_size: int = 4,
-    seed: int = 0,
-    **loop,
-) -> list[MTPLoss]:
-    """Masked next-token loss on the response tokens of (ids, prompt length) pairs; only the LoRA parameters
-    (whatever requires grad) train. `cfg` is train_mtp's, with the MTP steps turned off; `loop`: train_mtp's
-    log_every / log / resume / save / save_every."""
-    if not any(p.requires_grad for p in model.parameters()):
+    cfg: SFTConfig = SFTConfig(),
+    log_every: int = 0,
+    log=print,
+    resume: dict | None = None,
+    save: Callable[[dict], None] | None = None,
+    save_every: int = 0,
+    on_step=None,
+) -> list[LossTerms]:
+    """Masked next-token loss on the response tokens of (ids, prompt length) pairs; only what requires grad
+    (the LoRA parameters after add_lora) trains. The loop's resume / save / save_every give exact resume."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
         raise ValueError("nothing to train: add_lora first")
-    cfg = replace(cfg, num_mtp_steps=0, train_main=True)
-    return train_mtp(model, align_batches(seqs, batch_size, 2, seed), cfg, **loop)
-
-
-def save_adapter(model, path: Path) -> None:
-    """peft's adapter files: adapter_config.json and adapter_model.safetensors."""
-    import peft
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    model.peft_config["default"].save_pretrained(str(path))
-    state = {k: v.detach().contiguous() for k, v in peft.get_peft_model_state_dict(model).items()}
-    save_file(state, str(path / "adapter_model.safetensors"))
-
-
-def load_adapter(model, path: Path):
-    """Load an adapter that `save_adapter` (or peft) wrote into a plain model. -> the model, with LoRA."""
-    import peft
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not (path / "adapter_config.json").is_file():
-        raise ValueError(f"{path} has no adapter_config.json: not a peft adapter")
-    model = peft.inject_adapter_in_model(peft.LoraConfig.from_pretrained(str(path)), model)
-    result = peft.set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
-    missing = [k for k in result.missing_keys if "lora_" in k]
-    if missing or result.unexpected_keys:
-        raise ValueError(
-            f"{path} does not fit this model: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}"
-        )
-    return model
-
-
-@torch.no_grad()
-def merge_lora(model):
-    """Fold every LoRA delta into its base linear and put the base linear back: a plain model again (the MoE's
-    stacked expert weights, which the expert linears view, take the merged values too). -> model."""
-    from peft.tuners.lora import LoraLayer
-
-    for name, module in list(model.named_modules()):
-        if isinstance(module, LoraLayer):
-            module.merge()
-            parent_name, _, attr = name.rpartition(".")
-            setattr(model.get_submodule(parent_name), attr, module.get_base_layer())
-    if hasattr(model, "peft_config"):
-        del model.peft_config
-    return model
+    batches = padded_batches(seqs, cfg.batch_size, 2, cfg.seed)
+    loop = {"log_every": log_every, "log": log, "resume": resume, "save": save, "save_every": save_every}
+    return train(model, named, batches, lambda b: sft_loss(model, *b), cfg.optim, on_step=on_step, **loop)

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 
@@ -80,8 +78,9 @@ def align_mtp_cmd(
         },
     )
 
+    from finetune.data.trajectories import truncated
     from finetune.mtp_align import align_mtp, default_draft_vocab_size, draft_vocab, generate_sequences
-    from finetune.mtp_loss import MTPTrainConfig
+    from finetune.mtp_objective import MTPTrainConfig
     from serve.engine.spec_decode import write_draft_vocab
 
     seqs: list[tuple[list[int], int]] = []
@@ -108,7 +107,7 @@ def align_mtp_cmd(
                 )
             except ValueError as e:  # a prompt too long for the context, a token outside the vocabulary
                 fail(f"{prompts}: {e}", code=EXIT_USAGE)
-        seqs = _truncated(seqs, max_len)
+        seqs = truncated(seqs, max_len)
         if not any(len(s) > p for s, p in seqs):
             fail("no model output to train on (the trajectories hold no assistant responses)")
         state = run.start({"sequences": seqs, "from_trajectories": n_recorded})
@@ -160,51 +159,32 @@ def align_mtp_cmd(
 
 
 class _Run:
-    """A resumable training run that writes OUT: it works in .OUT.partial beside OUT (settings, data,
-    checkpoints), and renames that into place when it is done, so OUT is complete or absent. Rerunning the same
-    command after a kill resumes; other settings are refused rather than mixed into the interrupted run."""
-
-    _FILES = ("run.json", "sequences.json", "state.pt")
+    """finetune.run_dir.RunDir for a command: a run that cannot start is a failure with its hint, a resumed one
+    says so on stderr."""
 
     def __init__(self, out: Path, settings: dict):
-        if out.exists():
-            fail(f"{out} already exists", hint="choose a new --out directory; the input checkpoint is never changed")
-        self.out, self.settings = out, settings
-        self.work = out.with_name(f".{out.name}.partial")
-        self.resuming = (self.work / "run.json").is_file()
-        if self.resuming and json.loads((self.work / "run.json").read_text()) != settings:
-            fail(
-                f"{self.work} holds an interrupted run with other settings",
-                hint="rerun it with the same options to resume it, or delete that directory",
-            )
+        from finetune.run_dir import RunDir, RunError
+
+        try:
+            self._dir = RunDir(out, settings)
+        except RunError as e:
+            fail(str(e), hint=e.hint)
+        self.out, self.settings, self.work = out, settings, self._dir.work
 
     def saved_sequences(self) -> dict | None:
-        path = self.work / "sequences.json"
-        return json.loads(path.read_text()) if self.resuming and path.is_file() else None
+        return self._dir.saved_sequences()
 
     def start(self, data: dict) -> dict | None:
-        """From here on the run can be resumed: its settings and data are written. -> the last checkpoint."""
-        import torch
-
-        self.work.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
-        _write_atomic(self.work / "sequences.json", json.dumps(data))
-        state_path = self.work / "state.pt"
-        state = torch.load(state_path, weights_only=False) if self.resuming and state_path.is_file() else None
+        state = self._dir.start(data)
         if state is not None:
             err_console.print(f"resuming {self.work} from step {state['step']} of {self.settings['steps']}")
         return state
 
     def save(self, state: dict) -> None:
-        """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one."""
-        import torch
-
-        tmp = self.work / "state.pt.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, self.work / "state.pt")
+        self._dir.save(state)
 
     def loop(self, bar, task, state: dict | None, save_every: int) -> dict:
-        """train_mtp's loop arguments: advance `task` on `bar` every step, resume from `state`, checkpoint here."""
+        """The training loop's arguments: advance `task` on `bar` every step, resume from `state`, checkpoint here."""
         return {
             "log_every": 1,
             "log": lambda _: bar.advance(task),
@@ -214,9 +194,7 @@ class _Run:
         }
 
     def finish(self) -> None:
-        for name in self._FILES:
-            (self.work / name).unlink(missing_ok=True)
-        os.replace(self.work, self.out)
+        self._dir.finish()
 
 
 def _checkpoint_tokenizer(model: Path):
@@ -232,8 +210,8 @@ def _checkpoint_tokenizer(model: Path):
 
 
 def _prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
-    """`finetune.mtp_align.read_prompt_rows`, with an unreadable file or a bad line as a usage error."""
-    from finetune.mtp_align import read_prompt_rows
+    """`finetune.data.prompts.read_prompt_rows`, with an unreadable file or a bad line as a usage error."""
+    from finetune.data.prompts import read_prompt_rows
 
     try:
         return read_prompt_rows(path, tokenizer)
@@ -245,7 +223,7 @@ def _prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
 
 def _write_adapter(model: Path, net, work: Path, merge: bool) -> None:
     """The LoRA adapter (peft format) in WORK/adapter; with `merge`, WORK also becomes a plain checkpoint."""
-    from finetune.sft import merge_lora, save_adapter
+    from finetune.lora import merge_lora, save_adapter
 
     save_adapter(net, work / "adapter")
     if merge:
@@ -273,51 +251,34 @@ def _progress():
 
 
 def _write_checkpoint(source: Path, net, dest: Path) -> None:
-    """`net`'s weights plus everything else of the `source` checkpoint (config, tokenizer, chat template)."""
-    shutil.copytree(
-        source, dest, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"), dirs_exist_ok=True
-    )
-    net.save_pretrained(dest)
+    from finetune.run_dir import write_checkpoint
+
+    write_checkpoint(source, net, dest)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    from finetune.run_dir import write_atomic
+
+    write_atomic(path, text)
 
 
 def _recorded_sequences(files: list[Path], tokenizer) -> list[tuple[list[int], int]]:
     """(ids, prompt length) of every answered model call in the trajectory files; a bad file is a usage error."""
-    from agent.trajectory import Trajectory
-    from finetune.mtp_align import sample_sequences
+    from finetune.data.trajectories import recorded_sequences
 
-    seqs: list[tuple[list[int], int]] = []
-    for f in files:
-        try:
-            seqs += sample_sequences(Trajectory.load(f).samples(), tokenizer)
-        except (ValueError, KeyError, TypeError) as e:
-            fail(f"{f}: {e}", code=EXIT_USAGE)
-    return seqs
-
-
-def _truncated(seqs: list[tuple[list[int], int]], max_len: int) -> list[tuple[list[int], int]]:
-    """Sequences longer than max_len keep their last max_len tokens (the prompt is what gets cut)."""
-    return [(s[-max_len:], max(0, p - max(0, len(s) - max_len))) for s, p in seqs]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        return recorded_sequences(files, tokenizer)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
 
 
 def _trajectory_files(paths: list[Path]) -> list[Path]:
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            found = sorted(p.rglob("*.jsonl"))
-            if not found:
-                fail(f"{p} holds no trajectory (*.jsonl) files", code=EXIT_USAGE)
-            files += found
-        elif p.is_file():
-            files.append(p)
-        else:
-            fail(f"{p} does not exist", code=EXIT_USAGE)
-    return files
+    from finetune.data.trajectories import trajectory_files
+
+    try:
+        return trajectory_files(paths)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
 
 
 _MERGE = typer.Option(
@@ -366,8 +327,9 @@ def sft(
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
     run = _Run(out, settings | {"merge": merge})
 
-    from finetune.mtp_loss import MTPTrainConfig
-    from finetune.sft import LoraSettings, add_lora, train_sft
+    from finetune.data.trajectories import truncated
+    from finetune.lora import LoraSettings, add_lora
+    from finetune.sft import SFTConfig, train_sft
 
     saved = run.saved_sequences()
     seqs: list[tuple[list[int], int]] = []
@@ -375,7 +337,7 @@ def sft(
         seqs = [(s, p) for s, p in saved["sequences"]]
     else:
         seqs = _recorded_sequences(files, tok)
-        seqs = _truncated(seqs, max_len)
+        seqs = truncated(seqs, max_len)
     if not any(len(s) > p for s, p in seqs):
         fail("no responses to train on: the trajectories hold no model calls with an answer")
     t0 = time.monotonic()
@@ -384,15 +346,8 @@ def sft(
     state = run.start({"sequences": seqs})
     with _progress() as bar:
         task = bar.add_task("fine-tuning (LoRA)", total=steps, completed=state["step"] if state else 0)
-        cfg = MTPTrainConfig(steps=steps, lr=lr, warmup=max(1, steps // 20))
-        hist = train_sft(
-            net,
-            seqs,
-            cfg,
-            batch_size=batch_size,
-            seed=seed,
-            **run.loop(bar, task, state, save_every),
-        )
+        cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
+        hist = train_sft(net, seqs, cfg, **run.loop(bar, task, state, save_every))
     _write_adapter(model, net, run.work, merge)
     summary = {
         "out": str(out),

@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from finetune.mtp_align import align_batches, align_mtp, default_draft_vocab_size, draft_vocab, generate_sequences
-from finetune.mtp_loss import MTPTrainConfig, mtp_loss, token_batches, train_mtp
+from finetune.data.batches import padded_batches, token_batches
+from finetune.mtp_align import align_mtp, default_draft_vocab_size, draft_vocab, generate_sequences
+from finetune.mtp_objective import MTPTrainConfig, mtp_loss, train_mtp
 from model import GLM5ForCausalLM
 from model.config import preset
 from serve.engine import EngineConfig, LLMEngine, SamplingParams
@@ -45,23 +46,23 @@ def test_model_targets_are_the_kl_to_the_main_models_own_distribution():
         mtp_loss(model, ids, targets="text")
 
 
-def test_align_batches_mark_only_generated_tokens_and_name_bad_data():
+def test_padded_batches_mark_only_generated_tokens_and_name_bad_data():
     seqs = [([1, 2, 3, 4, 5, 6], 2), ([7, 8, 9, 10], 3), ([11, 12, 13, 14, 15], 4)]
-    ids, mask = next(align_batches(seqs, batch_size=3, min_len=4))
+    ids, mask = next(padded_batches(seqs, batch_size=3, min_len=4))
     assert ids.shape == mask.shape == (3, 6)
     for s, p in seqs:
         r = next(i for i in range(3) if ids[i, : len(s)].tolist() == s)
         assert mask[r].tolist() == [False] * p + [True] * (len(s) - p) + [False] * (6 - len(s))
         assert ids[r, len(s) :].tolist() == [0] * (6 - len(s))  # padding after every real token
     # Batches keep coming (reshuffled), and a batch never holds the same sequence twice.
-    it = align_batches(seqs, batch_size=2, min_len=4, seed=1)
+    it = padded_batches(seqs, batch_size=2, min_len=4, seed=1)
     for _ in range(5):
         b, _ = next(it)
         assert b.shape[0] == 2 and not torch.equal(b[0], b[1])
     with pytest.raises(ValueError, match="no sequence has 8 tokens"):
-        next(align_batches(seqs, batch_size=2, min_len=8))
+        next(padded_batches(seqs, batch_size=2, min_len=8))
     with pytest.raises(ValueError, match="generated part"):
-        next(align_batches([([1, 2, 3, 4, 5], 5)], batch_size=1, min_len=4))
+        next(padded_batches([([1, 2, 3, 4, 5], 5)], batch_size=1, min_len=4))
 
 
 def test_train_mtp_takes_id_and_mask_batches():

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from finetune.mtp_loss import MTPTrainConfig, mtp_loss, token_batches, train_mtp
+from finetune.data.batches import token_batches
+from finetune.mtp_objective import MTPTrainConfig, mtp_loss, train_mtp
 from model import GLM5ForCausalLM
 from model.config import preset
 

@@ -155,7 +155,7 @@ def test_sft_resumes_exactly_after_a_kill(tiny_checkpoint, tmp_path, monkeypatch
 
     sessions = _sessions(tmp_path / "sessions", n=2)
     opts = ["--trajectories", str(sessions), "--steps", "6", "--save-every", "2", "--rank", "4", "--batch-size", "2"]
-    kill_and_resume("sft", tiny_checkpoint, opts, sft, "train_mtp", 6, tmp_path, monkeypatch)
+    kill_and_resume("sft", tiny_checkpoint, opts, sft, "train", 6, tmp_path, monkeypatch)
 
 
 def test_serve_lora_flag_errors(tmp_path, tiny_checkpoint):  # noqa: F811

@@ -1,0 +1,89 @@
+"""A resumable training run's folder: every finetune command writes OUT this way.
+
+The run works in `.OUT.partial` beside OUT: `run.json` (the settings), `sequences.json` (the data, exactly as
+it was trained on), `state.pt` (the last checkpoint of the training loop) and `train_log.jsonl` (one line per
+step), and renames that folder into place when it is done, so OUT is complete or absent. Rerunning the same
+command after a kill resumes from the last checkpoint; other settings are refused rather than mixed into the
+interrupted run. Every file is written aside and renamed (a kill mid-write leaves the previous one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+
+class RunError(ValueError):
+    """A run that cannot start; `hint` says what to do."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+class RunDir:
+    FILES = ("run.json", "sequences.json", "state.pt")
+
+    def __init__(self, out: Path, settings: dict):
+        out = Path(out)
+        if out.exists():
+            raise RunError(
+                f"{out} already exists", "choose a new --out directory; the input checkpoint is never changed"
+            )
+        self.out, self.settings = out, settings
+        self.work = out.with_name(f".{out.name}.partial")
+        self.resuming = (self.work / "run.json").is_file()
+        if self.resuming and json.loads((self.work / "run.json").read_text()) != _jsonable(settings):
+            raise RunError(
+                f"{self.work} holds an interrupted run with other settings",
+                "rerun it with the same options to resume it, or delete that directory",
+            )
+
+    def saved_sequences(self) -> dict | None:
+        """The data an interrupted run trained on (so a resumed run does not read or generate it again)."""
+        path = self.work / "sequences.json"
+        return json.loads(path.read_text()) if self.resuming and path.is_file() else None
+
+    def start(self, data: dict) -> dict | None:
+        """From here on the run can be resumed: its settings and data are written. -> the last checkpoint."""
+        import torch
+
+        self.work.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
+        write_atomic(self.work / "sequences.json", json.dumps(data))
+        state_path = self.work / "state.pt"
+        return torch.load(state_path, weights_only=False) if self.resuming and state_path.is_file() else None
+
+    def save(self, state: dict) -> None:
+        """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one."""
+        import torch
+
+        tmp = self.work / "state.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, self.work / "state.pt")
+
+    def finish(self) -> None:
+        """Drop the resume files and move the finished folder to OUT."""
+        for name in self.FILES:
+            (self.work / name).unlink(missing_ok=True)
+        os.replace(self.work, self.out)
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_checkpoint(source: Path, net, dest: Path) -> None:
+    """`net`'s weights plus everything else of the `source` checkpoint (config, tokenizer, chat template)."""
+    shutil.copytree(
+        source, dest, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"), dirs_exist_ok=True
+    )
+    net.save_pretrained(dest)
