@@ -86,7 +86,7 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
         if h.blocked:
             result.output += f"\n[PostToolUse hook] {h.message}"
     if tool.kind == EXECUTE and name == "bash":
-        test = outcomes.test_run(args.get("command", ""), result)
+        test = outcomes.label_test_run(args.get("command", ""), result)
         if test is not None:
             agent.tests.append(test)
     agent.writer.write(

@@ -64,7 +64,10 @@ def test_multi_step_fix_with_edit_and_test_run(repo, fake_model):
     assert "+    return a + b" in edit["data"]["diff"]
     assert tools[0]["commit_before"] is None  # reads take no checkpoint
     out = t.outcome()
-    assert out["tests"] == [{"command": PYTEST, "returncode": 0, "passed": True}]
+    assert [{k: t[k] for k in ("command", "returncode", "passed", "status")} for t in out["tests"]] == [
+        {"command": PYTEST, "returncode": 0, "passed": True, "status": "passed"}
+    ]
+    assert "1 passed" in out["tests"][0]["evidence"]
     assert out["tests_passed"] is True and out["diff_kept"] is True, out
     assert out["files_changed"] == ["calc.py"]
     assert t.end()["exit_status"] == SUBMITTED
@@ -167,8 +170,10 @@ def test_crash_mid_step_leaves_a_readable_trajectory(repo, fake_model):
 
 def test_secrets_never_reach_the_trajectory(repo, fake_model, monkeypatch):
     monkeypatch.setenv("DEPLOY_TOKEN", "tok-very-secret-value-123")
+    # the child's environment is scrubbed of secrets, so the value reaches the output through a file
+    (repo / "notes.txt").write_text("token tok-very-secret-value-123\n")
     fake_model.script = [
-        reply(tools=[("bash", {"command": "echo $DEPLOY_TOKEN; echo sk-abcdefghijklmnopqrstuvwxyz123456"})]),
+        reply(tools=[("bash", {"command": "cat notes.txt; echo sk-abcdefghijklmnopqrstuvwxyz123456"})]),
         reply("printed them"),
     ]
     s = make_session(repo, fake_model, flags={"mode": "auto"})
