@@ -1,0 +1,99 @@
+"""Where a trial runs: a small protocol (start, exec, copy_in, copy_out, stop) and the registry of kinds.
+
+Inside every environment the paths are Harbor's: /app the work (a git worktree for SWE tasks), /logs/agent and
+/logs/verifier mounted from the trial folder, /tests copied in only for the verifier after the agent is done,
+/solution only for the oracle. `local` (bubblewrap over a folder of the trial) is the default, `docker` the
+second; plugins add more through `register_environments(register, context)` -> register(name, factory), where
+`factory(spec: EnvSpec) -> Environment`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+APP, LOGS, AGENT_LOGS, VERIFIER_LOGS, TESTS, SOLUTION = (
+    "/app",
+    "/logs",
+    "/logs/agent",
+    "/logs/verifier",
+    "/tests",
+    "/solution",
+)
+
+
+class InfraError(RuntimeError):
+    """The environment did not build, the sandbox died, the endpoint stayed down: kept out of the score."""
+
+
+@dataclass
+class ExecResult:
+    returncode: int | None  # None: killed at the timeout
+    output: str  # stdout and stderr interleaved
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+@dataclass
+class EnvSpec:
+    """What a trial asks of its environment."""
+
+    trial_dir: Path  # RUN/trials/<id>/<attempt>; the environment keeps its state under it
+    app_source: Callable[[Path], None] | None = None  # fills the host folder behind /app (worktree, copy)
+    setup: str | None = None  # a command run once in /app before the agent (cached by the environment)
+    setup_key: str | None = None  # cache key for `setup` (repo + version)
+    cache_dir: Path | None = None  # where cached setups live (shared between trials)
+    image: str | None = None  # docker: the image, or
+    dockerfile_dir: Path | None = None  # docker: a build context with a Dockerfile
+    memory_mb: int | None = None
+    cpus: int | None = None
+    network: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    name: str
+    app_dir: Path  # the host folder that is /app inside (the agent's file tools work on it)
+
+    def start(self) -> None: ...
+
+    def exec(
+        self,
+        command: str,
+        *,
+        cwd: str = APP,
+        timeout_s: float | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> ExecResult: ...
+
+    def copy_in(self, src: Path, dest: str) -> None: ...
+
+    def copy_out(self, src: str, dest: Path) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wrap(self, argv: list[str], cwd: str = APP) -> list[str]:
+        """argv that runs `argv` inside the environment (how the glm5 agent's bash tool gets in)."""
+        ...
+
+
+def environment_kinds(context: Any = None) -> dict[str, Callable[[EnvSpec], Environment]]:
+    """The built-in kinds plus every plugin's `register_environments`."""
+    from agent.bench.docker_env import DockerEnvironment
+    from agent.bench.local_env import LocalEnvironment
+    from plugins.registry import PluginContext, PluginManager
+
+    kinds: dict[str, Callable[[EnvSpec], Environment]] = {"local": LocalEnvironment, "docker": DockerEnvironment}
+    PluginManager().call("register_environments", kinds.__setitem__, context or PluginContext())
+    return kinds
+
+
+def make_environment(kind: str, spec: EnvSpec) -> Environment:
+    kinds = environment_kinds()
+    if kind not in kinds:
+        raise ValueError(f"unknown environment {kind!r}; known: {', '.join(sorted(kinds))}")
+    return kinds[kind](spec)

@@ -1,0 +1,272 @@
+"""Grading, as the SWE-bench harness does it, and Harbor's verifier reward.
+
+SWE: in a fresh checkout of base_commit (the caller's environment), apply the prediction (`git apply`, then
+`git apply --3way`, then `patch --fuzz=5`), reset the files test_patch touches and apply it, run the tests,
+parse each test's status from the log. Resolved iff every FAIL_TO_PASS test passes (PASSED or XFAIL) and every
+PASS_TO_PASS test is maintained (PASSED, XFAIL or SKIPPED); a test absent from the log has failed
+(`swebench.harness.grading`). Checks the harness 5.x added: a run with no parsed test and no sign the suite
+started is not a run (infra_error here, never a pass); a log with no failure over a failing exit code is not
+believed (unresolved). A failing verdict reruns the tests `flaky_reruns` times: a test that passes in any run
+counts as passed and is listed in `flaky_tests`, so flakiness is visible rather than silently scored.
+
+Terminal: after the agent, tests/ is copied to /tests and `bash /tests/test.sh` runs; the reward is the float in
+/logs/verifier/reward.txt, or reward.json's "reward" (else the mean of its named rewards). No reward file is an
+infra_error (the verifier failed), never a zero.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.bench.environments import APP, VERIFIER_LOGS, Environment, ExecResult, InfraError
+from agent.bench.log_parsers import ERROR, FAILED, PASSED, SKIPPED, SUITE_RAN, XFAIL, parser_for
+from agent.bench.tasks import SWETask, TerminalTask
+
+RESOLVED, UNRESOLVED, INFRA_ERROR = "resolved", "unresolved", "infra_error"
+MISSING = "MISSING"  # a listed test the log does not mention
+
+
+@dataclass
+class Grade:
+    status: str  # resolved | unresolved | infra_error
+    resolved: bool | None  # None for an infra error: unknown, never counted as a failure or a pass
+    reward: float = 0.0
+    tests: dict[str, str] = field(default_factory=dict)  # each FAIL_TO_PASS / PASS_TO_PASS test's status
+    fail_to_pass: dict[str, list[str]] = field(default_factory=lambda: {"success": [], "failure": []})
+    pass_to_pass: dict[str, list[str]] = field(default_factory=lambda: {"success": [], "failure": []})
+    reason: str = ""
+    patch_applied: bool | None = None
+    apply_method: str | None = None
+    test_returncode: int | None = None
+    flaky_tests: list[str] = field(default_factory=list)
+    rewards: dict[str, float] = field(default_factory=dict)  # terminal: named rewards
+    log: str = field(default="", repr=False)  # the test output (written to test_output.txt, not report.json)
+
+    @property
+    def failing_tests(self) -> list[str]:
+        return self.fail_to_pass["failure"] + self.pass_to_pass["failure"]
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("log")
+        return d
+
+
+def infra(reason: str, log: str = "") -> Grade:
+    return Grade(INFRA_ERROR, None, 0.0, reason=reason, log=log)
+
+
+# -- the resolution rule ---------------------------------------------------------------------------------------
+
+
+def _key(case: str, statuses: dict[str, str]) -> str | None:
+    """The log's name for `case`; a parametrized id cut short in the dataset matches by prefix when unambiguous."""
+    if case in statuses:
+        return case
+    if case.count("[") > case.count("]"):
+        hits = [k for k in statuses if k.startswith(case)]
+        if hits and len({statuses[k] in (PASSED, XFAIL) for k in hits}) == 1:
+            return hits[0]
+    return None
+
+
+def judge(fail_to_pass: tuple[str, ...], pass_to_pass: tuple[str, ...], statuses: dict[str, str]) -> Grade:
+    """Apply the SWE-bench rule to a parsed status map (no I/O)."""
+    g = Grade(UNRESOLVED, False)
+    for group, cases, ok in (
+        (g.fail_to_pass, fail_to_pass, (PASSED, XFAIL)),
+        (g.pass_to_pass, pass_to_pass, (PASSED, XFAIL, SKIPPED)),
+    ):
+        for case in cases:
+            k = _key(case, statuses)
+            status = statuses[k] if k is not None else MISSING
+            g.tests[case] = status
+            group["success" if status in ok else "failure"].append(case)
+    if not g.failing_tests:
+        g.status, g.resolved, g.reward = RESOLVED, True, 1.0
+    else:
+        g.reason = "failing: " + ", ".join(g.failing_tests[:10]) + (" ..." if len(g.failing_tests) > 10 else "")
+    return g
+
+
+def read_statuses(log: str, returncode: int | None, parser_name: str | None, test_cmd: str) -> tuple[dict, str]:
+    """(status map, problem); problem is "" when the run is believable, else why it is not."""
+    _, parse = parser_for(parser_name, test_cmd)
+    statuses = parse(log)
+    if not statuses and not SUITE_RAN.search(log):
+        return {}, f"the tests did not run (exit code {returncode}, no test in the log)"
+    if returncode not in (0, None) and statuses and not any(s in (FAILED, ERROR) for s in statuses.values()):
+        return {}, f"the log reports no failure but the test command exited {returncode}"
+    return statuses, ""
+
+
+# -- SWE tasks -------------------------------------------------------------------------------------------------
+
+
+def patch_files(patch: str) -> list[str]:
+    """Paths a unified diff touches (b/ side; a/ side for deletions)."""
+    out: list[str] = []
+    for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", patch, re.M):
+        for p in (m.group(2), m.group(1)):
+            if p not in out and p != "/dev/null":
+                out.append(p)
+                break
+    return out
+
+
+def default_test_cmd(task: SWETask) -> str:
+    """pytest over the test files test_patch touches and the files the test ids name (the whole suite if none)."""
+    files = [f for f in patch_files(task.test_patch) if f.endswith(".py")]
+    for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS):
+        if "::" in t and t.split("::")[0] not in files:
+            files.append(t.split("::")[0])
+    return "python -m pytest -rA -p no:cacheprovider " + " ".join(shlex.quote(f) for f in files)
+
+
+APPLY_STEPS = (
+    ("git apply", "git apply -v {p}"),
+    ("git apply --3way", "git apply -v --3way {p}"),
+    ("patch --fuzz", "patch --batch --fuzz=5 -p1 -i {p}"),
+)
+
+
+def apply_patch(env: Environment, host_dir: Path, text: str, name: str) -> tuple[str | None, str]:
+    """Apply `text` in /app, trying each method in turn; (method that worked or None, log)."""
+    host_dir.mkdir(parents=True, exist_ok=True)
+    (host_dir / name).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    inside = f"{VERIFIER_LOGS}/{name}"
+    log = []
+    for method, cmd in APPLY_STEPS:
+        r = env.exec(cmd.format(p=inside), cwd=APP, timeout_s=120)
+        log.append(f"$ {cmd.format(p=inside)}\n{r.output}")
+        if r.returncode == 0:
+            return method, "\n".join(log)
+        # a failed --3way or patch run may leave conflict markers or .rej files: start the next try clean
+        env.exec("git reset -q --hard && git clean -qfd", cwd=APP, timeout_s=60)
+    return None, "\n".join(log)
+
+
+def run_tests(env: Environment, task: SWETask, timeout_s: float) -> tuple[ExecResult, str]:
+    cmd = task.test_cmd or default_test_cmd(task)
+    return env.exec(cmd, cwd=APP, timeout_s=timeout_s), cmd
+
+
+def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: float = 1800,
+              flaky_reruns: int = 1) -> Grade:  # fmt: skip
+    """Grade `patch_text` in `env`, a started environment whose /app is a fresh checkout of task.base_commit."""
+    logs = env.app_dir.parent / "logs" / "verifier"
+    out: list[str] = []
+    if patch_text.strip():
+        method, log = apply_patch(env, logs, patch_text, "prediction.diff")
+        out.append(log)
+        if method is None:
+            g = Grade(UNRESOLVED, False, reason="the patch does not apply", patch_applied=False, log="\n".join(out))
+            g.tests = {t: MISSING for t in (*task.FAIL_TO_PASS, *task.PASS_TO_PASS)}
+            g.fail_to_pass["failure"], g.pass_to_pass["failure"] = list(task.FAIL_TO_PASS), list(task.PASS_TO_PASS)
+            return g
+    else:
+        method = None
+    if task.test_patch.strip():
+        files = patch_files(task.test_patch)
+        # the prediction may have edited the tests; they go back to base_commit before the real ones go in
+        env.exec(f"git checkout -q {shlex.quote(task.base_commit)} -- {' '.join(map(shlex.quote, files))}"
+                 " 2>/dev/null; true", cwd=APP, timeout_s=60)  # fmt: skip
+        (logs / "test.patch").write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
+        r = env.exec(f"git apply -v {VERIFIER_LOGS}/test.patch", cwd=APP, timeout_s=120)
+        if r.returncode != 0:
+            return infra("test_patch does not apply (the task is broken)", "\n".join([*out, r.output]))
+    grade = None
+    flaky: set[str] = set()
+    for _ in range(1 + max(0, flaky_reruns)):
+        res, cmd = run_tests(env, task, timeout_s)
+        out.append(f"$ {cmd}\n{res.output}\n[exit code {res.returncode}{', timed out' if res.timed_out else ''}]")
+        if res.timed_out:
+            g = Grade(UNRESOLVED, False, reason=f"the tests timed out after {timeout_s:g}s")
+        else:
+            statuses, problem = read_statuses(res.output, res.returncode, task.log_parser, cmd)
+            if problem and not statuses and "did not run" in problem:
+                g = infra(problem)
+            elif problem:
+                g = Grade(UNRESOLVED, False, reason=problem)
+            else:
+                g = judge(task.FAIL_TO_PASS, task.PASS_TO_PASS, statuses)
+        g.test_returncode = res.returncode
+        if grade is None:
+            grade = g
+        elif g.tests and grade.tests:
+            flaky |= {t for t in g.tests if g.tests[t] != grade.tests.get(t)}
+            merged = {t: (g.tests[t] if g.tests[t] in (PASSED, XFAIL) else grade.tests[t]) for t in grade.tests}
+            grade = judge(task.FAIL_TO_PASS, task.PASS_TO_PASS, merged)
+            grade.test_returncode = res.returncode
+        if grade.status != UNRESOLVED or not grade.tests:
+            break
+    assert grade is not None
+    grade.flaky_tests = sorted(flaky)
+    grade.patch_applied = True if patch_text.strip() else None
+    grade.apply_method = method
+    grade.log = "\n".join(out)
+    if not patch_text.strip() and grade.status == RESOLVED:
+        grade.reason = "resolved with an empty patch (the task's tests already pass at base_commit)"
+    return grade
+
+
+# -- terminal tasks --------------------------------------------------------------------------------------------
+
+
+def read_reward(verifier_dir: Path) -> tuple[float | None, dict[str, float], str]:
+    """(reward, named rewards, problem) from what the verifier wrote."""
+    txt, js = verifier_dir / "reward.txt", verifier_dir / "reward.json"
+    if txt.is_file():
+        try:
+            r = float(txt.read_text().strip())
+        except ValueError:
+            return None, {}, f"reward.txt holds {txt.read_text()[:40]!r}, not a number"
+        return r, {"reward": r}, ""
+    if js.is_file():
+        try:
+            data = json.loads(js.read_text())
+            named = {str(k): float(v) for k, v in data.items()}
+        except (ValueError, TypeError, AttributeError):
+            return None, {}, "reward.json is not an object of numbers"
+        if not named:
+            return None, {}, "reward.json is empty"
+        r = named["reward"] if "reward" in named else sum(named.values()) / len(named)
+        return r, named, ""
+    return None, {}, "the verifier wrote no /logs/verifier/reward.txt or reward.json"
+
+
+def _ctrf(verifier_dir: Path) -> dict[str, str]:
+    """Per-test statuses from a CTRF report (Harbor's template writes ctrf.json), when there is one."""
+    try:
+        tests = json.loads((verifier_dir / "ctrf.json").read_text())["results"]["tests"]
+        names = {"passed": PASSED, "failed": FAILED, "skipped": SKIPPED, "pending": SKIPPED}
+        return {t["name"]: names.get(t.get("status"), ERROR) for t in tests}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def grade_terminal(task: TerminalTask, env: Environment, verifier_dir: Path) -> Grade:
+    """Copy the tests in, run the verifier, read its reward. `verifier_dir` is the host side of /logs/verifier."""
+    try:
+        env.copy_in(task.tests_dir, "/tests")
+    except (OSError, InfraError) as e:
+        return infra(f"could not copy the tests in: {e}")
+    res = env.exec("bash /tests/test.sh", cwd=task.workdir, timeout_s=task.verifier_timeout_s, env=task.verifier_env)
+    log = f"$ bash /tests/test.sh\n{res.output}\n[exit code {res.returncode}{', timed out' if res.timed_out else ''}]"
+    reward, named, problem = read_reward(verifier_dir)
+    if reward is None:
+        why = f"the verifier timed out after {task.verifier_timeout_s:g}s" if res.timed_out else problem
+        return infra(why, log)
+    g = Grade(RESOLVED if reward >= 1.0 else UNRESOLVED, reward >= 1.0, reward, rewards=named, log=log)
+    g.tests = _ctrf(verifier_dir)
+    g.fail_to_pass["failure"] = [t for t, s in g.tests.items() if s in (FAILED, ERROR)]
+    g.fail_to_pass["success"] = [t for t, s in g.tests.items() if s == PASSED]
+    g.test_returncode = res.returncode
+    if not g.resolved:
+        g.reason = f"reward {reward:g}"
+    return g

@@ -1,0 +1,291 @@
+"""Tasks as the benchmarks publish them: SWE-bench rows and Harbor (Terminal-Bench 2.0) task folders.
+
+SWE-bench rows come as JSONL, a JSON list (or {"instances": [...]}) or the parquet of a `datasets` export; the
+test lists FAIL_TO_PASS / PASS_TO_PASS may be JSON strings (as the harness stores them) or lists. glm5 adds three
+optional fields a row may carry: `test_cmd` (how to run its tests; default pytest over the files test_patch
+touches), `log_parser` (pytest, unittest, go_test, cargo, jest, mocha, junit_xml, or a plugin's) and `setup`
+(a command or a requirements file, run once per repo and version in a cached virtual environment).
+
+A Harbor task is a folder: task.toml (schema 1.4: [task], [metadata], [agent], [verifier], [environment],
+[solution]), instruction.md, environment/ (Dockerfile, files), tests/test.sh, solution/solve.sh.
+Every error names the file, and the line or the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+SWE_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")
+HARBOR_SCHEMAS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+
+
+class TaskError(ValueError):
+    """A task file or folder is wrong; the message names the file and the line or field."""
+
+
+@dataclass(frozen=True)
+class SWETask:
+    instance_id: str
+    repo: str  # a local path, a git URL, or owner/name (mapped through --repos)
+    base_commit: str
+    problem_statement: str
+    patch: str = ""  # the gold patch (the oracle's answer; never shown to the agent)
+    test_patch: str = ""
+    FAIL_TO_PASS: tuple[str, ...] = ()
+    PASS_TO_PASS: tuple[str, ...] = ()
+    version: str = ""
+    environment_setup_commit: str = ""
+    hints_text: str = ""
+    test_cmd: str | None = None
+    log_parser: str | None = None
+    setup: str | None = None
+    source: str = ""  # file:line the task came from, for error messages
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    kind = "swe"
+
+    @property
+    def task_id(self) -> str:
+        return self.instance_id
+
+    @property
+    def text(self) -> str:
+        """What the agent is told: the issue, and nothing of the tests or the fix."""
+        return self.problem_statement
+
+
+@dataclass(frozen=True)
+class TerminalTask:
+    instance_id: str  # the folder's name, or [task].name
+    path: Path
+    instruction: str
+    config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    agent_timeout_s: float | None = None
+    verifier_timeout_s: float = 600.0
+    verifier_env: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    docker_image: str | None = None
+    memory_mb: int | None = None
+    cpus: int | None = None
+    allow_internet: bool = False
+    workdir: str = "/app"
+
+    kind = "terminal"
+
+    @property
+    def task_id(self) -> str:
+        return self.instance_id
+
+    @property
+    def text(self) -> str:
+        return self.instruction
+
+    @property
+    def environment_dir(self) -> Path:
+        return self.path / "environment"
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.path / "tests"
+
+    @property
+    def solution_dir(self) -> Path:
+        return self.path / "solution"
+
+
+# -- SWE-bench rows --------------------------------------------------------------------------------------------
+
+
+def _test_list(value: Any, where: str, name: str) -> tuple[str, ...]:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TaskError(f"{where}: {name} is a string but not a JSON list ({e})") from None
+    if hasattr(value, "tolist"):  # a numpy array from parquet
+        value = value.tolist()
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise TaskError(f"{where}: {name} must be a list of test names (or a JSON string of one)")
+    return tuple(value)
+
+
+def swe_task_from_row(row: Any, where: str) -> SWETask:
+    """One SWE-bench row (a dict) -> SWETask; `where` is `file:line` for errors."""
+    if not isinstance(row, dict):
+        raise TaskError(f"{where}: a task must be a JSON object, not {type(row).__name__}")
+    missing = [k for k in SWE_REQUIRED if not row.get(k)]
+    if missing:
+        raise TaskError(f"{where}: missing required field(s) {', '.join(missing)}")
+    for k in ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch"):
+        if row.get(k) is not None and not isinstance(row[k], str):
+            raise TaskError(f"{where}: {k} must be a string")
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", row["instance_id"]):
+        # the id becomes a folder name under the run; no slashes, no dot-dot games
+        raise TaskError(f"{where}: instance_id {row['instance_id']!r} may hold only letters, digits, . _ -")
+    known = {f for f in SWETask.__dataclass_fields__ if f not in ("source", "extra")}
+    return SWETask(
+        instance_id=row["instance_id"],
+        repo=row["repo"],
+        base_commit=row["base_commit"],
+        problem_statement=row["problem_statement"],
+        patch=row.get("patch") or "",
+        test_patch=row.get("test_patch") or "",
+        FAIL_TO_PASS=_test_list(row.get("FAIL_TO_PASS"), where, "FAIL_TO_PASS"),
+        PASS_TO_PASS=_test_list(row.get("PASS_TO_PASS"), where, "PASS_TO_PASS"),
+        version=str(row.get("version") or ""),
+        environment_setup_commit=row.get("environment_setup_commit") or "",
+        hints_text=row.get("hints_text") or "",
+        test_cmd=row.get("test_cmd") or None,
+        log_parser=row.get("log_parser") or None,
+        setup=row.get("setup") or None,
+        source=where,
+        extra={k: v for k, v in row.items() if k not in known},
+    )
+
+
+def _rows(path: Path) -> list[tuple[Any, str]]:
+    """(row, "file:line") pairs; JSON lists and parquet count rows from 1."""
+    if not path.is_file():
+        raise TaskError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise TaskError(f"{path}: reading parquet needs pyarrow (pip install pyarrow)") from None
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as e:  # noqa: BLE001 - pyarrow raises many types for a bad file
+            raise TaskError(f"{path}: not a readable parquet file ({e})") from None
+        return [(r, f"{path}:row {i}") for i, r in enumerate(rows, 1)]
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".json" or text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise TaskError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        if isinstance(data, dict):
+            data = data.get("instances", data.get("data", [data] if "instance_id" in data else None))
+        if not isinstance(data, list):
+            raise TaskError(f"{path}: expected a JSON list of tasks")
+        return [(r, f"{path}:item {i}") for i, r in enumerate(data, 1)]
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((json.loads(line), f"{path}:{n}"))
+        except json.JSONDecodeError as e:
+            raise TaskError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+    return out
+
+
+def load_swe_tasks(path: str | Path) -> list[SWETask]:
+    """Every task in the file, in order; a bad row raises TaskError naming file:line. Ids must be unique."""
+    path = Path(path)
+    tasks, seen = [], {}
+    for row, where in _rows(path):
+        t = swe_task_from_row(row, where)
+        if t.instance_id in seen:
+            raise TaskError(f"{where}: instance_id {t.instance_id!r} repeats {seen[t.instance_id]}")
+        seen[t.instance_id] = where
+        tasks.append(t)
+    if not tasks:
+        raise TaskError(f"{path}: no tasks in the file")
+    return tasks
+
+
+# -- Harbor task folders ---------------------------------------------------------------------------------------
+
+
+def _table(data: dict[str, Any], key: str, where: Path) -> dict[str, Any]:
+    v = data.get(key) or {}
+    if not isinstance(v, dict):
+        raise TaskError(f"{where}: [{key}] must be a table")
+    return v
+
+
+def _num(table: dict[str, Any], key: str, where: str, kind: type = float) -> Any:
+    v = table.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+        raise TaskError(f"{where}.{key} must be a positive number, not {v!r}")
+    return kind(v)
+
+
+def load_terminal_task(folder: str | Path) -> TerminalTask:
+    """A Harbor task folder -> TerminalTask. Needs instruction.md and tests/test.sh; task.toml is optional."""
+    folder = Path(folder).resolve()
+    if not folder.is_dir():
+        raise TaskError(f"{folder}: not a task folder")
+    toml_path = folder / "task.toml"
+    data: dict[str, Any] = {}
+    if toml_path.is_file():
+        try:
+            data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise TaskError(f"{toml_path}: not valid TOML: {e}") from None
+    version = str(data.get("schema_version", data.get("version", "1.4")))
+    if version not in HARBOR_SCHEMAS:
+        raise TaskError(f"{toml_path}: schema_version {version!r} is not one glm5 reads ({', '.join(HARBOR_SCHEMAS)})")
+    if data.get("steps"):
+        raise TaskError(f"{toml_path}: multi-step tasks ([[steps]]) are not supported yet")
+    instruction = folder / "instruction.md"
+    if not instruction.is_file():
+        raise TaskError(f"{folder}: instruction.md is missing (what the agent is asked to do)")
+    if not (folder / "tests" / "test.sh").is_file():
+        raise TaskError(f"{folder}: tests/test.sh is missing (the verifier)")
+    task = _table(data, "task", toml_path)
+    agent, verifier = _table(data, "agent", toml_path), _table(data, "verifier", toml_path)
+    env = _table(data, "environment", toml_path)
+    name = task.get("name") or folder.name
+    if not isinstance(name, str):
+        raise TaskError(f"{toml_path}: [task].name must be a string")
+    ident = re.sub(r"[^A-Za-z0-9_.\-]", "__", name)
+    venv = verifier.get("env") or {}
+    if not isinstance(venv, dict) or not all(isinstance(v, str) for v in venv.values()):
+        raise TaskError(f"{toml_path}: [verifier].env must be a table of strings")
+    network = env.get("network_mode")
+    allow = bool(env.get("allow_internet", False)) or network == "public"
+    return TerminalTask(
+        instance_id=ident,
+        path=folder,
+        instruction=instruction.read_text(encoding="utf-8"),
+        config=data,
+        agent_timeout_s=_num(agent, "timeout_sec", f"{toml_path}: [agent]"),
+        verifier_timeout_s=_num(verifier, "timeout_sec", f"{toml_path}: [verifier]") or 600.0,
+        verifier_env=dict(venv),
+        docker_image=env.get("docker_image"),
+        memory_mb=_num(env, "memory_mb", f"{toml_path}: [environment]", int),
+        cpus=_num(env, "cpus", f"{toml_path}: [environment]", int),
+        allow_internet=allow,
+        workdir=str(env.get("workdir") or "/app"),
+    )
+
+
+def load_terminal_tasks(paths: list[str | Path]) -> list[TerminalTask]:
+    """Each path is a task folder, or a folder of task folders (a dataset)."""
+    out: list[TerminalTask] = []
+    for p in map(Path, paths):
+        if (p / "instruction.md").is_file() or (p / "task.toml").is_file():
+            out.append(load_terminal_task(p))
+        elif p.is_dir():
+            subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "instruction.md").is_file())
+            if not subs:
+                raise TaskError(f"{p}: neither a task folder nor a folder of task folders")
+            out += [load_terminal_task(d) for d in subs]
+        else:
+            raise TaskError(f"{p}: no such folder")
+    ids = [t.instance_id for t in out]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise TaskError(f"task names repeat: {', '.join(dup)}")
+    return out
