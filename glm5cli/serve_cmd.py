@@ -84,6 +84,9 @@ def serve(
             fail(f"--dtype {dtype!r}: expected auto, float32 or bfloat16", code=EXIT_USAGE)
         if not Path(model).is_dir():
             fail(f"{model} is not a checkpoint directory", hint="glm5 model init --preset tiny --out DIR makes one")
+        if speculative == "mtp" and not _has_mtp(model, default=True):
+            fail(f"--speculative mtp: {model} has no MTP layer (transformers' save_pretrained writes none)",
+                 hint="serve it with --speculative off", code=EXIT_USAGE)  # fmt: skip
         vocab = None
         if draft_vocab is not None:
             if speculative != "mtp":
@@ -138,6 +141,12 @@ def serve(
     if precision == "auto":
         precision = checkpoint_precision(model)
     spec = None if speculative == "off" else (speculative or "mtp")
+    if spec == "mtp" and not _has_mtp(model, default=True):
+        if speculative == "mtp":
+            fail(f"--speculative mtp: {model} has no MTP layer (transformers' save_pretrained writes none)",
+                 hint="serve it with --speculative off", code=EXIT_USAGE)  # fmt: skip
+        spec = None  # the default: speculative decoding off for a checkpoint without the MTP layer
+        err_console.print(f"{model} has no MTP layer: speculative decoding off")
     opts = ServerOptions(
         model=model,
         host=host,
@@ -202,3 +211,13 @@ def serve(
         ),
     )
     raise typer.Exit(server.run())
+
+
+def _has_mtp(model: str, default: bool) -> bool:
+    """Whether a local checkpoint directory holds its MTP layer; `default` when that cannot be read (a hub id)."""
+    from model.checkpoint import checkpoint_has_mtp
+
+    try:
+        return checkpoint_has_mtp(model) if Path(model).is_dir() else default
+    except (OSError, ValueError):
+        return default

@@ -7,6 +7,11 @@ fp32 scales, one per 128x128 block, as GLM-5-FP8 ships) are dequantised on load:
 config loses its `quantization_config` (a later save writes plain weights).
 The router (`mlp.gate.weight`, `e_score_correction_bias`) stays fp32 whatever the dtype, as GLM-5 routes in fp32.
 
+A checkpoint whose config counts MTP layers but holds none of their tensors (transformers' `save_pretrained`
+writes no `model.layers.{num_hidden_layers}.*`: its model has no MTP layer) loads without them, with one
+warning; the model's config then says `num_nextn_predict_layers: 0`, so a save is true to what it holds and
+speculative decoding with MTP refuses it. Some but not all MTP tensors is an error like any other.
+
 Every problem is collected first and reported in one `CheckpointError` line that names the tensors: missing,
 unexpected, or mis-shaped. Saving writes the same layout (per-expert tensor names), sharded by size.
 """
@@ -14,6 +19,7 @@ unexpected, or mis-shaped. Saving writes the same layout (per-expert tensor name
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -27,6 +33,8 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 FP8_BLOCK = 128
 _FP32_SUFFIXES = ("mlp.gate.weight", "mlp.gate.e_score_correction_bias")
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -114,6 +122,36 @@ def read_state_dict(
     return out
 
 
+def has_mtp_tensors(cfg: GLM5Config, names) -> bool:
+    """Whether any tensor of the MTP layers (`model.layers.{n}.*` for n >= num_hidden_layers) is among `names`."""
+    prefixes = tuple(f"model.layers.{cfg.num_hidden_layers + j}." for j in range(cfg.num_nextn_predict_layers))
+    return bool(prefixes) and any(n.startswith(prefixes) for n in names)
+
+
+def _mtp_absent(cfg: GLM5Config, path: Path) -> bool:
+    return cfg.num_nextn_predict_layers > 0 and not has_mtp_tensors(cfg, weight_files(path))
+
+
+def without_absent_mtp(cfg: GLM5Config, path: Path) -> GLM5Config:
+    """The config, with num_nextn_predict_layers 0 if it counts MTP layers that the checkpoint has no tensor of."""
+    if not _mtp_absent(cfg, path):
+        return cfg
+    log.warning(
+        "%s has no MTP layer (no model.layers.%d.* tensors, as transformers' save_pretrained writes it): loaded "
+        "without it; speculative decoding with MTP is unavailable for this checkpoint",
+        path,
+        cfg.num_hidden_layers,
+    )
+    return cfg.replace(num_nextn_predict_layers=0)
+
+
+def checkpoint_has_mtp(path: str | Path) -> bool:
+    """Whether the checkpoint directory holds an MTP layer (config and tensor names only; no weights are read)."""
+    path = Path(path)
+    cfg = GLM5Config.from_pretrained(path)
+    return cfg.num_nextn_predict_layers > 0 and not _mtp_absent(cfg, path)
+
+
 def _dtype_of(cfg: GLM5Config) -> torch.dtype:
     return getattr(torch, cfg.dtype) if isinstance(cfg.dtype, str) and hasattr(torch, cfg.dtype) else torch.bfloat16
 
@@ -122,7 +160,7 @@ def load_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, dev
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {path} does not exist")
-    cfg = GLM5Config.from_pretrained(path)
+    cfg = without_absent_mtp(GLM5Config.from_pretrained(path), path)
     dtype = dtype or _dtype_of(cfg)
     with torch.device("meta"):
         model = cls(cfg)

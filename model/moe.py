@@ -154,6 +154,10 @@ class MoE(nn.Module):
         if self._gate_up is None or not hasattr(torch, "_grouped_mm") or self._gate_up.is_meta:
             return False
         dtype, grad = self._gate_up.dtype, torch.is_grad_enabled()
+        # torch's grouped GEMM takes rows of a multiple of 16 bytes only (D = 35 floats: "strides should be multiple
+        # of 16 bytes"): odd sizes run the per-expert path.
+        if any(n * self._gate_up.element_size() % 16 for n in (self._gate_up.shape[1], self.inter)):
+            return False
         # The module and parameter dicts directly: nn.Module.__getattr__ on 3 x E linears is most of this check.
         for ex, ptrs in zip(self.experts, self._tied_ptrs, strict=True):
             mods = ex._modules

@@ -142,7 +142,10 @@ class SpecModelRunner(ModelRunner):
     def __init__(self, model, engine_cfg: EngineConfig, device: torch.device | str = "cpu"):
         cfg = model.config
         if cfg.num_nextn_predict_layers < 1:
-            raise ValueError("speculative='mtp' needs a checkpoint with an MTP layer (num_nextn_predict_layers 0)")
+            raise ValueError(
+                "speculative='mtp' needs the checkpoint's MTP layer, and this model has none (num_nextn_predict_layers"
+                " 0; transformers' save_pretrained writes none): serve it without speculative decoding"
+            )
         if engine_cfg.num_kv_blocks is None:  # size the cache from kv_cache_gib with the MTP layer counted in
             dtype = next(model.parameters()).dtype
             per_token = (
@@ -294,6 +297,8 @@ class SpecModelRunner(ModelRunner):
         p = seq.params
         if p.has_penalties:
             return 0  # penalties depend on the tokens before each position: verify would need them per row
+        if p.constraint is not None:
+            return 0  # a grammar's mask depends on the tokens before each position too (the sampler applies it)
         left = p.max_tokens - (seq.num_output_tokens + emitted)  # tokens the request may still emit
         k = min(self.k, left - 1, len(seq.block_table) * self.block_size - e)
         if self.max_model_len is not None:

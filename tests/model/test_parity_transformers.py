@@ -106,3 +106,81 @@ def test_logits_to_keep_matches_transformers(case, tmp_path):
             got = ours(ids, logits_to_keep=n)
         assert got.shape == ref.shape == (2, n, 300)
         assert (got - ref).abs().max().item() < 1e-4, (case, T, n)
+
+
+ODD = BASE | dict(
+    vocab_size=301,
+    hidden_size=35,
+    intermediate_size=37,
+    moe_intermediate_size=13,
+    num_hidden_layers=3,
+    q_lora_rank=29,
+    kv_lora_rank=19,
+    qk_nope_head_dim=7,
+    v_head_dim=9,
+    n_routed_experts=5,
+    num_experts_per_tok=3,
+    index_topk=7,
+    index_n_heads=5,
+    index_head_dim=11,
+    num_nextn_predict_layers=1,  # as GLM-5's config says; transformers' model has no MTP layer to save
+)
+
+
+def test_a_transformers_checkpoint_without_its_mtp_layer_loads_serves_and_saves_back(tmp_path, caplog):
+    """transformers' save_pretrained writes a config with num_nextn_predict_layers 1 and no model.layers.3.*: it
+    loads without the MTP layer (one warning), MTP speculation refuses it by name, and our save loads back in
+    transformers (and in ours, without the warning) with the same logits."""
+    from typer.testing import CliRunner
+
+    from glm5cli.app import app
+    from model.checkpoint import checkpoint_has_mtp
+    from serve.engine.llm import LLM
+
+    # experts_implementation eager: torch's CPU grouped GEMM needs rows of a multiple of 16 bytes (not 35 floats)
+    hf_cfg = transformers.GlmMoeDsaConfig(**ODD, experts_implementation="eager")
+    hf = randomize(transformers.GlmMoeDsaForCausalLM(hf_cfg).eval(), seed=3)
+    hf.save_pretrained(tmp_path / "hf")
+    assert not checkpoint_has_mtp(tmp_path / "hf")
+    with caplog.at_level("WARNING", logger="model.checkpoint"):
+        ours = GLM5ForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
+    assert "no MTP layer" in caplog.text and ours.config.num_nextn_predict_layers == 0
+    assert len(ours.model.layers) == 3
+    ids = torch.randint(0, 301, (2, 17))  # longer than index_topk: sparse selection
+    with torch.no_grad():
+        ref = hf(ids).logits
+        assert (ours(ids) - ref).abs().max().item() < 1e-4 * ref.abs().max().item()
+    with pytest.raises(ValueError, match="has none .* serve it without speculative decoding"):
+        LLM(ours, speculative="mtp")
+    runner = CliRunner(env={"COLUMNS": "300"})
+    r = runner.invoke(app, ["serve", str(tmp_path / "hf"), "--speculative", "mtp"])
+    assert r.exit_code == 2 and "no MTP layer" in r.output and "--speculative off" in r.output
+    r = runner.invoke(app, ["serve", str(tmp_path / "hf"), "--engine", "sglang", "--dry-run"])
+    assert r.exit_code == 0 and "--speculative-algorithm" not in r.output, r.output  # the default turns off
+
+    ours.save_pretrained(tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["num_nextn_predict_layers"] == 0
+    back = transformers.GlmMoeDsaForCausalLM.from_pretrained(
+        tmp_path / "ours", dtype=torch.float32, experts_implementation="eager"
+    ).eval()
+    caplog.clear()
+    again = GLM5ForCausalLM.from_pretrained(tmp_path / "ours", dtype=torch.float32)
+    assert "no MTP layer" not in caplog.text
+    with torch.no_grad():
+        assert torch.equal(back(ids).logits, ref)  # the same weights, bit for bit, through both saves
+        assert torch.equal(again(ids), ours(ids))
+
+
+def test_some_but_not_all_mtp_tensors_is_still_an_error(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from model.checkpoint import CheckpointError
+
+    cfg = GLM5Config.from_dict(ODD)
+    randomize(GLM5ForCausalLM(cfg), seed=4).save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    del state["model.layers.3.eh_proj.weight"]
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="missing 1 tensor.*model.layers.3.eh_proj.weight"):
+        GLM5ForCausalLM.from_pretrained(tmp_path)
