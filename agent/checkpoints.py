@@ -9,6 +9,9 @@ Because the tree is read from disk, changes made by shell commands are captured 
 Restore writes the target tree's files back byte for byte (modes and symlinks included) and deletes files that
 exist now but not in the target; first it snapshots the present state, so a restore is itself undoable.
 Git-ignored files are neither captured nor deleted.
+
+Every git call goes through agent/git_safe.py: a snapshot runs `git add -A` on the host after commands the model
+wrote, so it must not run a filter, hook or fsmonitor those commands could have configured.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from agent.git_safe import GitError, git, toplevel
 
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "glm5",
@@ -40,13 +45,7 @@ class Checkpoint:
 
 
 def git_root(path: Path) -> Path | None:
-    try:
-        r = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=30
-        )
-    except OSError:
-        return None
-    return Path(r.stdout.strip()) if r.returncode == 0 else None
+    return toplevel(path)
 
 
 class Checkpoints:
@@ -66,10 +65,13 @@ class Checkpoints:
                     self.n, self.last = k, Checkpoint(ref, commit)
 
     def _git(self, *args: str, index: str | None = None, check: bool = True) -> str:
-        env = {**os.environ, **_IDENTITY}
+        env = dict(_IDENTITY)
         if index is not None:
             env["GIT_INDEX_FILE"] = index
-        r = subprocess.run(["git", "-C", str(self.root), *args], capture_output=True, text=True, env=env, timeout=120)
+        try:
+            r = git(self.root, *args, check=False, env=env, timeout=120)
+        except (GitError, subprocess.TimeoutExpired) as e:
+            raise CheckpointError(f"git {' '.join(args[:2])} failed: {e}") from None
         if check and r.returncode != 0:
             raise CheckpointError(f"git {' '.join(args[:2])} failed: {r.stderr.strip()[:300]}")
         return r.stdout

@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.sandbox import Sandbox
+from agent.child_env import scrubbed_env
+from agent.sandbox import Sandbox, SandboxLimits, limit_argv
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Environment:
         default_timeout_s: float = 120.0,
         max_timeout_s: float = 600.0,
         env: dict[str, str] | None = None,
+        limits: SandboxLimits | None = None,
     ):
         self.root = Path(root).resolve()
         self.cwd = Path(cwd).resolve() if cwd else self.root
@@ -68,7 +70,9 @@ class Environment:
         self.inline_chars = inline_chars
         self.default_timeout_s = default_timeout_s
         self.max_timeout_s = max_timeout_s
-        self.env = env
+        # Commands never inherit the agent's environment (API keys): an allowlist, plus what settings add.
+        self.env = scrubbed_env() if env is None else env
+        self.limits = limits
         self.interrupt: threading.Event | None = None  # set by the interface (Esc): the running command is killed
         self.jobs: dict[int, BackgroundJob] = {}
         self._n_outputs = 0
@@ -100,8 +104,8 @@ class Environment:
     def _argv(self, command: str) -> list[str]:
         argv = ["bash", "-c", command]
         if self.sandbox is not None and self.sandbox.active:
-            argv = self.sandbox.wrap(argv, root=self.root, cwd=self.cwd, scratch=self.scratch_dir)
-        return argv
+            return self.sandbox.wrap(argv, root=self.root, cwd=self.cwd, scratch=self.scratch_dir, limits=self.limits)
+        return limit_argv(argv, self.limits)
 
     def execute(self, command: str, timeout_s: float | None = None) -> CommandResult:
         timeout = min(float(timeout_s or self.default_timeout_s), self.max_timeout_s)

@@ -1,8 +1,15 @@
 """The OS sandbox for commands: bubblewrap on Linux.
 
-Inside: the whole filesystem read-only, the repository (but not its `.glm5/` settings) and the session's scratch
-folder writable, a private /tmp, network off unless allowed, the process dies with the agent. Where `bwrap` is missing or cannot create
-namespaces (some containers), commands run unsandboxed and `warning` says so; the probe runs once per process.
+Inside: the whole filesystem read-only, the repository and the session's scratch folder writable, a private /tmp,
+network off unless allowed, no capabilities (as root, CAP_SYS_ADMIN would let a command remount `/` writable),
+the process dies with the agent. Protected inside the writable repository, read-only: `.git` (and the real git
+directory and common directory it points to: a command that could write git's config could make the host's git
+run a filter or hook), and `.glm5/` (the permission rules and settings). Bench environments add their own binds
+(`binds` / `ro_binds`); protected paths under a writable bind stay read-only there too. `limits` caps memory,
+CPU time and file size (rlimits set inside, so they hold for everything the command starts).
+
+Where `bwrap` is missing or cannot create namespaces (some containers), commands run unsandboxed and `warning`
+says so; the probe runs once per process.
 """
 
 from __future__ import annotations
@@ -11,8 +18,38 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+PROTECTED_NAMES = (".git", ".glm5")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    memory_mb: int | None = None  # address space (RLIMIT_AS) of each process
+    cpu_s: int | None = None  # CPU seconds (RLIMIT_CPU) of each process
+    file_mb: int | None = None  # largest file a process may write (RLIMIT_FSIZE)
+    open_files: int | None = None  # RLIMIT_NOFILE
+
+
+def limit_argv(argv: list[str], limits: SandboxLimits | None) -> list[str]:
+    """`argv` run under `limits` (bash's ulimit, then exec): rlimits are inherited by every child."""
+    if limits is None:
+        return argv
+    parts = []
+    if limits.memory_mb:
+        parts.append(f"ulimit -v {int(limits.memory_mb) * 1024}")
+    if limits.cpu_s:
+        parts.append(f"ulimit -t {int(limits.cpu_s)}")
+    if limits.file_mb:
+        parts.append(f"ulimit -f {int(limits.file_mb) * 1024}")
+    if limits.open_files:
+        parts.append(f"ulimit -n {int(limits.open_files)}")
+    if not parts:
+        return argv
+    return ["bash", "-c", " && ".join(parts) + ' && exec "$@"', "glm5-limits", *argv]
 
 
 @lru_cache(maxsize=4)
@@ -21,7 +58,7 @@ def probe(network: bool) -> str | None:
     exe = shutil.which("bwrap")
     if exe is None:
         return "bubblewrap (`bwrap`) is not installed"
-    argv = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"]
+    argv = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent", "--cap-drop", "ALL"]
     if not network:
         argv.append("--unshare-net")
     try:
@@ -33,11 +70,35 @@ def probe(network: bool) -> str | None:
     return None
 
 
+def git_dirs(root: Path) -> list[Path]:
+    """The repository's `.git` entry, its real git directory and its common directory (worktrees share one)."""
+    from agent.git_safe import GitError, git
+
+    out = [root / ".git"]
+    try:
+        r = git(root, "rev-parse", "--absolute-git-dir", "--git-common-dir", check=False, timeout=30)
+    except (GitError, subprocess.TimeoutExpired):
+        return out
+    if r.returncode == 0:
+        for line in r.stdout.splitlines():
+            p = Path(line.strip())
+            if line.strip():
+                p = p if p.is_absolute() else root / p
+                out.append(Path(os.path.realpath(p)))
+    seen: list[Path] = []
+    for p in out:
+        if p not in seen:
+            seen.append(p)
+    return seen
+
+
 class Sandbox:
-    def __init__(self, enabled: bool = True, network: bool = False):
+    def __init__(self, enabled: bool = True, network: bool = False, limits: SandboxLimits | None = None):
         self.network = network
+        self.limits = limits
         self.reason = probe(network) if enabled else "the sandbox is turned off in settings"
         self.active = enabled and self.reason is None
+        self._protected: dict[Path, list[Path]] = {}
 
     @property
     def warning(self) -> str | None:
@@ -45,22 +106,58 @@ class Sandbox:
             return None
         return f"commands run WITHOUT a sandbox ({self.reason}); they can write anywhere this user can."
 
-    def wrap(self, argv: list[str], root: Path, cwd: Path, scratch: Path) -> list[str]:
+    def protected(self, root: Path) -> list[Path]:
+        """Host paths that stay read-only inside even though they lie under a writable bind."""
+        root = Path(root)
+        if root not in self._protected:
+            glm5 = root / ".glm5"
+            # Created now so that a command cannot create it, with settings in it, before the next session.
+            glm5.mkdir(exist_ok=True)
+            self._protected[root] = [*git_dirs(root), glm5]
+        return self._protected[root]
+
+    def wrap(
+        self,
+        argv: list[str],
+        root: Path,
+        cwd: Path,
+        scratch: Path,
+        *,
+        binds: Sequence[tuple[str | Path, str | Path]] = (),
+        ro_binds: Sequence[tuple[str | Path, str | Path]] = (),
+        limits: SandboxLimits | None = None,
+    ) -> list[str]:
+        root = Path(root)
         out = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        # Bind after the tmpfs so a repository or scratch folder under /tmp stays visible and writable. glm5's own
-        # folder is read-only inside (a command must not rewrite the permission rules), except the scratch folder.
+        # Bind after the tmpfs so a repository or scratch folder under /tmp stays visible and writable.
         # Toolchains under /tmp (a virtual environment, PATH entries) stay visible, read-only, over the private /tmp.
         for tool_dir in _tmp_tool_dirs():
             out += ["--ro-bind-try", tool_dir, tool_dir]
-        out += ["--bind", str(root), str(root)]
-        if (root / ".glm5").is_dir():
-            out += ["--ro-bind", str(root / ".glm5"), str(root / ".glm5")]
+        writable = [(root, root), *((Path(h), Path(i)) for h, i in binds)]
+        for host, inside in writable:
+            out += ["--bind", str(host), str(inside)]
+        for host, inside in ro_binds:
+            out += ["--ro-bind", str(host), str(inside)]
+        # Protected paths, read-only wherever a writable bind exposes them (the repository at its own path, or
+        # mapped to /app by a bench environment); and at their own path, where a worktree's git directory lies
+        # outside the repository (under /tmp it would otherwise be hidden by the private /tmp).
+        for p in self.protected(root):
+            if not (p.exists() or p.is_symlink()):
+                continue
+            places = {p}
+            for host, inside in writable:
+                if p == host or Path(host) in p.parents:
+                    places.add(Path(inside) / p.relative_to(host))
+            for place in sorted(places):
+                out += ["--ro-bind", str(p), str(place)]
         out += ["--bind", str(scratch), str(scratch)]
         # A pid namespace: killing bwrap at a timeout takes every process the command started with it.
-        out += ["--unshare-pid", "--die-with-parent", "--new-session", "--chdir", str(cwd)]
+        # No capabilities: root inside could otherwise remount the read-only binds writable.
+        out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+        out += ["--cap-drop", "ALL", "--chdir", str(cwd)]
         if not self.network:
             out.append("--unshare-net")
-        return [*out, "--", *argv]
+        return [*out, "--", *limit_argv(argv, limits or self.limits)]
 
 
 def _tmp_tool_dirs() -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import secrets
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,9 @@ def new_id() -> str:
 
 def git_info(root: Path) -> dict[str, Any]:
     def q(*args: str) -> str | None:
-        r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        from agent.git_safe import git  # no repository-configured program runs on the host
+
+        r = git(root, *args, check=False, timeout=30)
         return r.stdout.strip() if r.returncode == 0 else None
 
     return {"head": q("rev-parse", "HEAD"), "branch": q("rev-parse", "--abbrev-ref", "HEAD")}

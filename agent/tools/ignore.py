@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from agent.git_safe import GitError, git
+
 SKIP_DIRS = {".git", ".hg", ".svn", ".glm5"}
 
 
@@ -13,14 +15,16 @@ def git_ignored(root: Path, paths: list[Path]) -> set[Path]:
     if not paths:
         return set()
     try:
-        r = subprocess.run(
-            ["git", "-C", str(root), "check-ignore", "--stdin", "-z"],
+        r = git(
+            root,
+            "check-ignore",
+            "--stdin",
+            "-z",
             input="\0".join(str(p) for p in paths) + "\0",
-            capture_output=True,
-            text=True,
+            check=False,
             timeout=30,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except (GitError, subprocess.TimeoutExpired):
         return set()
     if r.returncode not in (0, 1):  # 128: not a git repository
         return set()

@@ -1,0 +1,121 @@
+"""Fence 1 (issue 15): nothing a sandboxed command configures in git runs on the host.
+
+Each attack writes a marker to a host path that is NOT writable inside the sandbox (/var/tmp is read-only there),
+so a marker that appears proves a process outside the sandbox ran the payload.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agent.checkpoints import Checkpoints
+from agent.environment import Environment
+from agent.git_safe import dangerous_keys, git
+from agent.sandbox import Sandbox, probe
+
+needs_bwrap = pytest.mark.skipif(probe(False) is not None, reason=f"bwrap unusable here: {probe(False)}")
+
+
+@pytest.fixture
+def marker():
+    p = Path(f"/var/tmp/glm5-pwned-{uuid.uuid4().hex}")
+    yield p
+    p.unlink(missing_ok=True)
+
+
+def _payload(marker: Path) -> str:
+    return f"sh {marker.name}.sh"
+
+
+def _plant_config(repo: Path, marker: Path) -> None:
+    """What a hostile repository (or a command run with the sandbox off) leaves in .git: every program hook."""
+    (repo / f"{marker.name}.sh").write_text(f"echo ran > {marker}\ncat\n")
+    cfg = repo / ".git" / "config"
+    cfg.write_text(
+        cfg.read_text()
+        + f'[filter "evil"]\n\tclean = {_payload(marker)}\n\tsmudge = {_payload(marker)}\n\trequired = true\n'
+        + f'[filter "x=y"]\n\tclean = {_payload(marker)}\n'
+        + f"[core]\n\tfsmonitor = {_payload(marker)}\n\thooksPath = {repo}/hooks\n"
+        + f'[diff]\n\texternal = {_payload(marker)}\n[diff "evil"]\n\ttextconv = {_payload(marker)}\n'
+        + "[include]\n\tpath = ../included.cfg\n"
+    )
+    (repo / "included.cfg").write_text(f'[filter "inc"]\n\tclean = {_payload(marker)}\n')
+    (repo / "hooks").mkdir()
+    for hook in ("reference-transaction", "post-index-change", "pre-commit"):
+        h = repo / "hooks" / hook
+        h.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+        h.chmod(0o755)
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n*.py filter=inc\n*.txt filter=x=y\n")
+
+
+def test_host_git_runs_no_configured_program(repo, marker):
+    _plant_config(repo, marker)
+    (repo / "calc.py").write_text("changed\n")
+    (repo / "new.txt").write_text("new\n")
+    cp = Checkpoints(repo, "attack")
+    first = cp.snapshot("after a command")
+    (repo / "calc.py").write_text("changed again\n")
+    cp.snapshot("again")
+    cp.restore(first.commit)
+    git(repo, "diff", "HEAD", "--stat")
+    git(repo, "status", "--porcelain")
+    assert not marker.exists(), "a host-side git ran a program from the repository's config"
+    # and the snapshot holds the bytes on disk, not a filter's output
+    assert (repo / "calc.py").read_text() == "changed\n"
+
+
+def test_the_attack_works_with_plain_git(repo, marker):
+    """The control: the same planted config does run the payload through an ordinary `git add`, so the test
+    above would fail without git_safe."""
+    _plant_config(repo, marker)
+    (repo / "calc.py").write_text("changed\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], capture_output=True)
+    assert marker.exists()
+
+
+def test_dangerous_keys_are_found():
+    listing = "\0".join(
+        ["filter.a.clean\nx", "filter.x=y.smudge\nx", "core.fsmonitor\nx", "diff.p.textconv\nx", "user.name\nme"]
+    )
+    keys = dangerous_keys(listing + "\0")
+    assert "user.name" not in keys and "filter.x=y.smudge" in keys and len(keys) == 4
+
+
+@needs_bwrap
+def test_sandboxed_command_cannot_write_git_config(repo, tmp_path, marker):
+    env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+    before = (repo / ".git" / "config").read_text()
+    r = env.execute(f"git config filter.evil.clean \"sh -c 'touch {marker}'\"; echo '* filter=evil' > .gitattributes")
+    assert (repo / ".git" / "config").read_text() == before
+    assert env.execute("touch .git/hooks/pre-commit").returncode != 0
+    assert env.execute("echo x > .glm5/settings.toml").returncode != 0
+    # the working tree stays writable (the .gitattributes line was written)
+    assert (repo / ".gitattributes").exists(), r.output
+    Checkpoints(repo, "s").snapshot("after")
+    assert not marker.exists()
+
+
+@needs_bwrap
+def test_symlinked_git_dir_is_protected_at_its_real_path(tmp_path, marker):
+    """`.git -> gitreal`: binding `.git` alone would leave `gitreal/config` writable through its own name."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    os.rename(repo / ".git", repo / "gitreal")
+    os.symlink("gitreal", repo / ".git")
+    env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+    assert env.execute("echo '[core]' >> gitreal/config").returncode != 0
+    assert env.execute("echo '[core]' >> .git/config").returncode != 0
+
+
+@needs_bwrap
+def test_root_inside_cannot_remount_writable(repo, tmp_path, marker):
+    """As root, CAP_SYS_ADMIN inside the namespace would remount `/` read-write: capabilities are dropped."""
+    env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+    env.execute(f"mount -o remount,bind,rw / 2>/dev/null; mount -o remount,bind,rw /var/tmp; touch {marker}")
+    assert not marker.exists()
