@@ -1,8 +1,10 @@
 """Approval: may one tool call run? The permission rules decide, and where they say "ask" the user answers.
 
     decide(agent, name, tool, subject, args) -> Verdict
-      permissions.check -> allow | deny, or ask -> ui.approve(ApprovalRequest) -> yes | no | always
-      "always" adds the proposed rule for the rest of the session.
+      permissions.check -> allow | deny, or ask -> ui.approve(ApprovalRequest with the narrowest rule and a
+      preview: the edit's diff, the command in full) -> yes | no (+ a message for the model) | always
+      "always" allows the proposed rule (or the user's edit of it) for the session, and saves it to the
+      repository's or the user's settings when the user chose one.
 
 The verdict's `decision` is what the trajectory records (allow | approved | denied) and `reason` what the model
 is told when the call is refused. Knows nothing of running the tool.
@@ -10,27 +12,69 @@ is told when the call is refused. Knows nothing of running the tool.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.permissions import ALLOW, ASK, DENY, suggest_rule
-from agent.ui import ALWAYS, YES, ApprovalRequest
+from agent.permissions import ALLOW, ASK, DENY, Rule, suggest_rule
+from agent.tools.base import EDIT, EXECUTE
+from agent.ui import ALWAYS, NO, YES, Answer, ApprovalRequest
 
 if TYPE_CHECKING:
     from agent.loop import Agent
     from agent.tools.base import Tool
 
 ALLOWED, APPROVED, DENIED = "allow", "approved", "denied"
+MAX_PREVIEW_CHARS = 20_000
 
 
 @dataclass(frozen=True)
 class Verdict:
     decision: str  # ALLOWED | APPROVED | DENIED
     reason: str
+    message: str = ""  # the user's words with a "no": what to do instead
 
     @property
     def runs(self) -> bool:
         return self.decision != DENIED
+
+
+def proposed_rule(name: str, kind: str, subject: str | None) -> str:
+    """The narrowest rule that allows this call: `bash(python -m pytest:*)` for `python -m pytest -q`."""
+    if kind == EXECUTE and subject:
+        from agent import permissions
+
+        narrowest = getattr(permissions, "narrowest_rule", None)  # the SECURITY helper's; older trees lack it
+        if narrowest is not None:
+            return narrowest(subject)
+    return suggest_rule(name, kind, subject)
+
+
+def preview(agent: Agent, name: str, kind: str, args: dict[str, Any]) -> str:
+    """What the call would do, for the user to judge before answering: the full command, or the edit's diff
+    (computed on a copy; nothing is written)."""
+    if kind == EXECUTE and "command" in args:
+        return str(args["command"])
+    if kind == EDIT and isinstance(args.get("path"), str):
+        from agent.tools.write import unified_diff
+
+        try:
+            path = agent.env.resolve(args["path"])
+            before = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+            rel = agent.env.display(path)
+        except (OSError, ValueError):
+            return ""
+        if name == "write" and isinstance(args.get("content"), str):
+            after = args["content"]
+        elif isinstance(args.get("old_string"), str) and isinstance(args.get("new_string"), str):
+            old, new = args["old_string"], args["new_string"]
+            if not old or old not in before:
+                return f"(old_string not found in {rel}: the edit will fail)"
+            after = before.replace(old, new) if args.get("replace_all") else before.replace(old, new, 1)
+        else:
+            return ""
+        return unified_diff(before, after, rel)[:MAX_PREVIEW_CHARS] or "(no change)"
+    return json.dumps(args, ensure_ascii=False, indent=1)[:MAX_PREVIEW_CHARS]
 
 
 def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[str, Any]) -> Verdict:
@@ -40,10 +84,35 @@ def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[
     if d.action == ALLOW:
         return Verdict(ALLOWED, d.reason)
     assert d.action == ASK
-    rule = suggest_rule(name, tool.kind, subject)
-    answer = agent.ui.approve(ApprovalRequest(name, tool.kind, subject, args, d.reason, rule))
-    if answer == ALWAYS:
-        agent.permissions.add_allow(rule)
-    if answer in (YES, ALWAYS):
+    rule = proposed_rule(name, tool.kind, subject)
+    req = ApprovalRequest(name, tool.kind, subject, args, d.reason, rule, preview(agent, name, tool.kind, args))
+    answer = agent.ui.approve(req)
+    if not isinstance(answer, Answer):
+        answer = Answer(answer if answer in (YES, NO, ALWAYS) else NO)
+    if answer.choice == ALWAYS:
+        always(agent, answer.rule or rule, answer.save)
+    if answer.choice in (YES, ALWAYS):
         return Verdict(APPROVED, d.reason)
-    return Verdict(DENIED, "the user declined")
+    return Verdict(DENIED, answer.reason or "the user declined", answer.message.strip())
+
+
+def always(agent: Agent, rule: str, save: str | None) -> None:
+    """Allow `rule` from now on; saved to settings (`save` = "repo" | "user") it holds for later sessions too."""
+    try:
+        Rule.parse(rule)
+    except ValueError as e:
+        agent.ui.on_notice(f"{e}; nothing was added")
+        return
+    agent.permissions.add_allow(rule)
+    agent.writer.write("permission_rule", rule=rule, kind="allow", scope=save or "session")
+    if save in ("repo", "user"):
+        from agent.settings import save_rule
+
+        try:
+            where = save_rule(rule, kind="allow", scope=save, root=agent.env.root)
+        except (OSError, ValueError) as e:
+            agent.ui.on_notice(f"could not save {rule} to the {save} settings: {e}")
+            return
+        agent.ui.on_notice(f"allowed {rule}; saved to {where or save + ' settings'}")
+    else:
+        agent.ui.on_notice(f"allowed {rule} for this session")

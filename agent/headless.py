@@ -1,14 +1,19 @@
 """Headless runs: `glm5 code -p "task"` for scripts and CI.
 
 Output formats:
-    text         the final answer on stdout; progress (tool calls, notices) on stderr
+    text         the final answer on stdout; progress (tool calls, refusals, notices) on stderr
     json         one JSON object on stdout at the end: {"type": "result", "session_id", "exit_status",
-                 "is_error", "result", "stats": {steps, prompt_tokens, completion_tokens, cost_usd}, "trajectory"}
-    stream-json  one JSON event per line as things happen: init, message, tool_use, tool_result, notice,
-                 then the result object above
+                 "is_error", "result", "denied": [{"tool_call_id", "tool", "arguments", "decision", "reason"}],
+                 "stats": {steps, prompt_tokens, completion_tokens, cost_usd}, "trajectory"}
+    stream-json  one JSON event per line as things happen: init, message, tool_use, tool_result (with
+                 `decision`: allow | approved | denied | blocked | format_error, and `reason` when refused),
+                 notice, then the result object above
 Approvals: nobody is there to ask, so `--approval auto` answers yes and `--approval deny` (default) answers no.
+Every refused call (by --approval deny, a deny rule, plan mode or a PreToolUse hook) is listed in `denied` and
+said on stderr as `glm5: refused TOOL ARGS: REASON`, in every format.
 Exit codes (EXIT_*): 0 done, 1 error (endpoint, crash), 2 bad input (arguments, settings, unknown session),
-3 a limit was reached (--max-turns, tokens, cost, time, repeated malformed calls), 130 interrupted.
+3 a limit was reached (--max-turns, tokens, cost, time, repeated malformed calls), 4 done but some tool calls
+were refused (the answer may rest on work not done; `is_error` is true), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from typing import Any, TextIO
 
 from agent.client import APIError
 from agent.loop import BLOCKED, ERROR, FORMAT, INTERRUPTED, LIMITS, SUBMITTED
-from agent.ui import NO, YES, AgentUI, ApprovalRequest
+from agent.ui import NO, YES, AgentUI, Answer, ApprovalRequest
 
-EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_LIMIT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_LIMIT, EXIT_DENIED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+REFUSED = ("denied", "blocked")
 FORMATS = ("text", "json", "stream-json")
 EXIT_CODES = {SUBMITTED: EXIT_OK, LIMITS: EXIT_LIMIT, FORMAT: EXIT_LIMIT, INTERRUPTED: EXIT_INTERRUPTED,
               ERROR: EXIT_ERROR, BLOCKED: EXIT_ERROR}  # fmt: skip
@@ -34,6 +40,8 @@ class HeadlessUI(AgentUI):
         self.approval = approval
         self.out = out or sys.stdout
         self.err = err or sys.stderr
+        self.decisions: dict[str, tuple[str, str]] = {}  # call id -> (decision, reason)
+        self.denied: list[dict[str, Any]] = []
 
     def emit(self, event: dict[str, Any]) -> None:
         if self.format == "stream-json":
@@ -52,8 +60,23 @@ class HeadlessUI(AgentUI):
                 if self.format == "text":
                     self.err.write(f"> {tc['function']['name']} {tc['function']['arguments'][:200]}\n")
         elif message.get("role") == "tool":
-            self.emit({"type": "tool_result", "tool_call_id": message.get("tool_call_id"),
-                       "content": message.get("content")})  # fmt: skip
+            ev = {"type": "tool_result", "tool_call_id": message.get("tool_call_id"), "content": message.get("content")}
+            decision, reason = self.decisions.get(message.get("tool_call_id") or "", ("", ""))
+            if decision:  # none for calls an interrupt stopped before they were decided
+                ev["decision"] = decision
+                if decision in REFUSED:
+                    ev["reason"] = reason
+            self.emit(ev)
+
+    def on_tool_decision(self, call_id: str, name: str, arguments: Any, decision: str, reason: str) -> None:
+        self.decisions[call_id] = (decision, reason)
+        if decision in REFUSED:
+            self.denied.append({"tool_call_id": call_id, "tool": name, "arguments": arguments, "decision": decision,
+                                "reason": reason})  # fmt: skip
+            shown = arguments.get("command", arguments.get("path")) if isinstance(arguments, dict) else None
+            shown = str(shown if shown is not None else json.dumps(arguments, default=str))[:200]
+            self.err.write(f"glm5: refused {name} {shown}: {reason}\n")
+            self.err.flush()
 
     def on_notice(self, text: str) -> None:
         self.emit({"type": "notice", "text": text})
@@ -61,11 +84,11 @@ class HeadlessUI(AgentUI):
             self.err.write(f"glm5: {text}\n")
 
     def approve(self, request: ApprovalRequest) -> str:
-        answer = YES if self.approval == "auto" else NO
-        if self.format == "text":
-            verb = "approved" if answer == YES else "refused"
-            self.err.write(f"glm5: {verb} {request.tool} ({request.reason}; --approval {self.approval})\n")
-        return answer
+        if self.approval == "auto":
+            if self.format == "text":
+                self.err.write(f"glm5: approved {request.tool} ({request.reason}; --approval auto)\n")
+            return YES
+        return Answer(NO, reason=f"{request.reason}; refused by --approval deny (headless: nobody to ask)")
 
 
 def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
@@ -92,15 +115,20 @@ def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
         agent.finish(status, final)
         session.close()
     code = EXIT_CODES.get(status, EXIT_ERROR)
+    if code == EXIT_OK and ui.denied:
+        code = EXIT_DENIED
     summary = {"type": "result", "session_id": session.id, "exit_status": status, "is_error": code != EXIT_OK,
-               "result": final, "stats": agent.stats.as_dict(), "trajectory": str(session.path)}  # fmt: skip
+               "result": final, "denied": ui.denied, "stats": agent.stats.as_dict(),
+               "trajectory": str(session.path)}  # fmt: skip
     if ui.format == "text":
         ui.out.write(final.rstrip() + "\n" if final else "")
-        if code != EXIT_OK:
-            ui.err.write(f"glm5: {status}\n")
-    elif ui.format == "json":
+    if code == EXIT_DENIED:
+        ui.err.write(f"glm5: {status}, but {len(ui.denied)} tool call(s) were refused (exit {EXIT_DENIED})\n")
+    elif code != EXIT_OK and ui.format == "text":
+        ui.err.write(f"glm5: {status}\n")
+    if ui.format == "json":
         ui.out.write(json.dumps(summary, ensure_ascii=False, default=str) + "\n")
-    else:
+    elif ui.format == "stream-json":
         ui.emit(summary)
     ui.out.flush()
     return code

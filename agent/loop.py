@@ -220,6 +220,7 @@ class Agent:
                 all_bad = False
             except FormatError as e:
                 fn = call.get("function") or {}
+                self.ui.on_tool_decision(call["id"], fn.get("name", ""), fn.get("arguments"), "format_error", str(e))
                 self.writer.write("tool", step=self.stats.steps, call_id=call["id"], name=fn.get("name", ""),
                                   arguments=fn.get("arguments"), decision="format_error", result=str(e),
                                   is_error=True)  # fmt: skip

@@ -44,10 +44,13 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
     record: dict[str, Any] = {"step": agent.stats.steps, "call_id": call["id"], "name": name, "arguments": args}
 
     verdict = approval.decide(agent, name, tool, subject, args)
+    agent.ui.on_tool_decision(call["id"], name, args, verdict.decision, verdict.reason)
     if not verdict.runs:
-        text = f"permission denied: {verdict.reason}. Do something else, or ask the user."
-        agent.writer.write("tool", **record, decision=verdict.decision, reason=verdict.reason, result=text,
-                           is_error=True)  # fmt: skip
+        text = f"permission denied: {verdict.reason}. " + (
+            f"The user says: {verdict.message}" if verdict.message else "Do something else, or ask the user."
+        )
+        agent.writer.write("tool", **record, decision=verdict.decision, reason=verdict.reason,
+                           user_message=verdict.message or None, result=text, is_error=True)  # fmt: skip
         agent.tool_message(call["id"], text)
         return
 
@@ -56,6 +59,7 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
         agent.warn(h.warnings)
         if h.blocked:
             text = f"blocked by a PreToolUse hook: {h.message}"
+            agent.ui.on_tool_decision(call["id"], name, args, "blocked", text)
             agent.writer.write("tool", **record, decision="blocked", result=text, is_error=True)
             agent.tool_message(call["id"], text)
             return

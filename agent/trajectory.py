@@ -25,6 +25,7 @@ object per line, each with a `type` and a wall-clock `ts`:
                  the working tree restored; `saved_as` is a snapshot of the tree before the rewind.
     resume       {"n_messages"}: the session was resumed (by a later process) with this conversation.
     model_switch {"model"}: /model changed the model from here on.
+    permission_rule {"rule", "kind", "scope" (session | repo | user)}: an "always" answer allowed this rule.
     outcome      labels: {"tests": [{"command", "returncode", "passed"}], "diff_kept": bool, ...}
     end          {"exit_status", "stats": {steps, prompt_tokens, completion_tokens, cost_usd}, "final": text}
 

@@ -13,13 +13,25 @@ YES, NO, ALWAYS = "yes", "no", "always"
 
 
 @dataclass
+class Answer:
+    """An approval answer with what came with it; `approve` may also return the bare YES / NO / ALWAYS."""
+
+    choice: str  # YES | NO | ALWAYS
+    message: str = ""  # with NO: what the user wants done instead; it goes back to the model
+    rule: str | None = None  # with ALWAYS: the rule to allow (the proposed one, maybe edited); None: proposed
+    save: str | None = None  # with ALWAYS: "repo" or "user" settings file, or None for this session only
+    reason: str | None = None  # with NO from a non-human (headless): why, instead of "the user declined"
+
+
+@dataclass
 class ApprovalRequest:
     tool: str
     kind: str
     subject: str | None
     arguments: dict[str, Any]
     reason: str
-    suggested_rule: str
+    suggested_rule: str  # the narrowest rule that allows this call: what "always" proposes
+    preview: str = ""  # what the call would do: an edit's diff, a command in full
 
 
 class AgentUI:
@@ -28,6 +40,10 @@ class AgentUI:
 
     def on_message(self, message: dict[str, Any]) -> None:
         """A message was appended to the conversation (assistant, tool, user)."""
+
+    def on_tool_decision(self, call_id: str, name: str, arguments: Any, decision: str, reason: str) -> None:
+        """Whether a call runs: decision is allow | approved | denied | blocked (a hook) | format_error; said for
+        every call before it runs or is refused."""
 
     def on_tool_start(self, name: str, arguments: dict[str, Any]) -> None: ...
 
@@ -40,6 +56,7 @@ class AgentUI:
     def on_usage(self, stats: dict[str, Any]) -> None:
         """Totals after each model call: prompt/completion tokens, cost, context use."""
 
-    def approve(self, request: ApprovalRequest) -> str:
-        """YES, NO or ALWAYS (allow this rule for the rest of the session)."""
+    def approve(self, request: ApprovalRequest) -> str | Answer:
+        """YES, NO or ALWAYS (allow the rule for the rest of the session), or an Answer carrying a message for
+        the model (NO) or the rule and where to save it (ALWAYS)."""
         return NO

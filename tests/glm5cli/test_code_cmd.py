@@ -65,7 +65,7 @@ def test_approval_deny_refuses_edits(env):
     repo, fake = env
     fake.script = [reply(tools=[("write", {"path": "b.txt", "content": "beta\n"})]), reply("could not")]
     r = code(repo, fake, "-p", "make b")
-    assert r.exit_code == 0 and not (repo / "b.txt").exists()
+    assert r.exit_code == 4 and not (repo / "b.txt").exists()  # done, but a call was refused
 
 
 def test_limit_reached_exit_code(env):
