@@ -103,7 +103,9 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r}: token id {bad[0]} is outside the vocabulary (size {vocab})")
         seq = Sequence(request_id, ids, params, arrival=next(self._arrival))
         self.scheduler.add(seq)  # raises if the prompt cannot fit
-        detok = Detokenizer(self.tokenizer, ids, params.skip_special_tokens) if self.tokenizer is not None else None
+        detok = None  # params.detokenize=False: the caller decodes the tokens itself (the HTTP app does)
+        if self.tokenizer is not None and params.detokenize:
+            detok = Detokenizer(self.tokenizer, ids, params.skip_special_tokens)
         self.requests[request_id] = _Request(seq, detok)
         self._prompt_tokens += len(ids)
         return request_id

@@ -13,12 +13,18 @@ The logprob returned for a token (and the top-n alternatives) is log_softmax of 
 sampled from (step 2 or 3): RL needs the probability the behaviour policy actually used. With
 temperature 1 and no filters or penalties that is log_softmax of the model's logits.
 
+A request with a grammar (`SamplingParams.constraint`, serve/engine/grammar.py) has the logits of the tokens
+its grammar does not allow next set to -inf after the penalties, so every later step -- and the logprobs --
+see the constrained distribution. Rows without one are not touched.
+
 Random draws use the exponential-race form of sampling, argmax(p / q) with q ~ Exp(1), with q drawn from
 the sequence's own torch.Generator, so a seeded request gives the same tokens whatever else is in the
 batch (as long as its logits are the same).
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -77,10 +83,26 @@ def filter_logits(logits_BV: torch.Tensor, top_k_B: torch.Tensor, top_p_B: torch
 class Sampler:
     """Turns the logits of the last position of each sampling sequence into tokens and logprobs."""
 
+    def __init__(self) -> None:
+        # Each constrained sequence's place in its grammar; it goes when the sequence does.
+        self._grammar_states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def apply_constraints(self, logits_BV: torch.Tensor, seqs: list[Sequence]) -> None:
+        """Mask, in place, the rows of sequences whose params carry a grammar."""
+        for b, seq in enumerate(seqs):
+            grammar = seq.params.constraint
+            if grammar is None:
+                continue
+            state = self._grammar_states.get(seq)
+            if state is None:
+                state = self._grammar_states[seq] = grammar.start()
+            state.mask_(logits_BV[b], seq.output_token_ids)
+
     def __call__(self, logits_BV: torch.Tensor, seqs: list[Sequence]) -> list[TokenLogprob]:
         if logits_BV.shape[0] != len(seqs):
             raise ValueError(f"{logits_BV.shape[0]} rows of logits for {len(seqs)} sequences")
         logits_BV = apply_penalties(logits_BV.float().clone(), seqs)
+        self.apply_constraints(logits_BV, seqs)
         params = [s.params for s in seqs]
         greedy_B = torch.tensor([p.greedy for p in params])
         temp_B = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], dtype=torch.float32)

@@ -5,7 +5,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from serve.engine.grammar import Grammar
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,13 @@ class SamplingParams:
     # As vLLM. The GLM-5 chat server wants False: <think>, <tool_call> and friends are special tokens in
     # glm5's shipped tokenizer, and the reasoning / tool-call parsers read them from the text.
     skip_special_tokens: bool = True
+    # A grammar the output must follow (serve/engine/grammar.py: JSON, a JSON schema, GLM-5 tool calls): the
+    # sampler masks what it does not allow. Compiled once and shared; each request walks it on its own. Left
+    # out of equality and hashing (a compiled grammar is neither).
+    constraint: Grammar | None = field(default=None, compare=False)
+    # False: the engine keeps no text for this request (`RequestOutput.text` stays ""), for a caller that
+    # decodes the tokens itself, as the HTTP app does (vLLM's `detokenize`). Stop strings need the text.
+    detokenize: bool = True
 
     def __post_init__(self) -> None:
         # Accept lists / a single string for convenience, store tuples so params stay hashable.
@@ -63,6 +74,8 @@ class SamplingParams:
             raise ValueError(f"logprobs must be >= 0 or None, got {self.logprobs}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if self.stop and not self.detokenize:
+            raise ValueError("stop strings need detokenize=True (the engine finds them in the text)")
 
     @property
     def greedy(self) -> bool:

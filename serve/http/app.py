@@ -29,7 +29,7 @@ log = logging.getLogger("glm5.serve")
 
 async def one_token(state: ServerState, timeout: float) -> None:
     """Generate one token from a one-token prompt; raises if the engine cannot."""
-    params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False)
     prompt = state.tokenizer.encode("hello")[:1] or [0]
     gen = Generation(state, prompt, params)
     result = await asyncio.wait_for(gen.run(), timeout)

@@ -6,10 +6,10 @@ Prompt. Messages and tools are rendered with GLM-5's template (model/chat.py); `
 - "none": the tools are left out of the prompt and nothing is parsed as a call (vLLM's behaviour with
   `--exclude-tools-when-tool-choice-none`).
 - `parallel_tool_calls: false` keeps only the first call.
-- "required" / a named function: there is no grammar-constrained decoding here, so the call is forced by
-  prefilling the assistant turn: thinking is closed (`</think>`) and the turn starts with `<tool_call>` (plus the
-  name, for a named function). The prefilled text is fed to the parser like generated text, so the client sees an
-  ordinary call. The model still writes the arguments.
+- "required" / a named function: thinking is closed (`</think>`) and the output is constrained by a grammar
+  (serve/http/constraints.py) to GLM-5 tool calls whose arguments follow the tool's schema, so the client always
+  gets `tool_calls`, never the raw markup.
+`response_format` json_object / json_schema constrains the content (after any reasoning) to JSON / the schema.
 
 `reasoning_effort`: "none" turns thinking off (OpenAI's meaning); the other levels leave it on (GLM-5's template
 has no budget knob; its `max` / `high` differ only in the serving stack's thinking budget, which we do not cap).
@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from model.chat import render
 from model.chat_parse import StreamParser, accumulate
+from serve.http.constraints import chat_constraint, forces_tool_call
 from serve.http.errors import bad_request
 from serve.http.generation import Generation, Result
 from serve.http.logprobs import chat_logprobs
-from serve.http.protocol import ChatCompletionRequest, NamedToolChoice, parse_body
+from serve.http.protocol import ChatCompletionRequest, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
 from serve.http.streaming import chunk_writer, drain, event_stream, merged
 
@@ -44,9 +46,10 @@ from serve.http.streaming import chunk_writer, drain, event_stream, merged
 @dataclass(frozen=True)
 class ChatPrompt:
     ids: list[int]
-    prefill: str  # text put at the start of the assistant turn (forced tool calls); fed to the parser first
     thinking: bool  # the generation prompt opened a think block
     parser_tools: list[dict] | None  # tools the parser accepts as calls ([] = none: calls stay text)
+    constraint: Any = None  # the grammar the output must follow (serve/engine/grammar.Grammar), or None
+    calls_only: bool = False  # a forced call: the grammar allows no text, so text is a call cut off by max_tokens
 
 
 def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
@@ -59,20 +62,18 @@ def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
     clear = True if not kwargs or kwargs.clear_thinking is None else kwargs.clear_thinking
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     choice = req.tool_choice or ("auto" if tools else "none")
-    prefill = ""
     if choice == "none":
         template_tools, parser_tools = None, []
     else:
         template_tools, parser_tools = tools, tools
-        if choice == "required" or isinstance(choice, NamedToolChoice):
+        if forces_tool_call(req):
             thinking = False
-            prefill = "<tool_call>" + (choice.function.name if isinstance(choice, NamedToolChoice) else "")
     try:
         text = render(req.messages, template_tools, True, thinking, clear)
     except (ValueError, TypeError, KeyError) as e:
         raise bad_request(f"messages: {e}", param="messages") from None
-    ids = state.tokenizer.encode(text + prefill)
-    return ChatPrompt(ids, prefill, thinking, parser_tools)
+    constraint = chat_constraint(state, req, parser_tools, thinking)
+    return ChatPrompt(state.tokenizer.encode(text), thinking, parser_tools, constraint, forces_tool_call(req))
 
 
 def reasoning_tokens(state: ServerState, result: Result, thinking: bool) -> int:
@@ -109,6 +110,11 @@ def _first_call_only(delta: dict) -> dict | None:
     return {**delta, "tool_calls": calls} if calls else None
 
 
+def _calls_only(delta: dict) -> dict | None:
+    """A forced call's output: only tool-call deltas (the text of a call cut off mid-name is not content)."""
+    return delta if "tool_calls" in delta else None
+
+
 def _merge_reasoning(delta: dict, separate: bool) -> dict:
     if separate or "reasoning_content" not in delta:
         return delta
@@ -127,7 +133,10 @@ async def chat_completions(state: ServerState, request: Request):
     max_tokens = state.max_new_tokens(len(prompt.ids), req.completion_limit, "messages", limit_param)
     top_n = req.top_logprobs or 0
     logprobs = top_n if req.logprobs else None
-    params = [state.sampling_params(req, max_tokens, choice_seed(req.seed, i), logprobs) for i in range(req.n)]
+    params = [
+        state.sampling_params(req, max_tokens, choice_seed(req.seed, i), logprobs, prompt.constraint)
+        for i in range(req.n)
+    ]
     ticket = state.admit(req.n)
     rid = new_id("chatcmpl")
     gens = [Generation(state, prompt.ids, p, req.stop_strings, f"{rid}-{i}") for i, p in enumerate(params)]
@@ -143,9 +152,11 @@ async def chat_completions(state: ServerState, request: Request):
         choices = []
         for i, res in enumerate(results):
             parser = StreamParser(prompt.parser_tools, prompt.thinking)
-            deltas = parser.feed(prompt.prefill + res.text) + parser.finish()
+            deltas = parser.feed(res.text) + parser.finish()
             if req.parallel_tool_calls is False:
                 deltas = [d for d in map(_first_call_only, deltas) if d is not None]
+            if prompt.calls_only:
+                deltas = [d for d in map(_calls_only, deltas) if d is not None]
             msg = accumulate(deltas).to_message()
             if not req.separate_reasoning and msg.get("reasoning_content"):
                 msg["content"] = msg.pop("reasoning_content") + (msg["content"] or "")
@@ -175,7 +186,7 @@ async def chat_completions(state: ServerState, request: Request):
     async def events():
         parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]
         pending_lps: list[list] = [[] for _ in gens]
-        for i, parser in enumerate(parsers):
+        for i in range(len(gens)):
             yield chunk(
                 [
                     {
@@ -186,8 +197,6 @@ async def chat_completions(state: ServerState, request: Request):
                     }
                 ]
             )
-            for d in parser.feed(prompt.prefill) if prompt.prefill else []:
-                yield chunk([{"index": i, "delta": d, "logprobs": None, "finish_reason": None}])
         async for i, step in merged(gens):
             parser = parsers[i]
             pending_lps[i] += step.logprobs
@@ -196,6 +205,8 @@ async def chat_completions(state: ServerState, request: Request):
                 deltas += parser.finish()
             if req.parallel_tool_calls is False:
                 deltas = [d for d in map(_first_call_only, deltas) if d is not None]
+            if prompt.calls_only:
+                deltas = [d for d in map(_calls_only, deltas) if d is not None]
             for d in deltas:
                 lp = None
                 if req.logprobs and pending_lps[i]:

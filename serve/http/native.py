@@ -62,6 +62,7 @@ async def generate(state: ServerState, request: Request):
             stop_token_ids=tuple(sp.stop_token_ids or ()),
             ignore_eos=sp.ignore_eos,
             logprobs=req.top_logprobs_num if want_lp else None,
+            detokenize=False,  # the app decodes (generation.py)
         )
     except ValueError as e:
         raise bad_request(str(e), param="sampling_params") from None

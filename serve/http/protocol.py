@@ -105,8 +105,10 @@ class ChatCompletionRequest(_Sampling):
     def _check_chat(self):
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
-        if self.response_format is not None and self.response_format.get("type", "text") != "text":
-            raise ValueError(f"response_format type {self.response_format.get('type')!r} is not supported")
+        if self.response_format is not None:
+            kind = self.response_format.get("type", "text")
+            if kind not in ("text", "json_object", "json_schema"):
+                raise ValueError(f"response_format.type must be 'text', 'json_object' or 'json_schema', not {kind!r}")
         if isinstance(self.tool_choice, NamedToolChoice) and not self.tools:
             raise ValueError("tool_choice names a function but no tools were given")
         if self.tool_choice == "required" and not self.tools:

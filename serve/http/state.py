@@ -39,6 +39,7 @@ class ServerState:
     in_flight: int = 0
     ready: bool = False
     warmup_error: str | None = None
+    grammars: object | None = None  # serve.engine.grammar.Grammars, made at the first constrained request
     eos_ids: frozenset[int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -89,8 +90,11 @@ class ServerState:
             )
         return requested if requested is not None else context - prompt_len
 
-    def sampling_params(self, req, max_tokens: int, seed: int | None, logprobs: int | None) -> SamplingParams:
-        """The engine's SamplingParams from a request's sampling fields; the engine's own checks become 400s."""
+    def sampling_params(
+        self, req, max_tokens: int, seed: int | None, logprobs: int | None, constraint=None
+    ) -> SamplingParams:
+        """The engine's SamplingParams from a request's sampling fields; the engine's own checks become 400s.
+        The engine keeps no text (`detokenize=False`): the app decodes each token once, itself (generation.py)."""
         stop_ids = tuple(req.stop_token_ids or ())
         vocab = getattr(self.tokenizer, "vocab_size", None)
         if vocab is not None and any(not 0 <= t < vocab for t in stop_ids):
@@ -109,6 +113,8 @@ class ServerState:
                 stop_token_ids=stop_ids,
                 ignore_eos=req.ignore_eos,
                 logprobs=logprobs,
+                constraint=constraint,
+                detokenize=False,
             )
         except ValueError as e:
             raise bad_request(str(e)) from None

@@ -46,10 +46,8 @@ def script(tok):
 
     def write(prompt_ids, params):
         prompt = tok.decode(prompt_ids)
-        if prompt.endswith("<tool_call>get_weather"):
-            return "<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>"
-        if prompt.endswith("<tool_call>"):
-            return "get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"
+        if params.constraint is not None:  # a forced call: write what the grammar allows (checked in test_grammar)
+            return "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>"
         last_user = prompt.rsplit("<|user|>", 1)[-1]
         if "weather" in last_user:
             return "The user wants weather.</think>Let me check." + CALL
@@ -144,19 +142,22 @@ def test_tool_choice_none_keeps_calls_as_text(client, server):
 
 
 def test_tool_choice_named_and_required_force_a_call(client, server):
+    """A forced call closes thinking and hands the engine a grammar of calls to the tools (what the grammar makes
+    the real engine write is tested in test_grammar.py); the client gets tool_calls, whole and streamed."""
     named = {"type": "function", "function": {"name": "get_weather"}}
     r = client.chat.completions.create(model=MODEL, messages=ask("hi"), tools=TOOLS, tool_choice=named)
-    assert last_prompt(server).endswith("<|assistant|></think><tool_call>get_weather")
+    assert last_prompt(server).endswith("<|assistant|></think>")
+    assert "get_weather" in server.engine.seen[-1][1].constraint.description
     (call,) = r.choices[0].message.tool_calls
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Rome"}
-    assert r.choices[0].finish_reason == "tool_calls"
+    assert r.choices[0].finish_reason == "tool_calls" and r.choices[0].message.content is None
     stream = client.chat.completions.create(
         model=MODEL, messages=ask("hi"), tools=TOOLS, tool_choice="required", stream=True
     )
     deltas = [tc for c in stream for tc in (c.choices[0].delta.tool_calls or [])]
-    assert last_prompt(server).endswith("</think><tool_call>")
+    assert last_prompt(server).endswith("<|assistant|></think>") and server.engine.seen[-1][1].constraint
     assert deltas[0].function.name == "get_weather"
-    assert json.loads("".join(d.function.arguments or "" for d in deltas)) == {"city": "Oslo"}
+    assert json.loads("".join(d.function.arguments or "" for d in deltas)) == {"city": "Rome"}
 
 
 def test_n_choices_stream_and_not(client):

@@ -1,0 +1,109 @@
+"""What a chat request forces on the output, as a grammar for the engine's sampler (serve/engine/grammar.py).
+
+- `tool_choice: "required"`: one or more GLM-5 tool calls to the given tools (one with
+  `parallel_tool_calls: false`), arguments following each tool's parameter schema, and no text around them.
+- `tool_choice: {"type": "function", "function": {"name": ...}}`: one call to that function.
+- `response_format: {"type": "json_object"}`: a JSON object; `{"type": "json_schema", "json_schema": {"schema":
+  ...}}`: JSON that follows the schema. With thinking on, free reasoning comes first, up to `</think>` (the
+  prompt opened the think block), then the JSON.
+
+A forced tool call turns thinking off (as before constrained decoding: the call is the whole turn). A forced call
+wins over `response_format` (the turn has no content to format). Everything else is unconstrained.
+
+The grammars need xgrammar (`glm5[grammar]`); without it these requests get a 400 that says how to install it,
+never an unconstrained answer that pretends to follow the request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serve.http.errors import bad_request
+from serve.http.protocol import ChatCompletionRequest, NamedToolChoice
+
+
+def forces_tool_call(req: ChatCompletionRequest) -> bool:
+    return bool(req.tools) and (req.tool_choice == "required" or isinstance(req.tool_choice, NamedToolChoice))
+
+
+def response_schema(req: ChatCompletionRequest) -> tuple[bool, dict | None]:
+    """(whether the content must be JSON, the schema it must follow or None for any object)."""
+    rf = req.response_format
+    if rf is None:
+        return False, None
+    kind = rf.get("type", "text")
+    if kind == "text":
+        return False, None
+    if kind == "json_object":
+        return True, None
+    if kind == "json_schema":
+        spec = rf.get("json_schema")
+        if not isinstance(spec, dict):
+            raise bad_request("response_format.json_schema must be an object", param="response_format.json_schema")
+        schema = spec.get("schema", {"type": "object"})
+        if not isinstance(schema, dict | bool):
+            raise bad_request(
+                "response_format.json_schema.schema must be a JSON schema object", param="response_format.json_schema"
+            )
+        return True, schema if isinstance(schema, dict) else {}
+    raise bad_request(
+        f"response_format.type must be 'text', 'json_object' or 'json_schema', not {kind!r}",
+        param="response_format.type",
+    )
+
+
+def _grammars(state):
+    from serve.engine import grammar
+
+    if not grammar.available():
+        return None
+    if state.grammars is None:
+        state.grammars = grammar.Grammars(state.tokenizer)
+    return state.grammars
+
+
+def _unavailable(what: str, param: str):
+    from serve.engine.grammar import INSTALL_HINT
+
+    return bad_request(
+        f"{what} needs constrained decoding, which this server cannot do: xgrammar is not installed. "
+        f"Install it with {INSTALL_HINT} and restart the server.",
+        param=param,
+        code="constrained_decoding_unavailable",
+    )
+
+
+def chat_constraint(state, req: ChatCompletionRequest, tools: list[dict] | None, thinking: bool) -> Any:
+    """The grammar a chat request's output must follow, or None. `thinking`: the prompt opened a think block."""
+    if forces_tool_call(req) and tools:
+        choice = req.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            tools = [t for t in tools if t["function"]["name"] == choice.function.name]
+            what, param = f"tool_choice naming {choice.function.name!r}", "tool_choice"
+        else:
+            what, param = "tool_choice 'required'", "tool_choice"
+        grammars = _grammars(state)
+        if grammars is None:
+            raise _unavailable(what, param)
+        # A named function is called once (as OpenAI and vLLM do); "required" allows several unless told not to.
+        parallel = not isinstance(choice, NamedToolChoice) and req.parallel_tool_calls is not False
+        fmt = grammars.tool_call_format(tools, parallel=parallel)
+        names = ",".join(t["function"]["name"] for t in tools)
+        return _compile(grammars, fmt, f"tool calls to {names}", param)
+    is_json, schema = response_schema(req)
+    if not is_json:
+        return None
+    grammars = _grammars(state)
+    if grammars is None:
+        raise _unavailable(f"response_format {req.response_format.get('type')!r}", "response_format")
+    fmt = grammars.json_format(schema)
+    if thinking:
+        fmt = grammars.after_reasoning(fmt)
+    return _compile(grammars, fmt, "JSON" if schema is None else "JSON schema", "response_format")
+
+
+def _compile(grammars, fmt: dict, description: str, param: str):
+    try:
+        return grammars.compile(fmt, description)
+    except (RuntimeError, ValueError, TypeError) as e:  # xgrammar's word on a schema it cannot compile
+        raise bad_request(f"{param}: the schema cannot be compiled to a grammar: {e}", param=param) from None
