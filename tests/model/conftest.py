@@ -11,6 +11,16 @@ from model.config import GLM5Config, preset
 torch.set_num_threads(1)
 
 
+def close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-5) -> bool:
+    """Equal up to fp32 rounding, relative to the values' scale: max |got - want| <= rel * max |want|. The same
+    sums in another order (another CPU's vector width, another BLAS build, a batch of another size) round
+    differently by a few ulps of the largest values, never by a fraction of them as a bug does."""
+    if got.shape != want.shape:
+        return False
+    scale = want.abs().max().item() if want.numel() else 0.0
+    return (got - want).abs().max().item() <= rel * max(scale, 1e-30) if want.numel() else True
+
+
 def tiny(**changes) -> GLM5Config:
     return preset("tiny").replace(**changes)
 

@@ -23,6 +23,7 @@ from model.compressed_tensors import (
     unpack_int4,
 )
 from model.quant_int4 import Int4Linear, apply_compressed_tensors, quantize_checkpoint, quantize_int4
+from tests.model.conftest import close
 from tests.model.test_quant_int4 import TinyLM
 
 
@@ -285,7 +286,7 @@ def test_writer_output_is_pack_quantized_and_loads_back(tmp_path, symmetric):
     quantize_int4(swapped, group_size=32, symmetric=symmetric)
     ids = torch.randint(0, 48, (1, 6))
     with torch.no_grad():
-        assert torch.allclose(loaded(ids), swapped(ids), atol=1e-5)
+        assert close(loaded(ids), swapped(ids), 1e-5)
 
 
 def test_writer_output_decompresses_with_the_compressed_tensors_library(tmp_path):
@@ -304,7 +305,7 @@ def test_writer_output_decompresses_with_the_compressed_tensors_library(tmp_path
     model = TinyLM()
     model.load_state_dict(apply_compressed_tensors(model, state, read_quantization_config(tmp_path / "out"), "plain"))
     mine = model.get_submodule(name).dequantize()
-    assert torch.allclose(theirs.float(), mine, atol=1e-6)
+    assert close(theirs.float(), mine, 1e-6)
     original = src_model.get_submodule(name).weight
     assert (mine - original).abs().max() < 0.2 * original.abs().max()
 
@@ -352,7 +353,7 @@ def test_glm5_quantized_checkpoint_round_trip(tmp_path):
     ids = torch.randint(0, cfg.vocab_size, (2, 12))
     with torch.no_grad():
         y_loaded, y_swapped, y_dense = loaded(ids), swapped(ids), dense(ids)
-        assert torch.allclose(y_loaded, y_swapped, atol=1e-4)
+        assert close(y_loaded, y_swapped, 1e-4)
         assert (y_loaded - y_dense).abs().max() < 0.25 * y_dense.abs().max()
         # Incremental decoding (the absorbed MLA path reads kv_b_proj's dense_weight) agrees with the full pass.
         cache = KVCache.for_config(cfg)

@@ -7,7 +7,7 @@ import torch
 
 from model import GLM5ForCausalLM
 from model.moe import MoE
-from tests.model.conftest import randomize, tiny
+from tests.model.conftest import close, randomize, tiny
 
 peft = pytest.importorskip("peft")
 
@@ -50,4 +50,4 @@ def test_a_swapped_linear_is_used_by_every_path():
         moe.impl = "auto"
         auto = moe(x)
         moe.impl = "dense_loop"
-        assert torch.allclose(auto, moe(x), atol=1e-5)
+        assert close(auto, moe(x), 1e-5)

@@ -6,7 +6,7 @@ import torch
 
 from model import GLM5ForCausalLM
 from model.kv_cache import KVCache
-from tests.model.conftest import randomize, tiny
+from tests.model.conftest import close, randomize, tiny
 
 
 def _model():
@@ -27,8 +27,8 @@ def test_mtp_step_is_the_formula():
         cos, sin = model.model.rope(pos)
         z, _ = layer(z, cos, sin, torch.arange(19))
         h = layer.shared_head.norm(z)
-        assert torch.allclose(mtp_hidden, h, atol=1e-6)
-        assert torch.allclose(logits, model.lm_head(h), atol=1e-5)
+        assert close(mtp_hidden, h, 1e-6)
+        assert close(logits, model.lm_head(h), 1e-5)
     assert model.get_parameter(f"model.layers.{cfg.num_hidden_layers}.eh_proj.weight").shape == (64, 128)
 
 
@@ -49,4 +49,4 @@ def test_three_chained_steps_and_cached_drafting_agree():
         full, _ = model.mtp_forward(hid[:, :-1], ids[:, 1:])
         for t in range(11):
             step, _ = model.mtp_forward(hid[:, t : t + 1], ids[:, t + 1 : t + 2], torch.tensor([t + 1]), cache=cache)
-            assert torch.allclose(step[:, 0], full[:, t], atol=1e-4)
+            assert close(step[:, 0], full[:, t], 1e-4)

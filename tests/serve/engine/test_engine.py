@@ -14,6 +14,7 @@ from serve import LLM, SamplingParams
 from serve.engine.config import EngineConfig
 from serve.engine.engine import LLMEngine
 from serve.engine.model_runner import rms_norm
+from tests.model.conftest import close
 from tests.serve.engine.conftest import plain_greedy, random_prompts
 
 MAX_TOKENS = 8
@@ -111,7 +112,7 @@ def test_fast_path_agrees_with_the_plain_path(tiny_model, sparse_prefill):
         assert all(c.num_tokens == 1 for c in chunks)
         logits[impl] = (prefill, engine.runner.forward(engine.runner.prepare(chunks)))
     for fast, plain in zip(logits["fast"], logits["plain"], strict=True):
-        torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
+        assert close(fast, plain, 1e-5)
 
 
 def test_seeded_sampling_is_independent_of_the_batch(tiny_model):
@@ -273,15 +274,16 @@ def test_a_model_saved_after_serving_reloads_with_the_same_logits(tmp_path):
 
 @pytest.mark.parametrize("rows, dim", [(1, 64), (3, 64), (40, 384), (100, 768), (512, 768)])
 def test_fast_path_rms_norm_gives_the_modules_bits(rows, dim):
-    """`rms_norm` (F.rms_norm for a few values, the module's in-place path for many) computes exactly what the
-    model's RMSNorm does, on a strided view too (the fast path normalises slices of a fused projection)."""
+    """`rms_norm` (F.rms_norm for a few values where it matches on this machine, the module's in-place path for
+    many) computes exactly what the model's RMSNorm does, on a strided view too (the fast path normalises slices
+    of a fused projection)."""
     norm = RMSNorm(dim, 1e-6)
     torch.nn.init.normal_(norm.weight)
     x = torch.randn(rows, dim + 32)[:, 16 : 16 + dim]
     with torch.inference_mode():
         want = norm(x)
         assert torch.equal(rms_norm(norm, x), want)
-        assert torch.equal(F.rms_norm(x, (dim,), norm.weight, norm.eps), want)
+        assert close(F.rms_norm(x, (dim,), norm.weight, norm.eps), want, 1e-6)  # same bits only where checked
 
 
 def test_index_queries_only_for_rows_that_get_scores(tiny_model, monkeypatch):
@@ -335,7 +337,7 @@ def test_last_layer_runs_only_the_sampled_rows(last_indexer):
                 assert seen == [sum(c.num_tokens for c in chunks) if impl == "plain" else len(chunks)]
             logits[impl] = steps
         for fast, plain in zip(logits["fast"], logits["plain"], strict=True):
-            torch.testing.assert_close(fast, plain, atol=1e-5, rtol=1e-5)
+            assert close(fast, plain, 1e-5)
 
         # A prompt prefilled in chunks: the first chunk samples nothing, so its last layer only writes the cache.
         engine = LLMEngine(model, config=EngineConfig(block_size=4, num_kv_blocks=64, max_num_batched_tokens=24))

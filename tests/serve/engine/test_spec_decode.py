@@ -13,6 +13,7 @@ from serve.engine.engine import LLMEngine
 from serve.engine.rejection_sampler import processed_logprobs
 from serve.engine.spec_decode import SpecModelRunner, read_draft_vocab, write_draft_vocab
 from serve.engine.spec_reference import mtp_drafts, speculative_greedy
+from tests.model.conftest import close
 from tests.serve.engine.conftest import random_prompts
 
 # Tiny tensors: one thread beats two fighting over a loaded 2-core box (as tests/model/conftest.py).
@@ -345,11 +346,11 @@ def test_draft_head_follows_lm_head_updates(tiny_model):
         with torch.inference_mode():
             first = runner._draft_logits(z)
             assert torch.isinf(first[:, 0]).all() and torch.isfinite(first[:, [1, 3, 7]]).all()
-            assert torch.allclose(first[:, [1, 3, 7]], z @ w[[1, 3, 7]].T, atol=1e-5)
+            assert close(first[:, [1, 3, 7]], z @ w[[1, 3, 7]].T, 1e-5)
         with torch.no_grad():
             w.mul_(2.0)  # an optimizer step or a load_state_dict writes in place
         with torch.inference_mode():
-            assert torch.allclose(runner._draft_logits(z)[:, [1, 3, 7]], 2 * first[:, [1, 3, 7]], atol=1e-5)
+            assert close(runner._draft_logits(z)[:, [1, 3, 7]], 2 * first[:, [1, 3, 7]], 1e-5)
     finally:
         with torch.no_grad():
             w.copy_(saved)
