@@ -107,20 +107,13 @@ def align_mtp_cmd(
                 )
             except ValueError as e:  # a prompt too long for the context, a token outside the vocabulary
                 fail(f"{prompts}: {e}", code=EXIT_USAGE)
-        seqs = truncated(seqs, max_len)
-        if not any(len(s) > p for s, p in seqs):
-            fail("no model output to train on (the trajectories hold no assistant responses)")
-        state = run.start({"sequences": seqs, "from_trajectories": n_recorded})
-        task = bar.add_task("training the MTP layer", total=steps, completed=state["step"] if state else 0)
-        cfg = MTPTrainConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), train_main=False)
-        hist = align_mtp(
-            net,
-            seqs,
-            cfg,
-            batch_size=batch_size,
-            seed=seed,
-            **run.loop(bar, task, state, save_every),
-        )
+    seqs = truncated(seqs, max_len)
+    if not any(len(s) > p for s, p in seqs):
+        fail("no model output to train on (the trajectories hold no assistant responses)")
+    state = run.start({"sequences": seqs, "from_trajectories": n_recorded})
+    cfg = MTPTrainConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), train_main=False)
+    with _TrainProgress("aligning the MTP layer", steps, state) as tbar:
+        hist = align_mtp(net, seqs, cfg, batch_size=batch_size, seed=seed, **run.loop_args(state, save_every, tbar))
     vocab = None
     if draft_vocab_size != 0:
         size = draft_vocab_size or default_draft_vocab_size(seqs, net.config.vocab_size)
@@ -193,8 +186,63 @@ class _Run:
             "save_every": save_every,
         }
 
+    def loop_args(self, state: dict | None, save_every: int, bar: _TrainProgress) -> dict:
+        """The training loop's arguments: resume from `state`, checkpoint here, report each step to `bar`."""
+        return {"resume": state, "save": self.save, "save_every": save_every, "on_step": bar.on_step}
+
     def finish(self) -> None:
         self._dir.finish()
+
+
+class _TrainProgress:
+    """Rich progress for a training loop: step, loss, tokens/s and ETA. On a terminal a live bar; otherwise
+    (a log file, CI) a plain line every tenth of the run, so a log shows the run moving too."""
+
+    def __init__(self, description: str, steps: int, state: dict | None):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.description, self.steps = description, steps
+        self.done = state["step"] if state else 0
+        self.tokens, self.seconds = 0, 0.0
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[tps]} tok/s"),
+            TimeRemainingColumn(),
+        )
+        self.live = err_console.is_terminal
+        self.bar = Progress(*columns, console=err_console, transient=False) if self.live else None
+        self.every = max(1, steps // 10)
+
+    def __enter__(self) -> _TrainProgress:
+        if self.bar is not None:
+            self.bar.__enter__()
+            self.task = self.bar.add_task(self.description, total=self.steps, completed=self.done, loss="-", tps="-")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return round(self.tokens / self.seconds, 1) if self.seconds > 0 else None
+
+    def on_step(self, info) -> None:
+        self.tokens += info.loss.tokens
+        self.seconds += info.seconds
+        loss = f"{info.loss.lm:.3f}" if not info.loss.mtp else f"{info.loss.lm:.3f} mtp {info.loss.mtp_mean:.3f}"
+        tps = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s else "-"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=info.step, loss=loss, tps=tps)
+        elif info.step % self.every == 0 or info.step == info.steps:
+            left = (info.steps - info.step) * self.seconds / max(1, info.step - self.done)
+            err_console.print(
+                f"{self.description}: step {info.step}/{info.steps}  loss {loss}  {tps} tok/s  "
+                f"{info.seconds:.2f} s/step  ETA {left:.0f}s"
+            )
 
 
 def _checkpoint_tokenizer(model: Path):
@@ -294,83 +342,142 @@ def sft(
     out: Path = typer.Option(
         ..., "--out", help="New directory: the adapter in OUT/adapter; with --merge, OUT is a checkpoint."
     ),
-    trajectories: list[Path] = typer.Option(
+    data: list[Path] = typer.Option(
         ...,
+        "--data",
         "--trajectories",
-        help="Trajectory files, or directories of them (e.g. .glm5/sessions): every recorded response is a "
-        "training target, its prompt the context (repeat the option for more).",
+        help="Training data, files or folders (repeat for more): glm5 trajectories (.glm5/sessions), `glm5 bench` "
+        "run folders, OpenAI chat JSONL ({messages, tools} per line), mini-swe-agent .traj.json, Harbor (ATIF) "
+        "trajectory.json. The format is told from the content.",
     ),
     steps: int = typer.Option(200, min=1, help="Training steps."),
     lr: float = typer.Option(2e-4, help="Peak learning rate (AdamW, warm-up then cosine)."),
     rank: int = _RANK,
     alpha: int = _ALPHA,
     batch_size: int = typer.Option(4, min=1, help="Sequences per step."),
-    max_len: int = typer.Option(2048, min=8, help="Longer sequences keep their last MAX_LEN tokens."),
+    max_len: int = typer.Option(2048, min=8, help="Longer sequences keep their first MAX_LEN tokens."),
     seed: int = typer.Option(0, help="Seed for batch order."),
+    include_denied: bool = typer.Option(
+        False, help="Also train on turns whose tool calls were denied or blocked (default: context only)."
+    ),
+    include_format_errors: bool = typer.Option(
+        False, help="Also train on turns with a malformed tool call (default: context only)."
+    ),
+    only_resolved: bool | None = typer.Option(
+        None,
+        "--only-resolved/--all-outcomes",
+        help="Keep only trials whose tests passed. Default: on for `glm5 bench` runs, off for other data.",
+    ),
+    min_reward: float | None = typer.Option(None, help="Keep only trials with at least this reward."),
+    strict: bool = typer.Option(False, help="Fail on the first bad record instead of skipping and reporting it."),
     save_every: int = typer.Option(
         50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
     ),
     merge: bool = _MERGE,
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
-    """Supervised fine-tuning with LoRA on the responses recorded by `glm5 code`.
+    """Supervised fine-tuning with LoRA on what an agent recorded.
 
-    Each recorded model call is one example: the conversation up to the call is the context, the response
-    (reasoning, content, tool calls) the target; only the response's tokens are trained on. LoRA adapters
-    (peft) go on the attention and MLP linears of the main layers; everything else stays frozen. The adapter
-    is written in peft's format; --merge also writes a checkpoint `glm5 serve` loads. Resumable like align-mtp;
-    run `glm5 finetune align-mtp` on the result afterwards so that speculative decoding keeps up.
+    Each session becomes one sequence per branch (a compaction or rewind starts a new branch) in which every
+    model turn is a target: its reasoning, content, tool calls and the token that ended it; everything else
+    (system, user, tool results) is context. Recorded token ids are trained as they were sampled; data
+    without them is rendered with GLM-5's chat template. A response cut at max_tokens gets no end token. Turns
+    whose tool calls were denied, blocked or malformed stay as context, not targets (flags to include them).
+    A bad record is skipped and reported with its file and line (--strict to fail).
+
+    LoRA adapters (peft) go on the attention and MLP linears of the main layers; everything else stays frozen.
+    The adapter is written in peft's format; --merge also writes a checkpoint `glm5 serve` loads. Resumable
+    like align-mtp; run `glm5 finetune align-mtp` on the result afterwards so that speculative decoding keeps up.
     """
     tok = _checkpoint_tokenizer(model)
-    files = _trajectory_files(trajectories)
-    settings = {"model": str(model.resolve()), "trajectories": [str(f.resolve()) for f in files], "steps": steps}
+    from finetune.data.trajectories import DataOptions
+
+    opts = DataOptions(include_denied, include_format_errors, only_resolved, min_reward, strict, max_len)
+    settings = {"model": str(model.resolve()), "data": [str(p.resolve()) for p in data], "steps": steps}
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
+    settings |= {"data_options": opts.__dict__}
     run = _Run(out, settings | {"merge": merge})
 
-    from finetune.data.trajectories import truncated
     from finetune.lora import LoraSettings, add_lora
     from finetune.sft import SFTConfig, train_sft
 
     saved = run.saved_sequences()
-    seqs: list[tuple[list[int], int]] = []
     if saved is not None:
-        seqs = [(s, p) for s, p in saved["sequences"]]
+        seqs = [(s, [bool(x) for x in m]) for s, m in saved["sequences"]]
+        report = saved["report"]
     else:
-        seqs = _recorded_sequences(files, tok)
-        seqs = truncated(seqs, max_len)
-    if not any(len(s) > p for s, p in seqs):
-        fail("no responses to train on: the trajectories hold no model calls with an answer")
+        seqs, report = _load_data(data, tok, opts)
+    if not seqs:
+        fail("no responses to train on: the data holds no model turns to learn from", hint=_filtered_hint(report))
     t0 = time.monotonic()
     net = _load_for_training(model, "fine-tune the full-precision checkpoint")
     net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
-    state = run.start({"sequences": seqs})
-    with _progress() as bar:
-        task = bar.add_task("fine-tuning (LoRA)", total=steps, completed=state["step"] if state else 0)
-        cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
-        hist = train_sft(net, seqs, cfg, **run.loop(bar, task, state, save_every))
+    state = run.start({"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report})
+    _show_data(report, json_out)
+    cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
+    with _TrainProgress("fine-tuning (LoRA)", steps, state) as bar:
+        hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar))
     _write_adapter(model, net, run.work, merge)
     summary = {
         "out": str(out),
         "adapter": str(out / "adapter"),
         "merged_checkpoint": str(out) if merge else None,
         "examples": len(seqs),
-        "trained_tokens": sum(len(s) - p for s, p in seqs),
+        "trained_tokens": sum(sum(m) for _, m in seqs),
         "steps": steps,
         "loss_first": round(hist[0].lm, 4),
         "loss_last": round(sum(h.lm for h in hist[-10:]) / len(hist[-10:]), 4),
+        "tokens_per_s": bar.tokens_per_s,
         "seconds": round(time.monotonic() - t0, 1),
+        "data": report,
     }
     run.finish()
     if json_out:
         print_json(summary)
         return
     console.print(
-        f"[green]fine-tuned[/] {model} with LoRA (rank {rank}) on {summary['examples']} responses "
-        f"({summary['trained_tokens']:,} tokens), loss {summary['loss_first']:.3f} -> {summary['loss_last']:.3f}, "
-        f"in {summary['seconds']:.0f}s; adapter: {out / 'adapter'}"
+        f"[green]fine-tuned[/] {model} with LoRA (rank {rank}) on {summary['examples']} sequences "
+        f"({summary['trained_tokens']:,} target tokens), loss {summary['loss_first']:.3f} -> "
+        f"{summary['loss_last']:.3f}, in {summary['seconds']:.0f}s; adapter: {out / 'adapter'}"
     )
     if merge:
         console.print(f"serve it with: glm5 serve {out}   (then `glm5 finetune align-mtp {out} ...` for MTP drafts)")
+
+
+def _load_data(paths: list[Path], tokenizer, opts) -> tuple[list[tuple[list[int], list[bool]]], dict]:
+    """finetune.data.sources.load_sequences, a missing path or (with --strict) a bad record as a usage error."""
+    from finetune.data.report import BadRecord
+    from finetune.data.sources import load_sequences
+
+    try:
+        seqs, report = load_sequences(paths, tokenizer, opts)
+    except BadRecord as e:
+        fail(str(e), code=EXIT_USAGE, hint="fix or remove that record, or drop --strict to skip it")
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+    return [(s.ids, s.mask) for s in seqs], report.as_dict()
+
+
+def _filtered_hint(report: dict) -> str:
+    left = report.get("filtered") or {}
+    if not left:
+        return "record sessions with `glm5 code`, or point --data at a bench run or a chat JSONL file"
+    return "left out: " + "; ".join(f"{n} {why}" for why, n in left.items()) + " (see the flags in --help)"
+
+
+def _show_data(report: dict, json_out: bool) -> None:
+    """What the data load used, on stderr; every skipped record by file and line."""
+    tito = report["tito_sequences"]
+    err_console.print(
+        f"data: {report['sequences']} sequences from {report['sessions']} sessions in {report['files']} files "
+        f"({tito} from recorded token ids, {report['sequences'] - tito} rendered), {report['tokens']:,} tokens, "
+        f"{report['target_tokens']:,} targets"
+        + (f", {report['truncated_to_max_len']} cut to --max-len" if report["truncated_to_max_len"] else "")
+    )
+    for why, n in (report.get("filtered") or {}).items():
+        err_console.print(f"  left out: {n} {why}")
+    for line in report["skipped_records"]:
+        err_console.print(f"  [yellow]skipped[/] {line}")
 
 
 def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:

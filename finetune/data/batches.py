@@ -25,12 +25,14 @@ def token_batches(
 
 
 def padded_batches(
-    seqs: list[tuple[list[int], int]], batch_size: int, min_len: int, seed: int = 0
+    seqs: list[tuple[list[int], int | list[bool]]], batch_size: int, min_len: int, seed: int = 0
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless shuffled batches (ids [B, T], target mask [B, T]): whole sequences, right-padded with token 0 to
-    the batch's longest; a token is a target when the model generated it (position >= its prompt length).
-    Padding sits after every real token, so it changes nothing a causal model computes for them."""
-    usable = [(s, p) for s, p in seqs if len(s) >= min_len and len(s) > p]
+    the batch's longest. Each sequence comes with its targets: a prompt length (the tokens from there on are
+    targets: what the model generated) or a mask of its own length. Padding sits after every real token, so it
+    changes nothing a causal model computes for them."""
+    usable = [(s, _mask(s, p)) for s, p in seqs if len(s) >= min_len]
+    usable = [(s, m) for s, m in usable if any(m)]
     if not usable:
         raise ValueError(f"no sequence has {min_len} tokens and a generated part; generate longer continuations")
     gen = torch.Generator().manual_seed(seed)
@@ -41,7 +43,15 @@ def padded_batches(
             T = max(len(s) for s, _ in chosen)
             ids = torch.zeros(len(chosen), T, dtype=torch.long)
             mask = torch.zeros(len(chosen), T, dtype=torch.bool)
-            for b, (s, p) in enumerate(chosen):
+            for b, (s, m) in enumerate(chosen):
                 ids[b, : len(s)] = torch.tensor(s)
-                mask[b, p : len(s)] = True
+                mask[b, : len(s)] = torch.tensor(m)
             yield ids, mask
+
+
+def _mask(s: list[int], p: int | list[bool]) -> list[bool]:
+    if isinstance(p, int):
+        return [False] * min(p, len(s)) + [True] * (len(s) - p)
+    if len(p) != len(s):
+        raise ValueError(f"a mask of {len(p)} for a sequence of {len(s)} tokens")
+    return [bool(x) for x in p]

@@ -1,12 +1,42 @@
-"""glm5 trajectories (agent/trajectory.py's JSONL) -> training sequences: token ids and which tokens are targets.
+"""glm5 trajectories (agent/trajectory.py's JSONL) and `glm5 bench` run folders -> Sessions (data/sequences.py).
 
-Knows the trajectory format and the chat format (model/chat.py); knows nothing of models or training.
+A trajectory is replayed record by record as `glm5 code --resume` does (messages, compactions, rewinds), and
+each `model_call` becomes a Call with the prompt it was sent, its response, finish_reason and recorded ids
+(`choices[0].token_ids`, `prompt_token_ids`). A call whose tool calls were denied, blocked or malformed is kept
+as context but not trained unless the options say so. A line that is not JSON or a record that does not fit
+is skipped and reported with its file and line.
+
+A bench run folder (RUN/trials/<task>/<attempt>/trajectory.jsonl beside report.json) is read trial by trial,
+filtered on the report's outcome: resolved only by default, or a minimum reward. A trial whose outcome is
+unknown (an infrastructure error, a missing report) passes no outcome filter.
+
+Also the per-call view align-mtp trains on (sample_sequences: (ids, prompt length) per answered call).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+
+from finetune.data.report import DataReport
+from finetune.data.sequences import Call, Session
+
+DENIED = ("denied", "blocked")  # the user refused the call / a safety rule blocked it
+FORMAT_ERROR = "format_error"  # an unknown tool or arguments that do not parse
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """What to train on. Outcome filters: `only_resolved` None means "for bench runs only"."""
+
+    include_denied: bool = False
+    include_format_errors: bool = False
+    only_resolved: bool | None = None
+    min_reward: float | None = None
+    strict: bool = False
+    max_len: int = 8192
 
 
 def trajectory_files(paths: Iterable[Path]) -> list[Path]:
@@ -65,3 +95,145 @@ def recorded_sequences(files: Iterable[Path], tokenizer) -> list[tuple[list[int]
 def truncated(seqs: list[tuple[list[int], int]], max_len: int) -> list[tuple[list[int], int]]:
     """Sequences longer than max_len keep their last max_len tokens (the prompt is what gets cut)."""
     return [(s[-max_len:], max(0, p - max(0, len(s) - max_len))) for s, p in seqs]
+
+
+def _records(path: Path, report: DataReport) -> list[tuple[int, dict]]:
+    """(line number, record) of every readable line; the rest reported (a torn last line included)."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                report.skip(f"{path}:{n}", f"not JSON ({e.msg})")
+                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+                report.skip(f"{path}:{n}", "not a trajectory record (no `type`)")
+                continue
+            out.append((n, rec))
+    return out
+
+
+def _valid_message(m) -> str | None:
+    """Why `m` cannot be rendered, or None."""
+    from model.chat import render_segments
+
+    try:
+        render_segments([m], add_generation_prompt=False)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return str(e) or type(e).__name__
+    return None
+
+
+def read_glm5_trajectory(path: Path, report: DataReport, opts: DataOptions) -> Session | None:
+    """One trajectory file -> its Session (None if it is not a trajectory, reported)."""
+    records = _records(path, report)
+    if not records or records[0][1].get("type") != "session":
+        report.skip(f"{path}:{records[0][0] if records else 1}", "not a glm5 trajectory: no `session` header first")
+        return None
+    header = records[0][1]
+    decisions: dict[str, str] = {}
+    for _, r in records:
+        if r["type"] == "tool" and isinstance(r.get("call_id"), str):
+            decisions[r["call_id"]] = str(r.get("decision", ""))
+    msgs: list[dict] = []
+    bad: set[int] = set()  # id() of messages that cannot be rendered (reported once, at their line)
+    calls: list[Call] = []
+    for n, r in records:
+        t, where = r["type"], f"{path}:{n}"
+        try:
+            if t == "message":
+                m = r["message"]
+                if (why := _valid_message(m)) is not None:
+                    report.skip(where, f"bad message ({why})")
+                    bad.add(id(m))
+                del msgs[int(r.get("index", len(msgs))) :]
+                msgs.append(m)
+            elif t == "compaction":
+                msgs = list(r["messages"])
+            elif t == "rewind":
+                del msgs[int(r["n_messages"]) :]
+            elif t == "model_call":
+                call = _call(r, msgs, where, decisions, bad, report, opts)
+                if call is not None:
+                    calls.append(call)
+        except (KeyError, TypeError, ValueError) as e:
+            report.skip(where, f"bad `{t}` record ({type(e).__name__}: {e})")
+    return Session(calls, list(header.get("tools") or []), str(path))
+
+
+def _call(r, msgs, where, decisions, bad, report: DataReport, opts: DataOptions) -> Call | None:
+    n = int(r.get("n_messages", len(msgs)))
+    response = r.get("response") or {}
+    choice = (response.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    if message.get("role") != "assistant":
+        report.filtered["model calls without an answer"] += 1
+        return None
+    if (why := _valid_message(message)) is not None:
+        report.skip(where, f"bad model response ({why})")
+        return None
+    prompt = list(msgs[:n])
+    if any(id(m) in bad for m in prompt):
+        report.filtered["model calls after a bad message (skipped)"] += 1
+        return None
+    trained = True
+    for tc in message.get("tool_calls") or []:
+        decision = decisions.get(tc.get("id", "") if isinstance(tc, dict) else "", "")
+        if decision in DENIED and not opts.include_denied:
+            trained = False
+            report.filtered[f"turns with a {decision} tool call (context, not trained)"] += 1
+        elif decision == FORMAT_ERROR and not opts.include_format_errors:
+            trained = False
+            report.filtered["turns with a malformed tool call (context, not trained)"] += 1
+    ids = choice.get("token_ids")
+    prompt_ids = response.get("prompt_token_ids", choice.get("prompt_token_ids"))
+    ok = _ids(ids) and _ids(prompt_ids)
+    return Call(
+        prompt,
+        message,
+        where,
+        choice.get("finish_reason"),
+        list(prompt_ids) if ok else None,
+        list(ids) if ok else None,
+        trained,
+    )
+
+
+def _ids(x) -> bool:
+    return isinstance(x, list) and bool(x) and all(isinstance(t, int) and t >= 0 for t in x)
+
+
+def is_bench_run(path: Path) -> bool:
+    return path.is_dir() and (path / "trials").is_dir()
+
+
+def bench_trials(run: Path, report: DataReport, opts: DataOptions) -> list[Path]:
+    """The trajectories of a bench run's trials that pass the outcome filters (resolved only by default)."""
+    only_resolved = True if opts.only_resolved is None else opts.only_resolved
+    out = []
+    for traj in sorted((run / "trials").glob("*/*/trajectory.jsonl")):
+        outcome = _trial_outcome(traj.parent / "report.json", report)
+        resolved, reward = outcome.get("resolved"), outcome.get("reward")
+        if only_resolved and resolved is not True:
+            report.filtered["trials not resolved" if resolved is False else "trials with an unknown outcome"] += 1
+            continue
+        if opts.min_reward is not None and not (isinstance(reward, (int, float)) and reward >= opts.min_reward):
+            report.filtered[f"trials with reward below {opts.min_reward} or unknown"] += 1
+            continue
+        out.append(traj)
+    return out
+
+
+def _trial_outcome(path: Path, report: DataReport) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        report.skip(f"{path}:1", f"unreadable trial report ({e})")
+        return {}
+    grade = d.get("grade") if isinstance(d.get("grade"), dict) else d
+    return {"resolved": grade.get("resolved"), "reward": grade.get("reward")}
