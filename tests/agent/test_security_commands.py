@@ -1,0 +1,227 @@
+"""Fences 3 and 4 (issue 15): permission rules judge what bash runs, and shell reads outside the repository ask.
+
+Every attack from the issue is here, plus the next ones found (wrappers, `git -c`, `find -exec`, here-docs...).
+The property tests check the parser against bash itself: for any line the parser calls static, bash splits it
+into exactly the words the parser saw.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.environment import Environment
+from agent.permissions import ALLOW, ASK, DENY, Permissions, Rule, is_read_only, narrowest_rule
+from agent.shell import parse
+from agent.tools.base import EDIT, EXECUTE, READ
+
+
+def perms(mode="ask", allow=(), ask=(), deny=()):
+    return Permissions(
+        mode, [Rule.parse(r) for r in allow], [Rule.parse(r) for r in ask], [Rule.parse(r) for r in deny]
+    )
+
+
+@pytest.fixture
+def env(repo, tmp_path):
+    return Environment(repo, scratch_dir=tmp_path / "scratch")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git log $(rm -rf ~)",
+        "git log `rm -rf ~`",
+        "git log > ~/.bashrc",
+        "git log >> .bashrc",
+        "git log && rm -rf ~",
+        "git log; rm -rf ~",
+        "git log | sh",
+        "git log & rm -rf ~",
+        "git log <(rm -rf ~)",
+        "git log\nrm -rf ~",
+        "GIT_EXTERNAL_DIFF=./evil git log",
+        "git -c core.pager=./evil log",
+        "git log --output=../x",
+        'eval "git log"',
+        "exec git log",
+        "sh -c 'git log'",
+        "git log ${HOME:-$(id)}",
+        "git log $'\\x41'",
+        "git log {a,b}",
+    ],
+)
+def test_a_rule_allows_only_the_command_itself(env, command):
+    p = perms("ask", allow=["bash(git log)"])
+    assert p.check("bash", EXECUTE, command, env).action == ASK, command
+    assert perms("plan").check("bash", EXECUTE, command, env).action in (ASK, DENY)
+
+
+def test_the_rule_still_allows_its_command(env):
+    p = perms("ask", allow=["bash(git log)", "bash(python -m pytest:*)"])
+    assert p.check("bash", EXECUTE, "git log --oneline -5", env).action == ALLOW
+    assert p.check("bash", EXECUTE, "python -m pytest -q 2>&1 | tail -5", env).action == ALLOW
+    assert p.check("bash", EXECUTE, "python -m pytest -q > /dev/null", env).action == ALLOW
+    assert p.check("bash", EXECUTE, "python x.py", env).action == ASK
+
+
+@pytest.mark.parametrize(
+    "command,inner",
+    [
+        ("timeout 5 rm -rf build", "rm"),
+        ("nice -n 5 rm -rf build", "rm"),
+        ("xargs rm < list.txt", "rm"),
+        ("find . -name '*.pyc' -exec rm {} ;", "rm"),
+        ("sudo rm -rf build", "rm"),
+        ("sh -c 'rm -rf build'", "rm"),
+        ("bash -c 'ls && rm -rf build'", "rm"),
+        ("env X=1 rm -rf build", "rm"),
+        ("nohup rm -rf build", "rm"),
+    ],
+)
+def test_deny_looks_through_wrappers(env, command, inner):
+    assert perms("auto", deny=[f"bash({inner}:*)"]).check("bash", EXECUTE, command, env).action == DENY
+
+
+def test_auto_mode_asks_when_a_deny_rule_cannot_be_checked(env):
+    p = perms("auto", deny=["bash(rm:*)"])
+    assert p.check("bash", EXECUTE, 'eval "$CMD"', env).action == ASK
+    assert p.check("bash", EXECUTE, "$(echo rm) -rf x", env).action == ASK
+    assert p.check("bash", EXECUTE, "ls -la", env).action == ALLOW
+    assert perms("auto").check("bash", EXECUTE, 'eval "$CMD"', env).action == ALLOW  # no deny rule: auto is auto
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sudo ls",
+        "find . -delete",
+        "find . -exec cat {} +",
+        "find . -fprint out.txt",
+        "rg --pre ./run.sh x",
+        "git diff --ext-diff",
+        "git -c diff.external=./x diff",
+        "git -C /etc log",
+        "cat <<EOF\n$(id)\nEOF",
+        "ls | xargs cat",
+        "cat $HOME/.netrc",
+    ],
+)
+def test_looking_commands_that_run_or_write_are_not_read_only(env, command):
+    assert not is_read_only(command, env), command
+    assert perms("ask").check("bash", EXECUTE, command, env).action == ASK
+
+
+def test_here_docs(env):
+    assert perms("ask").check("bash", EXECUTE, "cat <<'EOF'\n$(id) `x`\nEOF", env).action == ALLOW
+    assert perms("ask").check("bash", EXECUTE, "cat <<EOF\nplain text\nEOF\ngit status", env).action == ALLOW
+    assert perms("ask").check("bash", EXECUTE, "cat <<EOF\n$(id)\nEOF", env).action == ASK
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["cat ~/.ssh/id_rsa", "cat /etc/passwd", "head -5 ../other/secret", "grep -r key /root", "cat < /etc/shadow",
+     "ls ../*", "cd .. && cat x", "tail ~root/.bash_history", "git diff --no-index /etc/passwd calc.py"],
+)  # fmt: skip
+def test_shell_reads_outside_the_repository_ask(env, command):
+    for mode in ("ask", "accept-edits", "plan"):
+        assert perms(mode).check("bash", EXECUTE, command, env).action == ASK, (mode, command)
+
+
+def test_reads_inside_the_repository_still_run(env):
+    for command in ("cat calc.py", "grep -r add .", "ls *.py", "head -n 3 calc.py | wc -l", "cat /etc/passwd1"[:0]):
+        if command:
+            assert perms("plan").check("bash", EXECUTE, command, env).action == ALLOW, command
+
+
+def test_a_glob_or_symlink_out_of_the_repository_is_seen(env, repo):
+    (repo / "sneaky").symlink_to("/etc")
+    assert perms("ask").check("bash", EXECUTE, "cat sneaky/passwd", env).action == ASK
+    assert perms("ask").check("bash", EXECUTE, "cat sneak*/passwd", env).action == ASK
+
+
+def test_file_tools_refuse_links_into_git_data(env, repo):
+    (repo / "gitdir").symlink_to(".git")
+    p = perms("accept-edits")
+    assert p.check("write", EDIT, "gitdir/config", env).action == DENY
+    assert p.check("edit", EDIT, "gitdir/hooks/pre-commit", env).action == DENY
+    assert p.check("read", READ, "gitdir/config", env).action == ALLOW
+
+
+@pytest.mark.parametrize(
+    "command,rule",
+    [
+        ("python -m pytest -q", "bash(python -m pytest:*)"),
+        ("python x.py --fast", "bash(python x.py:*)"),
+        ("python -c 'print(1)'", "bash(python -c 'print(1)')"),
+        ("npm run build -- --watch", "bash(npm run build:*)"),
+        ("git commit -m 'fix it'", "bash(git commit:*)"),
+        ("pytest -q tests", "bash(pytest:*)"),
+        ("rm -rf build", "bash(rm -rf build)"),
+        ("make", "bash(make:*)"),
+        ("ls && rm x", "bash(ls && rm x)"),
+        ("FOO=1 ./run.sh", "bash(FOO=1 ./run.sh)"),
+        ("uv run pytest -x", "bash(uv run pytest:*)"),
+    ],
+)
+def test_narrowest_rule(command, rule, env):
+    assert narrowest_rule(command) == rule
+    # the proposed rule allows the command it was made for
+    assert perms("ask", allow=[rule]).check("bash", EXECUTE, command, env).action == ALLOW
+
+
+def test_an_exact_rule_for_a_destructive_command_stays_exact(env):
+    p = perms("ask", allow=[narrowest_rule("rm -rf build")])
+    assert p.check("bash", EXECUTE, "rm -rf build", env).action == ALLOW
+    assert p.check("bash", EXECUTE, "rm -rf build ~", env).action == ASK
+    assert perms("auto", deny=["bash(rm)"]).check("bash", EXECUTE, "rm -rf x", env).action == DENY  # deny: prefix
+
+
+def test_always_on_python_does_not_allow_every_python(env):
+    rule = narrowest_rule("python x.py")
+    p = perms("ask", allow=[rule])
+    assert p.check("bash", EXECUTE, "python evil.py", env).action == ASK
+    assert p.check("bash", EXECUTE, "python -c 'import os'", env).action == ASK
+
+
+# -- the parser against bash ---------------------------------------------------------------------------------
+
+_chars = st.sampled_from(list("ab ./-_=*?'\"\\$`;&|<>(){}[]~#!\t\n,:@%^+") + ["x y", "$(", "${", "&&", "||", "2>&1"])
+_lines = st.lists(_chars, max_size=24).map("".join)
+
+
+@settings(max_examples=int(os.environ.get("GLM5_HYPOTHESIS_N", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_lines)
+def test_parser_never_crashes_and_static_lines_split_as_bash_does(tmp_path_factory, line):
+    p = parse(line)
+    assert isinstance(p.problems, list)
+    if p.problems or len(p.commands) != 1 or p.commands[0].redirects:
+        return
+    words = p.commands[0].words
+    if any(w.glob or w.tilde for w in words) or not words:
+        return
+    # bash's own split of the same words, with a harmless program in front: printf prints each argument
+    d = tmp_path_factory.mktemp("sh")
+    r = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, cwd=d, timeout=10, env={"PATH": os.defpath}
+    )
+    if r.returncode != 0:
+        return
+    got = r.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+    assert got == [w.text for w in words], (line, got)
+
+
+_plain = st.lists(st.sampled_from(list("ab ./-=,:@%+;&|<>") + ["&&", "||", "2>&1", "x y"]), max_size=12).map("".join)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_plain, _plain)
+def test_a_rule_never_allows_a_line_with_hidden_parts(env, a, b):
+    """`git status` and a substitution anywhere after it (unquoted) is never allowed by the read-only list or a
+    rule, whatever operators and words surround it."""
+    line = f"git status {a}$(x){b}"
+    assert perms("ask", allow=["bash(git status:*)"]).check("bash", EXECUTE, line, env).action != ALLOW
