@@ -6,8 +6,14 @@ streamed deltas of all three are assembled here into one non-streamed-shaped res
 trajectory keeps (with token ids and logprobs when the server sent them).
 
 Retries: timeouts, connection errors, 429 and 5xx are retried with exponential backoff (honouring Retry-After);
-any other 4xx is the caller's mistake and is raised at once. A 400 that says the context is too long becomes
-`ContextLengthError`, so the loop can compact and try again.
+any other 4xx is the caller's mistake and is raised at once. A refused connection to this machine (nothing
+listens there) fails at once: a local server does not appear within the backoff. A 400 that says the context is
+too long becomes `ContextLengthError`, so the loop can compact and try again. Errors name the URL.
+
+Training data: where `/models` says the server is one that returns them (`owned_by` glm5, vllm or sglang), every
+request asks for per-token logprobs (`logprobs: true`) and token ids (`return_token_ids: true`: vLLM >= 0.10.2
+and sglang answer with `token_ids` per choice and `prompt_token_ids`); a server that rejects those fields gets
+the request again without them, and is not asked again.
 
 Knows nothing of tools or the loop: it takes messages and tool schemas and returns a `ModelResponse`.
 """
@@ -55,6 +61,16 @@ class ClientConfig:
     temperature: float | None = None
     max_tokens: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"logprobs": true} or chat_template_kwargs
+    record_tokens: bool = True  # ask for logprobs and token ids where the server is known to return them
+
+
+# `owned_by` in /models -> the request fields that make that server return logprobs and token ids
+TOKEN_FIELDS: dict[str, dict[str, Any]] = {
+    "glm5": {"logprobs": True, "return_token_ids": True},
+    "vllm": {"logprobs": True, "return_token_ids": True},
+    "sglang": {"logprobs": True, "return_token_ids": True},
+}
+_LOOPBACK = ("127.", "localhost", "[::1]", "0.0.0.0")
 
 
 @dataclass
@@ -106,23 +122,48 @@ class ChatClient:
         )
         self.cancel_event = threading.Event()
         self.sleep = time.sleep  # tests replace it to keep backoff instant
+        self._model_card: dict[str, Any] | None = None
+        self._token_fields: dict[str, Any] | None = None  # None: not decided yet
+
+    @property
+    def url(self) -> str:
+        return f"{self.config.base_url.rstrip('/')}/chat/completions"
+
+    @property
+    def local(self) -> bool:
+        host = self.config.base_url.split("://", 1)[-1]
+        return host.startswith(_LOOPBACK)
 
     def close(self) -> None:
         self._http.close()
 
+    def model_card(self) -> dict[str, Any]:
+        """Our model's entry in the server's `/models` ({} when it is not listed or cannot be reached); fetched
+        once."""
+        if self._model_card is None:
+            self._model_card = {}
+            try:
+                r = self._http.get("/models", timeout=5.0)
+                data = r.json().get("data", []) if r.status_code == 200 else []
+            except (httpx.HTTPError, ValueError, AttributeError):
+                data = []
+            for entry in data if isinstance(data, list) else []:
+                if isinstance(entry, dict) and entry.get("id") == self.config.model:
+                    self._model_card = entry
+        return self._model_card
+
     def served_context_window(self) -> int | None:
         """The context length the server reports for our model in `/models` (`max_model_len`, as glm5 serve,
         vLLM and sglang publish it), or None when it does not say or cannot be reached."""
-        try:
-            r = self._http.get("/models", timeout=5.0)
-            data = r.json().get("data", []) if r.status_code == 200 else []
-        except (httpx.HTTPError, ValueError, AttributeError):
-            return None
-        for entry in data:
-            if isinstance(entry, dict) and entry.get("id") == self.config.model:
-                n = entry.get("max_model_len")
-                return int(n) if isinstance(n, int) and n > 0 else None
-        return None
+        n = self.model_card().get("max_model_len")
+        return int(n) if isinstance(n, int) and n > 0 else None
+
+    def token_fields(self) -> dict[str, Any]:
+        """The request fields that make this server return logprobs and token ids ({} when it is not known to)."""
+        if self._token_fields is None:
+            known = TOKEN_FIELDS.get(str(self.model_card().get("owned_by", "")).lower(), {})
+            self._token_fields = dict(known) if self.config.record_tokens else {}
+        return self._token_fields
 
     def query(
         self,
@@ -131,7 +172,7 @@ class ChatClient:
         on_delta: DeltaCallback | None = None,
         **overrides: Any,
     ) -> ModelResponse:
-        body: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        body: dict[str, Any] = {"model": self.config.model, "messages": messages, **self.token_fields()}
         if tools:
             body["tools"] = tools
         if self.config.temperature is not None:
@@ -157,7 +198,17 @@ class ChatClient:
 
         def work() -> None:
             try:
-                box["response"] = self._call(body, stream, guarded, abandoned)
+                try:
+                    box["response"] = self._call(body, stream, guarded, abandoned)
+                except APIError as e:
+                    asked = [k for k in self._token_fields or {} if k in str(e) and k in body]
+                    if e.status not in (400, 422) or not asked:
+                        raise
+                    # the server refuses the training-data fields: ask once more without them, and never again
+                    for k in self._token_fields or {}:
+                        body.pop(k, None)
+                    self._token_fields = {}
+                    box["response"] = self._call(body, stream, guarded, abandoned)
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
                 box["error"] = e
 
@@ -181,8 +232,11 @@ class ChatClient:
                 return _to_response(raw, time.monotonic() - t0)
             except _Retryable as e:
                 attempt += 1
+                if e.refused and self.local:
+                    raise APIError(f"nothing is listening at {self.url}: {e}") from None
                 if attempt > self.config.max_retries:
-                    raise APIError(f"{e} (gave up after {self.config.max_retries} retries)", e.status) from None
+                    raise APIError(f"{self.url}: {e} (gave up after {self.config.max_retries} retries)",
+                                   e.status) from None  # fmt: skip
                 wait = e.retry_after
                 if wait is None:
                     wait = min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempt - 1))
@@ -197,7 +251,7 @@ class ChatClient:
         try:
             r = self._http.post("/chat/completions", json=body)
         except (httpx.TimeoutException, httpx.TransportError) as e:
-            raise _Retryable(f"{type(e).__name__}: {e}") from None
+            raise _Retryable.of(e) from None
         _check_status(r.status_code, r.text, r.headers)
         try:
             return r.json()
@@ -228,15 +282,22 @@ class ChatClient:
                         raise APIError(f"stream error: {chunk['error']}")
                     asm.add(chunk, on_delta)
         except (httpx.TimeoutException, httpx.TransportError) as e:
-            raise _Retryable(f"{type(e).__name__}: {e}") from None
+            raise _Retryable.of(e) from None
         return asm.result()
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None,
+                 refused: bool = False):  # fmt: skip
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.refused = refused
+
+    @classmethod
+    def of(cls, e: Exception) -> _Retryable:
+        refused = isinstance(e, httpx.ConnectError) and "refused" in str(e).lower()
+        return cls(f"{type(e).__name__}: {e}", refused=refused)
 
 
 def _check_status(status: int, text: str, headers: httpx.Headers) -> None:

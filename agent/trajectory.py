@@ -142,6 +142,8 @@ class Trajectory:
                     "response": choice.get("message", {}),
                     "token_ids": choice.get("token_ids"),
                     "logprobs": choice.get("logprobs"),
+                    # vLLM puts the prompt's ids beside the choices, sglang inside the choice
+                    "prompt_token_ids": r.get("response", {}).get("prompt_token_ids") or choice.get("prompt_token_ids"),
                     "step": r.get("step"),
                 }
 

@@ -6,7 +6,9 @@ Runs in-process on 127.0.0.1 in a thread. Each POST /v1/chat/completions pops th
     {"status": 500}                                an HTTP error (retry tests)
     callable(request_body) -> one of the above     to react to what the agent sent
 Streams (SSE, deltas cut into small pieces, usage in the last chunk) when the request asks for it.
-Every request body is kept in `requests`.
+Every request body is kept in `requests`. GET /v1/models lists one model `owned_by` `FakeModel.owned_by`
+("fake" by default: a server the client does not know; "vllm" to act as one); with `return_token_ids` the
+response carries `prompt_token_ids` (one id per message) and `token_ids`, as vLLM's does.
 """
 
 from __future__ import annotations
@@ -41,11 +43,21 @@ class FakeModel:
         self.requests: list[dict[str, Any]] = []
         self.prompt_tokens = prompt_tokens
         self.lock = threading.Lock()
+        self.owned_by = "fake"
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a):  # quiet
                 pass
+
+            def do_GET(self):
+                card = {"id": "fake-glm", "object": "model", "owned_by": fake.owned_by}
+                data = json.dumps({"object": "list", "data": [card]}).encode()
+                self.send_response(200 if self.path.rstrip("/").endswith("/models") else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
@@ -65,11 +77,16 @@ class FakeModel:
                 usage = {"prompt_tokens": item.get("prompt_tokens", fake.prompt_tokens), "completion_tokens": 20,
                          "total_tokens": item.get("prompt_tokens", fake.prompt_tokens) + 20}  # fmt: skip
                 want_lp = bool(body.get("logprobs"))
+                prompt_ids = (
+                    list(range(100, 100 + len(body.get("messages", [])))) if body.get("return_token_ids") else None
+                )
                 if body.get("stream"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
-                    for chunk in fake.chunks(item, usage, want_lp):
+                    for n, chunk in enumerate(fake.chunks(item, usage, want_lp)):
+                        if n == 0 and prompt_ids is not None:
+                            chunk["prompt_token_ids"] = prompt_ids
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")
@@ -81,6 +98,8 @@ class FakeModel:
                     choice["token_ids"] = list(range(len(pieces)))
                 resp = {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"),
                         "choices": [choice], "usage": usage}  # fmt: skip
+                if prompt_ids is not None:
+                    resp["prompt_token_ids"] = prompt_ids
                 data = json.dumps(resp).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

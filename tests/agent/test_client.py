@@ -156,3 +156,69 @@ def test_stream_quirks_of_other_servers():
     ]
     r = c.query([{"role": "user", "content": "x"}], stream=False)
     assert _json.loads(r.tool_calls[0]["function"]["arguments"]) == {"path": "a.py"}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_token_ids_and_logprobs_recorded_by_default_from_a_known_server(repo, fake_model, stream):
+    from agent.trajectory import Trajectory
+    from tests.agent.helpers import make_session
+
+    (repo / ".glm5").mkdir()
+    (repo / ".glm5" / "settings.toml").write_text(f"[agent]\nstream = {str(stream).lower()}\n")
+    fake_model.owned_by = "vllm"
+    fake_model.script = [reply(tools=[("glob", {"pattern": "*.py"})]), reply("fourteen chars")]
+    s = make_session(repo, fake_model)
+    s.agent.run("hi")
+    s.close()
+    assert all(r["logprobs"] is True and r["return_token_ids"] is True for r in fake_model.requests)
+    samples = list(Trajectory.load(s.path).samples())
+    assert len(samples) == 2
+    last = samples[1]
+    assert last["token_ids"] == [0, 1] and [t["token"] for t in last["logprobs"]["content"]] == ["fourtee", "n chars"]
+    assert last["prompt_token_ids"] == list(range(100, 100 + len(fake_model.requests[1]["messages"])))
+
+
+def test_unknown_servers_are_not_asked_for_token_fields(fake_model):
+    fake_model.script = [reply("ok")]
+    c = ChatClient(ClientConfig(base_url=fake_model.base_url, model="fake-glm"))
+    c.query([{"role": "user", "content": "x"}])
+    assert "logprobs" not in fake_model.requests[0] and "return_token_ids" not in fake_model.requests[0]
+    fake_model.owned_by = "vllm"
+    off = ChatClient(ClientConfig(base_url=fake_model.base_url, model="fake-glm", record_tokens=False))
+    fake_model.script = [reply("ok")]
+    off.query([{"role": "user", "content": "x"}])
+    assert "return_token_ids" not in fake_model.requests[1]
+
+
+def test_a_server_that_rejects_the_token_fields_is_asked_again_without_them(fake_model):
+    fake_model.owned_by = "sglang"
+    fake_model.script = [{"status": 400, "message": "unknown field: return_token_ids"}, reply("ok"), reply("again")]
+    c = client(fake_model)
+    c.config = ClientConfig(base_url=fake_model.base_url, model="fake-glm")
+    assert c.query([{"role": "user", "content": "x"}]).content == "ok"
+    assert c.query([{"role": "user", "content": "y"}]).content == "again"
+    first, second, third = fake_model.requests
+    assert first["return_token_ids"] is True and "return_token_ids" not in second and "logprobs" not in third
+
+
+def test_refused_connection_to_localhost_fails_at_once_naming_the_url():
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    c = ChatClient(ClientConfig(base_url=f"http://127.0.0.1:{port}/v1", max_retries=4))
+    c.sleep = lambda s: pytest.fail("a refused local connection must not be retried")
+    with pytest.raises(APIError, match=rf"nothing is listening at http://127.0.0.1:{port}/v1/chat/completions"):
+        c.query([{"role": "user", "content": "x"}])
+
+
+def test_remote_connection_errors_name_the_url_when_giving_up():
+    def handler(request):
+        raise httpx.ConnectError("Connection refused", request=request)
+
+    c = ChatClient(ClientConfig(base_url="http://gpu-box:8000/v1", max_retries=1, stream=False),
+                   transport=httpx.MockTransport(handler))  # fmt: skip
+    c.sleep = lambda s: None
+    with pytest.raises(APIError, match=r"http://gpu-box:8000/v1/chat/completions: .*gave up after 1 retries"):
+        c.query([{"role": "user", "content": "x"}])
