@@ -4,6 +4,7 @@ A plugin is a module (or object) with any of these functions:
     register_tools(register, context)       register(tool) for each agent tool it provides
     register_benchmarks(register, context)  register(name, suite) for bench (read by `glm5 bench`)
     register_rewards(register, context)     register(name, fn) for RL rewards (read by `glm5 finetune`)
+    register_environments(register, context) register(name, factory) for bench environments (agent/bench)
 Plugins come from the entry-point group `glm5.plugins` (pyproject: [project.entry-points."glm5.plugins"]).
 The built-ins are declared there too, and DEFAULT_PLUGINS loads them from a source tree that is not installed;
 a module is loaded once however it was found.
@@ -19,7 +20,7 @@ from typing import Any
 
 ENTRY_POINT_GROUP = "glm5.plugins"
 DEFAULT_PLUGINS = ("plugins.builtin_tools", "plugins.mcp_tools", "plugins.builtin_rewards")
-HOOKS = ("register_tools", "register_benchmarks", "register_rewards")
+HOOKS = ("register_tools", "register_benchmarks", "register_rewards", "register_environments")
 
 
 @dataclass

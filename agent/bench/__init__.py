@@ -2,6 +2,11 @@
 
     tasks.py        SWETask / TerminalTask; load_swe_tasks (JSONL / JSON / parquet), load_terminal_task(s)
     environments.py the Environment protocol (start, exec, copy_in, copy_out, stop), Harbor's fixed paths, kinds
+    local_env.py    LocalEnvironment: a folder of the trial behind /app, every command in bubblewrap
+    docker_env.py   DockerEnvironment: the task's image or Dockerfile, /app and /logs bind-mounted
+    repos.py        RepoCache: sources (path, URL, owner/name via --repos), a mirror each, a clone per trial;
+                    working_tree_diff (the prediction)
+    setup_cache.py  a task's setup once per repo + version, into a cached venv
     log_parsers.py  per-test statuses from pytest, unittest, go test, cargo, jest, mocha, JUnit XML logs
     grading.py      grade_swe (apply, test_patch, run, parse, the SWE-bench rule), grade_terminal (reward file)
 

@@ -51,6 +51,8 @@ class EnvSpec:
     cpus: int | None = None
     network: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    # SWE tasks: /app/.git read-only inside (the answer is the working tree's diff); terminal tasks may need git
+    protect_git: bool = True
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 from agent.bench.environments import APP, VERIFIER_LOGS, Environment, ExecResult, InfraError
 from agent.bench.log_parsers import ERROR, FAILED, PASSED, SKIPPED, SUITE_RAN, XFAIL, parser_for
 from agent.bench.tasks import SWETask, TerminalTask
+from agent.git_safe import GitError, git
 
 RESOLVED, UNRESOLVED, INFRA_ERROR = "resolved", "unresolved", "infra_error"
 MISSING = "MISSING"  # a listed test the log does not mention
@@ -128,26 +130,42 @@ def default_test_cmd(task: SWETask) -> str:
     return "python -m pytest -rA -p no:cacheprovider " + " ".join(shlex.quote(f) for f in files)
 
 
-APPLY_STEPS = (
-    ("git apply", "git apply -v {p}"),
-    ("git apply --3way", "git apply -v --3way {p}"),
-    ("patch --fuzz", "patch --batch --fuzz=5 -p1 -i {p}"),
-)
+APPLY_STEPS = ("git apply", "git apply --3way", "patch --fuzz")
 
 
-def apply_patch(env: Environment, host_dir: Path, text: str, name: str) -> tuple[str | None, str]:
-    """Apply `text` in /app, trying each method in turn; (method that worked or None, log)."""
-    host_dir.mkdir(parents=True, exist_ok=True)
-    (host_dir / name).write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    inside = f"{VERIFIER_LOGS}/{name}"
+def _host_git(app: Path, *args: str) -> tuple[int, str]:
+    try:
+        r = git(app, *args, check=False, timeout=300)
+    except (GitError, subprocess.TimeoutExpired) as e:
+        return 1, str(e)
+    return r.returncode, r.stdout + r.stderr
+
+
+def apply_patch(env: Environment, text: str, name: str) -> tuple[str | None, str]:
+    """Apply `text` to /app trying each of APPLY_STEPS in turn; (the method that worked or None, log).
+
+    git runs host-side through git_safe (the checkout's .git is read-only inside); `patch` runs inside the
+    environment, where a hostile path in the diff can reach nothing but /app.
+    """
+    host = env.app_dir.parent / "tmp" / name
+    host.parent.mkdir(parents=True, exist_ok=True)
+    host.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    env.copy_in(host, f"{VERIFIER_LOGS}/{name}")
     log = []
-    for method, cmd in APPLY_STEPS:
-        r = env.exec(cmd.format(p=inside), cwd=APP, timeout_s=120)
-        log.append(f"$ {cmd.format(p=inside)}\n{r.output}")
-        if r.returncode == 0:
+    for method in APPLY_STEPS:
+        if method == "patch --fuzz":
+            cmd = f"patch --batch --fuzz=5 -p1 -i {VERIFIER_LOGS}/{name}"
+            r = env.exec(cmd, cwd=APP, timeout_s=120)
+            rc, out = (r.returncode if r.returncode is not None else 1), r.output
+        else:
+            cmd = f"git apply -v {'--3way ' if '3way' in method else ''}{name}"
+            rc, out = _host_git(env.app_dir, "apply", "-v", *(["--3way"] if "3way" in method else []), str(host))
+        log.append(f"$ {cmd}\n{out}")
+        if rc == 0:
             return method, "\n".join(log)
-        # a failed --3way or patch run may leave conflict markers or .rej files: start the next try clean
-        env.exec("git reset -q --hard && git clean -qfd", cwd=APP, timeout_s=60)
+        # a failed try may leave conflict markers or .rej files: the next one starts from a clean checkout
+        _host_git(env.app_dir, "reset", "-q", "--hard")
+        _host_git(env.app_dir, "clean", "-qfdx")
     return None, "\n".join(log)
 
 
@@ -159,10 +177,9 @@ def run_tests(env: Environment, task: SWETask, timeout_s: float) -> tuple[ExecRe
 def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: float = 1800,
               flaky_reruns: int = 1) -> Grade:  # fmt: skip
     """Grade `patch_text` in `env`, a started environment whose /app is a fresh checkout of task.base_commit."""
-    logs = env.app_dir.parent / "logs" / "verifier"
     out: list[str] = []
     if patch_text.strip():
-        method, log = apply_patch(env, logs, patch_text, "prediction.diff")
+        method, log = apply_patch(env, patch_text, "prediction.diff")
         out.append(log)
         if method is None:
             g = Grade(UNRESOLVED, False, reason="the patch does not apply", patch_applied=False, log="\n".join(out))
@@ -172,14 +189,17 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
     else:
         method = None
     if task.test_patch.strip():
-        files = patch_files(task.test_patch)
         # the prediction may have edited the tests; they go back to base_commit before the real ones go in
-        env.exec(f"git checkout -q {shlex.quote(task.base_commit)} -- {' '.join(map(shlex.quote, files))}"
-                 " 2>/dev/null; true", cwd=APP, timeout_s=60)  # fmt: skip
-        (logs / "test.patch").write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
-        r = env.exec(f"git apply -v {VERIFIER_LOGS}/test.patch", cwd=APP, timeout_s=120)
-        if r.returncode != 0:
-            return infra("test_patch does not apply (the task is broken)", "\n".join([*out, r.output]))
+        for f in patch_files(task.test_patch):
+            if _host_git(env.app_dir, "cat-file", "-e", f"{task.base_commit}:{f}")[0] == 0:
+                _host_git(env.app_dir, "checkout", "-q", task.base_commit, "--", f)
+            elif (env.app_dir / f).resolve().is_relative_to(env.app_dir.resolve()):
+                (env.app_dir / f).unlink(missing_ok=True)
+        host = env.app_dir.parent / "tmp" / "test.patch"
+        host.write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
+        rc, log = _host_git(env.app_dir, "apply", "-v", str(host))
+        if rc != 0:
+            return infra("test_patch does not apply (the task is broken)", "\n".join([*out, log]))
     grade = None
     flaky: set[str] = set()
     for _ in range(1 + max(0, flaky_reruns)):

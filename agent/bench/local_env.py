@@ -1,0 +1,183 @@
+"""The `local` environment: a folder of the trial behind /app, every command in the bubblewrap sandbox.
+
+Layout under the environment's state folder (EnvSpec.trial_dir):
+    app/            /app (a fresh clone for SWE tasks, a copy of environment/ for terminal tasks), writable
+    logs/agent      /logs/agent, writable        logs/verifier   /logs/verifier, writable
+    tests/          /tests, read-only, present only once the verifier's files are copied in
+    solution/       /solution, read-only, present only for the oracle
+    tmp/            the sandbox's scratch folder
+Commands run as `glm5 code` runs them (agent/sandbox.py): the rest of the filesystem read-only, a private /tmp,
+network off, no capabilities, rlimits from the task; the child environment is agent/child_env.py's allowlist.
+A task's setup runs once per repo and version into a cached virtual environment (agent/bench/setup_cache.py),
+mounted read-only and first on PATH; without one, the Python that runs glm5 is first on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agent.bench.environments import APP, LOGS, SOLUTION, TESTS, EnvSpec, ExecResult, InfraError
+from agent.child_env import scrubbed_env
+from agent.sandbox import Sandbox, SandboxLimits
+
+MOUNTS = (APP, LOGS, TESTS, SOLUTION)
+
+
+def mountable_root(argv: list[str]) -> list[str]:
+    """Replace the sandbox's read-only bind of `/` by binds of each top-level entry over bwrap's own root.
+
+    bwrap cannot create a mount point such as /app inside a read-only bind of the host's `/`; over its tmpfs
+    root it can. What is visible is the same: every host folder, read-only, except what later binds make writable.
+    """
+    if argv[1:4] != ["--ro-bind", "/", "/"]:
+        return argv
+    entries: list[str] = []
+    for e in sorted(os.listdir("/")):
+        p = "/" + e
+        if e in ("proc", "dev", "tmp") or p in MOUNTS or p == LOGS:
+            continue
+        if os.path.islink(p):
+            entries += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            entries += ["--ro-bind", p, p]
+    return [argv[0], *entries, *argv[4:]]
+
+
+class LocalEnvironment:
+    name = "local"
+
+    def __init__(self, spec: EnvSpec):
+        self.spec = spec
+        self.state = Path(spec.trial_dir).resolve()
+        self.app_dir = self.state / "app"
+        self.logs = self.state / "logs"
+        self.hosts = {
+            APP: self.app_dir,
+            LOGS: self.logs,
+            TESTS: self.state / "tests",
+            SOLUTION: self.state / "solution",
+        }
+        self.scratch = self.state / "tmp"
+        self.venv: Path | None = None
+        limits = SandboxLimits(memory_mb=spec.memory_mb) if spec.memory_mb else None
+        self.sandbox = Sandbox(True, network=spec.network, limits=limits)
+
+    # -- life ------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.sandbox.active:
+            raise InfraError(f"--env local runs every command in bubblewrap, which cannot run here: "
+                             f"{self.sandbox.reason} (install bubblewrap, or use --env docker)")  # fmt: skip
+        for d in (self.logs / "agent", self.logs / "verifier", self.scratch):
+            d.mkdir(parents=True, exist_ok=True)
+        if self.spec.app_source is not None and not self.app_dir.exists():
+            self.spec.app_source(self.app_dir)
+        self.app_dir.mkdir(parents=True, exist_ok=True)
+        if self.spec.setup:
+            from agent.bench.setup_cache import ensure_setup
+
+            self.venv = ensure_setup(self)
+
+    def stop(self) -> None:
+        """Nothing outlives a command (each runs in its own pid namespace), so there is nothing to stop."""
+
+    # -- commands --------------------------------------------------------------------------------------------
+
+    def child_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = scrubbed_env({**self.spec.env, **(extra or {})})
+        first = str(self.venv / "bin") if self.venv else os.path.dirname(sys.executable)
+        env["PATH"] = first + os.pathsep + env.get("PATH", os.defpath)
+        if self.venv:
+            env["VIRTUAL_ENV"] = str(self.venv)
+        env.setdefault("HOME", str(self.scratch))
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the answer's diff
+        return env
+
+    def wrap(self, argv: list[str], cwd: str = APP, sandbox: Sandbox | None = None) -> list[str]:
+        binds = [(self.app_dir, APP), (self.logs, LOGS)]
+        ro = [(self.hosts[m], m) for m in (TESTS, SOLUTION) if self.hosts[m].is_dir()]
+        if self.venv:
+            ro.append((self.venv, self.venv))
+        sb = sandbox or self.sandbox
+        # The sandbox keeps its root's .git and .glm5 read-only; a terminal task's /app may need a writable .git
+        # (its tasks commit), so there the root is an empty folder of the trial and /app only a bind.
+        root = self.app_dir if self.spec.protect_git else self.state / "root"
+        root.mkdir(exist_ok=True)
+        return mountable_root(sb.wrap(argv, root=root, cwd=Path(cwd), scratch=self.scratch,
+                                      binds=binds, ro_binds=ro))  # fmt: skip
+
+    def exec(self, command: str, *, cwd: str = APP, timeout_s: float | None = None,
+             env: dict[str, str] | None = None, stdin: str | None = None,
+             sandbox: Sandbox | None = None) -> ExecResult:  # fmt: skip
+        argv = self.wrap(["bash", "-c", command], cwd, sandbox)
+        return run_argv(argv, self.child_env(env), timeout_s, stdin, self.scratch)
+
+    # -- files -----------------------------------------------------------------------------------------------
+
+    def host_path(self, inside: str) -> Path:
+        for mount in (TESTS, SOLUTION, APP, LOGS):
+            if inside == mount or inside.startswith(mount + "/"):
+                rest = inside[len(mount) :].lstrip("/")
+                p = (self.hosts[mount] / rest).resolve()
+                if p != self.hosts[mount].resolve() and self.hosts[mount].resolve() not in p.parents:
+                    raise ValueError(f"{inside} leaves {mount}")
+                return p
+        raise ValueError(f"{inside} is not under {', '.join(MOUNTS)}")
+
+    def copy_in(self, src: Path, dest: str) -> None:
+        target = self.host_path(dest)
+        if Path(src).is_dir():
+            shutil.copytree(src, target, dirs_exist_ok=True, symlinks=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+    def copy_out(self, src: str, dest: Path) -> None:
+        source = self.host_path(src)
+        if source.is_dir():
+            shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=True)
+        elif source.exists():
+            Path(dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest)
+
+
+def run_argv(argv: list[str], env: dict[str, str], timeout_s: float | None, stdin: str | None,
+             scratch: Path) -> ExecResult:  # fmt: skip
+    """Run argv in its own session, output to a file (a child left behind cannot hold a pipe open); at the
+    timeout the whole process group is killed and the output so far kept."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with tempfile.TemporaryFile(dir=scratch) as out:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)  # fmt: skip
+        except OSError as e:
+            raise InfraError(f"could not start {argv[0]}: {e}") from None
+        if stdin is not None:
+            try:
+                proc.stdin.write(stdin.encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        timed_out = False
+        try:
+            rc: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out, rc = True, None
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        out.seek(0)
+        text = out.read().decode("utf-8", errors="replace")
+    if timed_out:
+        text += f"\n[killed after the {timeout_s:g}s timeout]"
+    return ExecResult(rc, text, timed_out, time.monotonic() - t0)

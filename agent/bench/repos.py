@@ -1,0 +1,109 @@
+"""The repositories tasks name, and a fresh clone of one per trial; the user's repositories are never touched.
+
+A task's `repo` is a local path (relative to the tasks file), a git URL, or `owner/name`, looked up under
+`--repos DIR` as DIR/owner/name, DIR/owner__name or DIR/name (offline CI) before github.com. Each source is
+mirrored once into the run's cache (`git clone --bare`: reads the source, writes nothing there); a trial gets
+`git clone --shared` of the mirror checked out at base_commit (milliseconds: objects are borrowed, not copied),
+so a trial's `.git` is its own and the mirror stays read-only to it.
+
+Every git call is host-side git through agent/git_safe.py: a repository (or an agent that wrote into one)
+cannot make it run a hook, filter or fsmonitor. GitPython is not used: it runs git with the repository's own
+configuration, which is what git_safe exists to prevent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from agent.bench.environments import InfraError
+from agent.git_safe import GitError, git
+
+URL = re.compile(r"^([a-z][a-z0-9+.-]*://|git@|file:)", re.I)
+OWNER_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+# What the agent's tools leave in the tree that is not part of its answer.
+DIFF_EXCLUDES = (":(exclude).glm5", ":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.pyc")
+
+
+class RepoCache:
+    def __init__(self, cache_dir: Path, repos_dir: Path | None = None, base_dir: Path | None = None):
+        self.dir = Path(cache_dir) / "repos"
+        self.repos_dir = Path(repos_dir).resolve() if repos_dir else None
+        self.base_dir = Path(base_dir).resolve() if base_dir else Path.cwd()
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def source(self, repo: str) -> str:
+        """Where to clone `repo` from: a local folder, or a URL."""
+        if URL.match(repo):
+            return repo
+        p = Path(repo).expanduser()
+        p = p if p.is_absolute() else self.base_dir / p
+        if p.exists():
+            return str(p.resolve())
+        if OWNER_NAME.match(repo):
+            owner, name = repo.split("/")
+            if self.repos_dir is not None:
+                for c in (self.repos_dir / owner / name, self.repos_dir / f"{owner}__{name}", self.repos_dir / name):
+                    if c.exists():
+                        return str(c)
+            return f"https://github.com/{repo}.git"
+        raise InfraError(f"repository {repo!r} is neither a folder, a URL nor owner/name")
+
+    def mirror(self, repo: str) -> Path:
+        """The bare mirror of `repo` in the cache, made on first use (one thread makes it; others wait)."""
+        src = self.source(repo)
+        key = re.sub(r"[^A-Za-z0-9_.-]", "_", repo.rstrip("/").split("/")[-1])[:40]
+        dest = self.dir / f"{key}-{hashlib.sha256(src.encode()).hexdigest()[:10]}.git"
+        with self._guard:
+            lock = self._locks.setdefault(str(dest), threading.Lock())
+        with lock:
+            if (dest / "HEAD").exists():
+                return dest
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_suffix(".partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            hint = "" if self.repos_dir or not OWNER_NAME.match(repo) else " (offline? map it with --repos DIR)"
+            try:
+                git(self.dir, "clone", "--bare", "--quiet", src, str(tmp), timeout=1800)
+            except (GitError, subprocess.TimeoutExpired) as e:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise InfraError(f"could not clone {src}{hint}: {e}") from None
+            tmp.rename(dest)  # a half-made mirror is never taken for a whole one
+        return dest
+
+    def checkout(self, repo: str, commit: str, dest: Path) -> None:
+        """A fresh clone of `repo` at `commit` in `dest` (which must not exist or be empty)."""
+        mirror = self.mirror(repo)
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            git(dest.parent, "clone", "--shared", "--no-checkout", "--quiet", str(mirror), str(dest), timeout=600)
+            git(dest, "checkout", "--quiet", "--detach", commit, timeout=600)
+        except GitError as e:
+            raise InfraError(f"could not check out {commit} of {repo}: {e}") from None
+        except subprocess.TimeoutExpired:
+            raise InfraError(f"checking out {commit} of {repo} timed out") from None
+
+
+def working_tree_diff(app: Path, base_commit: str) -> str:
+    """The prediction: everything in `app` that differs from base_commit, new files included (binary-safe).
+
+    Staged through a throwaway index so the trial's own index (which the agent may have used) is left alone.
+    """
+    index = Path(app).parent / "tmp" / "glm5-diff.index"
+    index.parent.mkdir(parents=True, exist_ok=True)
+    env = {"GIT_INDEX_FILE": str(index)}
+    try:
+        git(app, "read-tree", base_commit, env=env, timeout=120)
+        git(app, "add", "-A", "--", ".", *DIFF_EXCLUDES, env=env, timeout=300)
+        r = git(app, "diff", "--cached", "--binary", "--no-color", "--no-ext-diff", base_commit, env=env, timeout=300)
+    except GitError as e:
+        raise InfraError(f"could not read the trial's changes: {e}") from None
+    finally:
+        index.unlink(missing_ok=True)
+    return r.stdout

@@ -1,0 +1,50 @@
+"""The environment registry and the docker environment (its real runs skip without a daemon)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.bench.docker_env import DockerEnvironment, docker_problem
+from agent.bench.environments import Environment, EnvSpec, InfraError, environment_kinds, make_environment
+from agent.bench.local_env import LocalEnvironment
+
+
+def test_builtin_kinds_and_a_plugin_kind(monkeypatch):
+    kinds = environment_kinds()
+    assert kinds["local"] is LocalEnvironment and kinds["docker"] is DockerEnvironment
+
+    class Remote:
+        def register_environments(self, register, context):
+            register("remote", lambda spec: ("remote", spec))
+
+    import plugins.registry as reg
+
+    real = reg.PluginManager
+
+    monkeypatch.setattr(reg, "PluginManager", lambda: real(entry_points=False, extra=(Remote(),)))
+    assert make_environment("remote", EnvSpec(trial_dir="x"))[0] == "remote"
+    with pytest.raises(ValueError, match="unknown environment 'nope'; known: docker, local, remote"):
+        make_environment("nope", EnvSpec(trial_dir="x"))
+
+
+def test_local_and_docker_follow_the_protocol(tmp_path):
+    assert isinstance(LocalEnvironment(EnvSpec(tmp_path)), Environment)
+    assert isinstance(DockerEnvironment(EnvSpec(tmp_path)), Environment)
+
+
+@pytest.mark.skipif(docker_problem() is None, reason="a Docker daemon is present")
+def test_docker_without_a_daemon_says_so(tmp_path):
+    env = DockerEnvironment(EnvSpec(tmp_path, image="python:3.11-slim"))
+    with pytest.raises(InfraError, match="--env docker: .*use --env local"):
+        env.start()
+
+
+@pytest.mark.skipif(docker_problem() is not None, reason="no Docker daemon here")
+def test_docker_runs_commands_in_app(tmp_path):
+    env = DockerEnvironment(EnvSpec(tmp_path, image="python:3.11-slim", app_source=lambda d: d.mkdir()))
+    env.start()
+    try:
+        r = env.exec("pwd && echo hi > /app/x && ls /logs")
+        assert r.returncode == 0 and r.output.startswith("/app") and (env.app_dir / "x").read_text() == "hi\n"
+    finally:
+        env.stop()
