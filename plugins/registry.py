@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENTRY_POINT_GROUP = "glm5.plugins"
-DEFAULT_PLUGINS = ("plugins.builtin_tools", "plugins.mcp_tools", "plugins.builtin_rewards")
+DEFAULT_PLUGINS = ("plugins.builtin_tools", "plugins.mcp_tools", "plugins.builtin_rewards", "plugins.builtin_bench")
 HOOKS = ("register_tools", "register_benchmarks", "register_rewards", "register_environments")
 
 

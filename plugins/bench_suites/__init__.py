@@ -1,0 +1,11 @@
+"""The built-in offline benchmark suites (registered by plugins/builtin_bench.py).
+
+    suite.py           BuiltinSuite: materialize(dest) once, atomically, under a lock; reused while the data is unchanged
+    gitrepo.py         deterministic git (no user config or hooks, fixed identity and dates), diffs made outside the repo
+    swe_suite.py       SWESuite ("swe:builtin"): swe/repos/*.toml + swe/instances/*.toml -> git repos + SWE-bench JSONL
+    terminal_suite.py  TerminalSuite ("terminal:builtin"): terminal/<task>/ Harbor folders, /app state built at materialize
+
+A suite is any object with `kind`, `name`, `description`, `deterministic` and `materialize(dest) -> list[Path]`
+(the SWE suite returns [the JSONL]; the terminal suite its task folders). The data lives in text files beside the
+code, not in Python: swe/ and terminal/. Same data, same bytes and the same commit SHAs on every machine.
+"""

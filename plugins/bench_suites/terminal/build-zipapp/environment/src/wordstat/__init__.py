@@ -1,0 +1,1 @@
+"""wordstat: line, word and character counts of text files."""

@@ -1,0 +1,18 @@
+"""The built-in offline benchmark suites, registered through `register_benchmarks` as a third-party plugin would.
+
+    swe:builtin       SWE-bench-format instances over small generated Python repositories (plugins/bench_suites)
+    terminal:builtin  Harbor / Terminal-Bench 2.0 task folders that need only coreutils, git and Python
+
+`glm5 bench swe --suite builtin` and `glm5 bench terminal --suite builtin` call the suite's
+`materialize(dest)` and run what it returns. Nothing here imports `agent`.
+"""
+
+from __future__ import annotations
+
+
+def register_benchmarks(register, context) -> None:
+    from plugins.bench_suites.swe_suite import SWESuite
+    from plugins.bench_suites.terminal_suite import TerminalSuite
+
+    for suite in (SWESuite(), TerminalSuite()):
+        register(suite.key, suite)
