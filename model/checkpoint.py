@@ -28,10 +28,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from model.config import GLM5Config
+from model.fp8 import FP8_BLOCK, dequantize_fp8
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-FP8_BLOCK = 128
 _FP32_SUFFIXES = ("mlp.gate.weight", "mlp.gate.e_score_correction_bias")
 
 log = logging.getLogger(__name__)
@@ -61,25 +61,6 @@ def weight_files(path: Path) -> dict[str, Path]:
         raise CheckpointError(f"no {SINGLE_FILE} or {INDEX_FILE} in {path}")
     with safe_open(single, framework="pt") as f:
         return {name: single for name in f.keys()}
-
-
-def dequantize_fp8(w: torch.Tensor, scale_inv: torch.Tensor, block: int = FP8_BLOCK) -> torch.Tensor:
-    """Blockwise FP8 -> fp32: each [block, block] tile of w times its scale ([ceil(out/b), ceil(in/b)])."""
-    out_f, in_f = w.shape
-    s = scale_inv.float().repeat_interleave(block, 0)[:out_f].repeat_interleave(block, 1)[:, :in_f]
-    return w.float() * s
-
-
-def quantize_fp8(w: torch.Tensor, block: int = FP8_BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp -> (float8_e4m3fn weight, fp32 scale_inv per block): the inverse of `dequantize_fp8` up to rounding."""
-    out_f, in_f = w.shape
-    rows, cols = -(-out_f // block), -(-in_f // block)
-    padded = torch.zeros(rows * block, cols * block, dtype=torch.float32)
-    padded[:out_f, :in_f] = w.float()
-    tiles = padded.view(rows, block, cols, block)
-    scale = tiles.abs().amax(dim=(1, 3)).clamp(min=1e-12) / torch.finfo(torch.float8_e4m3fn).max
-    q = (tiles / scale[:, None, :, None]).view(rows * block, cols * block)[:out_f, :in_f]
-    return q.to(torch.float8_e4m3fn), scale
 
 
 def read_state_dict(

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from model.fp8 import dequantize_fp8
+
 QUANT_METHOD = "compressed-tensors"
 FORMAT = "pack-quantized"
 # The compressed-tensors release whose serialisation we follow (written as `version`, informational only).
@@ -377,8 +379,6 @@ def write_quantized_checkpoint(
 
 def _dequantize_fp8(w: torch.Tensor, name: str, where: dict[str, Path]) -> torch.Tensor:
     from safetensors import safe_open
-
-    from model.checkpoint import dequantize_fp8
 
     sname = name + "_scale_inv"
     if sname not in where:

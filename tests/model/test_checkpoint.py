@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from model import GLM5ForCausalLM
-from model.checkpoint import dequantize_fp8, quantize_fp8
+from model.fp8 import dequantize_fp8, quantize_fp8
 from tests.model.conftest import randomize, tiny
 
 

@@ -364,7 +364,7 @@ def test_glm5_quantized_checkpoint_round_trip(tmp_path):
 
 
 def test_an_fp8_source_checkpoint_is_dequantized_before_int4(tmp_path):
-    from model.checkpoint import dequantize_fp8, quantize_fp8
+    from model.fp8 import dequantize_fp8, quantize_fp8
 
     torch.manual_seed(14)
     src_model = TinyLM()
