@@ -64,26 +64,82 @@ def add_lora(model, settings: LoraSettings = LoraSettings(), seed: int = 0):
     return model
 
 
-def save_adapter(model, path: Path) -> None:
-    """peft's adapter files: adapter_config.json and adapter_model.safetensors."""
+BASE_FILE = "adapter_base.json"  # our record of the base beside peft's files (peft's config has no place for it)
+
+
+class AdapterBaseMismatch(UserWarning):
+    """An adapter loaded onto weights other than the ones it was trained on."""
+
+
+@torch.no_grad()
+def weights_fingerprint(model) -> str:
+    """A hash of the base weights (LoRA factors excluded): every tensor's name, shape and dtype, and a strided
+    sample of up to 4096 of its values, so that two checkpoints of one architecture with different weights
+    differ, without reading all of a large model. sha256, hex."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters(), key=lambda x: x[0]):
+        if "lora_" in name:
+            continue
+        name = name.replace(".base_layer.", ".")  # the same tensor, before or after LoRA wraps its module
+        flat = p.detach().reshape(-1)
+        sample = flat[:: max(1, flat.numel() // 4096)][:4096].to(torch.float32).contiguous()
+        h.update(f"{name}|{tuple(p.shape)}|{p.dtype}|".encode())
+        h.update(sample.numpy().tobytes())
+    return h.hexdigest()
+
+
+def save_adapter(model, path: Path, base: str | None = None, fingerprint: str | None = None) -> None:
+    """peft's adapter files (adapter_config.json with `base_model_name_or_path`, adapter_model.safetensors) and
+    adapter_base.json: the base checkpoint and its `weights_fingerprint`, which `load_adapter` checks."""
+    import json
+
     import peft
     from safetensors.torch import save_file
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.peft_config["default"].save_pretrained(str(path))
+    cfg = model.peft_config["default"]
+    if base is not None:
+        cfg.base_model_name_or_path = str(base)
+    cfg.save_pretrained(str(path))
     state = {k: v.detach().contiguous() for k, v in peft.get_peft_model_state_dict(model).items()}
     save_file(state, str(path / "adapter_model.safetensors"))
+    fp = fingerprint or weights_fingerprint(model)
+    (path / BASE_FILE).write_text(json.dumps({"base_model_name_or_path": base, "weights_fingerprint": fp}, indent=1))
+
+
+def check_base(model, path: Path) -> str | None:
+    """Warn (AdapterBaseMismatch) if `model`'s weights are not the ones the adapter at `path` was trained on.
+    -> the warning's text, or None when they match or the adapter recorded no fingerprint."""
+    import json
+    import warnings
+
+    f = Path(path) / BASE_FILE
+    if not f.is_file():
+        return None
+    rec = json.loads(f.read_text())
+    if rec.get("weights_fingerprint") in (None, weights_fingerprint(model)):
+        return None
+    msg = (
+        f"the adapter {path} was trained on other weights ({rec.get('base_model_name_or_path') or 'unknown base'}, "
+        f"fingerprint {str(rec['weights_fingerprint'])[:12]}); its deltas may not fit this model"
+    )
+    warnings.warn(msg, AdapterBaseMismatch, stacklevel=3)
+    return msg
 
 
 def load_adapter(model, path: Path):
-    """Load an adapter that `save_adapter` (or peft) wrote into a plain model. -> the model, with LoRA."""
+    """Load an adapter that `save_adapter` (or peft) wrote into a plain model. -> the model, with LoRA.
+    Warns (AdapterBaseMismatch) when the model is not the base the adapter recorded."""
     import peft
     from safetensors.torch import load_file
 
     path = Path(path)
     if not (path / "adapter_config.json").is_file():
         raise ValueError(f"{path} has no adapter_config.json: not a peft adapter")
+    check_base(model, path)
     model = peft.inject_adapter_in_model(peft.LoraConfig.from_pretrained(str(path)), model)
     result = peft.set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
     missing = [k for k in result.missing_keys if "lora_" in k]

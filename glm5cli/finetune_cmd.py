@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+from glm5cli.rl_cmd import rl as rl_command
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -273,7 +273,7 @@ def _write_adapter(model: Path, net, work: Path, merge: bool) -> None:
     """The LoRA adapter (peft format) in WORK/adapter; with `merge`, WORK also becomes a plain checkpoint."""
     from finetune.lora import merge_lora, save_adapter
 
-    save_adapter(net, work / "adapter")
+    save_adapter(net, work / "adapter", base=str(model.resolve()))
     if merge:
         _write_checkpoint(model, merge_lora(net), work)
 
@@ -480,144 +480,4 @@ def _show_data(report: dict, json_out: bool) -> None:
         err_console.print(f"  [yellow]skipped[/] {line}")
 
 
-def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:
-    """The tasks file -> [{"ids", "reward", "name"}]; a bad line or reward is a usage error naming FILE:LINE.
-    `makers`: the registered rewards by type."""
-    tasks = []
-    for ids, row, where in _prompt_rows(path, tokenizer):
-        spec = row.get("reward", default_reward)
-        if spec is None:
-            fail(f'{where}: no "reward" (and no --reward default)', code=EXIT_USAGE)
-        if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
-            fail(f'{where}: "reward" must be an object with a "type" (one of: {", ".join(makers)})', code=EXIT_USAGE)
-        if spec["type"] not in makers:
-            fail(f"{where}: unknown reward type {spec['type']!r} (known: {', '.join(makers)})", code=EXIT_USAGE)
-        try:
-            makers[spec["type"]](spec)  # checked now, before any training
-        except ValueError as e:
-            fail(f"{where}: bad reward: {e}", code=EXIT_USAGE)
-        tasks.append({"ids": ids, "reward": spec, "name": str(row.get("name", where))})
-    return tasks
-
-
-@app.command("rl")
-def rl(
-    model: Path = typer.Argument(..., help="Checkpoint directory (full precision)."),
-    out: Path = typer.Option(
-        ..., "--out", help="New directory: the adapter in OUT/adapter, per-step stats in OUT/rl_log.jsonl."
-    ),
-    tasks_file: Path = typer.Option(
-        ...,
-        "--tasks",
-        help='JSONL, one task per line: {"prompt": text} or {"messages": [...]}, and "reward": '
-        '{"type": "regex", "pattern": ...} or {"type": "command", "run": "pytest -q", "timeout": 60} '
-        "(or a type a plugin registers).",
-    ),
-    reward: str | None = typer.Option(
-        None,
-        "--reward",
-        help='JSON reward spec for the tasks that have none, e.g. \'{"type": "command", "run": "make check"}\'.',
-    ),
-    steps: int = typer.Option(100, min=1, help="RL steps (one rollout batch each)."),
-    prompts_per_step: int = typer.Option(4, min=1, help="Tasks per step."),
-    group_size: int = typer.Option(8, min=2, help="Completions sampled per task (GRPO's group)."),
-    max_new_tokens: int = typer.Option(256, min=1, help="Longest completion."),
-    temperature: float = typer.Option(1.0, min=0.01, help="Sampling temperature of the rollouts."),
-    lr: float = typer.Option(2e-5, help="Learning rate (AdamW)."),
-    rank: int = _RANK,
-    alpha: int = _ALPHA,
-    updates_per_batch: int = typer.Option(1, min=1, help="Optimizer steps per rollout batch (PPO clip applies)."),
-    seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
-    save_every: int = typer.Option(
-        10, min=0, help="Checkpoint every N steps; rerunning the same command resumes (0: never)."
-    ),
-    merge: bool = _MERGE,
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
-) -> None:
-    """Reinforcement learning with GRPO + IcePop (GLM-5's RL objective) on tasks with checkable rewards.
-
-    Each step samples --group-size completions of --prompts-per-step tasks from the embedded engine, which
-    serves the very model being trained, so rollouts are on-policy. Each completion is scored by its task's
-    reward (a regex, a shell command such as your test suite, or a plugin's reward), advantages are
-    normalised within each task's group, and the LoRA adapters (peft, on the attention and MLP linears of the
-    main layers) take a clipped policy-gradient step. Tokens whose training and sampling probabilities
-    disagree by more than 2x are dropped (IcePop). A reward command that cannot run leaves its completion out
-    rather than scoring it 0.
-
-    Resumable like the other finetune commands. OUT/rl_log.jsonl has each step's mean reward, the groups
-    with signal, the IcePop-masked fraction and the train/serve logprob gap.
-    """
-    tok = _checkpoint_tokenizer(model)
-    default_reward = None
-    if reward is not None:
-        try:
-            default_reward = json.loads(reward)
-        except json.JSONDecodeError as e:
-            fail(f"--reward is not JSON: {e.msg}", code=EXIT_USAGE)
-    from finetune.grpo import RL_TARGETS, GRPOConfig, RLTask, train_grpo
-    from finetune.sft import LoraSettings, add_lora
-    from plugins.registry import PluginManager
-
-    try:
-        cfg = GRPOConfig(
-            steps=steps,
-            prompts_per_step=prompts_per_step,
-            group_size=group_size,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            lr=lr,
-            updates_per_batch=updates_per_batch,
-            seed=seed,
-        )
-    except ValueError as e:
-        fail(str(e), code=EXIT_USAGE)
-    settings = {"model": str(model.resolve()), "tasks": str(tasks_file.resolve()), "reward": default_reward}
-    settings |= {"steps": steps, "config": cfg.__dict__, "rank": rank, "alpha": alpha, "merge": merge}
-    run = _Run(out, settings)
-    makers = PluginManager().rewards()
-    saved = run.saved_sequences()
-    rows = saved["tasks"] if saved is not None else _rl_tasks(tasks_file, tok, default_reward, makers)
-    tasks = [RLTask(t["ids"], makers[t["reward"]["type"]](t["reward"]), t["name"]) for t in rows]
-    t0 = time.monotonic()
-    net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
-    net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=seed)
-    state = run.start({"tasks": rows})
-    with _progress() as bar:
-        task = bar.add_task("RL (GRPO)", total=steps, completed=state["step"] if state else 0)
-
-        def log(st) -> None:
-            bar.update(task, advance=1, description=f"RL (GRPO), reward {st.reward_mean:.3f}")
-
-        hist = train_grpo(net, tasks, cfg, tokenizer=tok, log=log, resume=state, save=run.save, save_every=save_every)
-    _write_atomic(run.work / "rl_log.jsonl", "".join(json.dumps(h.as_dict()) + "\n" for h in hist))
-    _write_adapter(model, net, run.work, merge)
-    k = min(5, len(hist))
-    summary = {
-        "out": str(out),
-        "adapter": str(out / "adapter"),
-        "merged_checkpoint": str(out) if merge else None,
-        "tasks": len(tasks),
-        "steps": steps,
-        "completions": steps * prompts_per_step * group_size,
-        "reward_first": round(sum(h.reward_mean for h in hist[:k]) / k, 4),
-        "reward_last": round(sum(h.reward_mean for h in hist[-k:]) / k, 4),
-        "failed_checks": sum(h.failed for h in hist),
-        "steps_without_signal": sum(1 for h in hist if h.groups_with_signal == 0),
-        "icepop_masked": round(sum(h.icepop_masked for h in hist) / len(hist), 6),
-        "seconds": round(time.monotonic() - t0, 1),
-    }
-    run.finish()
-    if json_out:
-        print_json(summary)
-        return
-    console.print(
-        f"[green]trained[/] {model} with GRPO on {len(tasks)} tasks ({summary['completions']} completions): "
-        f"mean reward {summary['reward_first']:.3f} (first {k} steps) -> {summary['reward_last']:.3f} "
-        f"(last {k}) in {summary['seconds']:.0f}s; adapter: {out / 'adapter'}"
-    )
-    if summary["failed_checks"]:
-        err_console.print(
-            f"[yellow]{summary['failed_checks']} completions were left out: their reward check could not run"
-        )
-    if merge:
-        console.print(f"serve it with: glm5 serve {out}")
+app.command("rl")(rl_command)  # `glm5 finetune rl` lives in rl_cmd.py
