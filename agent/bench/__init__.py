@@ -8,6 +8,8 @@
                     working_tree_diff (the prediction)
     setup_cache.py  a task's setup once per repo + version, into a cached venv
     log_parsers.py  per-test statuses from pytest, unittest, go test, cargo, jest, mocha, JUnit XML logs
+    agents.py       Glm5Agent (the `glm5 code -p` session in the trial's sandbox), OracleAgent, NopAgent, CmdAgent
+    trial.py        run_trial: one attempt end to end -> TrialResult and the trial folder (also used by RL)
     grading.py      grade_swe (apply, test_patch, run, parse, the SWE-bench rule), grade_terminal (reward file)
 
 Life of a run: tasks -> (per task, per attempt) trial: environment up -> agent -> patch / verifier -> grade ->

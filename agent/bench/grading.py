@@ -141,7 +141,7 @@ def _host_git(app: Path, *args: str) -> tuple[int, str]:
     return r.returncode, r.stdout + r.stderr
 
 
-def apply_patch(env: Environment, text: str, name: str) -> tuple[str | None, str]:
+def apply_patch(env: Environment, text: str, name: str, inside: str = VERIFIER_LOGS) -> tuple[str | None, str]:
     """Apply `text` to /app trying each of APPLY_STEPS in turn; (the method that worked or None, log).
 
     git runs host-side through git_safe (the checkout's .git is read-only inside); `patch` runs inside the
@@ -150,11 +150,11 @@ def apply_patch(env: Environment, text: str, name: str) -> tuple[str | None, str
     host = env.app_dir.parent / "tmp" / name
     host.parent.mkdir(parents=True, exist_ok=True)
     host.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    env.copy_in(host, f"{VERIFIER_LOGS}/{name}")
+    env.copy_in(host, f"{inside}/{name}")
     log = []
     for method in APPLY_STEPS:
         if method == "patch --fuzz":
-            cmd = f"patch --batch --fuzz=5 -p1 -i {VERIFIER_LOGS}/{name}"
+            cmd = f"patch --batch --fuzz=5 -p1 -i {inside}/{name}"
             r = env.exec(cmd, cwd=APP, timeout_s=120)
             rc, out = (r.returncode if r.returncode is not None else 1), r.output
         else:

@@ -68,6 +68,7 @@ class LocalEnvironment:
         self.venv: Path | None = None
         limits = SandboxLimits(memory_mb=spec.memory_mb) if spec.memory_mb else None
         self.sandbox = Sandbox(True, network=spec.network, limits=limits)
+        self.online = Sandbox(True, network=True, limits=limits)  # for a cmd: agent that must reach its model
 
     # -- life ------------------------------------------------------------------------------------------------
 
@@ -115,7 +116,9 @@ class LocalEnvironment:
 
     def exec(self, command: str, *, cwd: str = APP, timeout_s: float | None = None,
              env: dict[str, str] | None = None, stdin: str | None = None,
-             sandbox: Sandbox | None = None) -> ExecResult:  # fmt: skip
+             network: bool | None = None) -> ExecResult:  # fmt: skip
+        """`network` None: the environment's own setting (off unless the task allows it)."""
+        sandbox = self.online if network and not self.spec.network else None
         argv = self.wrap(["bash", "-c", command], cwd, sandbox)
         return run_argv(argv, self.child_env(env), timeout_s, stdin, self.scratch)
 

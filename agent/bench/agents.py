@@ -1,0 +1,215 @@
+"""The agents a trial can run: glm5 itself, the oracle, nop, and any external command.
+
+    glm5      the very session `glm5 code -p` builds (agent/builder.py) and runs (agent/headless.py): same loop,
+              tools, prompts and permission checks, in `auto` mode (nothing asks; deny rules and the path fence
+              hold), its bash commands in the trial's sandbox, network off. The task repository's own
+              .glm5/settings (hooks, MCP servers) are not read: a task is hostile input.
+    oracle    SWE: applies the gold patch; terminal: runs solution/solve.sh (copied to /solution).
+    nop       changes nothing (a task it resolves is broken).
+    cmd:"..." any program, run in /app inside the sandbox with the task text on stdin and in $GLM5_TASK; the
+              network is on for it, since it must reach its own model.
+Every agent leaves trial_dir/trajectory.jsonl (schema glm5-trajectory/1) so trials read alike; glm5's is its
+full session record with token ids and logprobs as the server returned them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from agent.bench.environments import APP, SOLUTION, InfraError
+from agent.bench.tasks import SWETask, TerminalTask
+from agent.session import open_writer
+from agent.trajectory import SCHEMA  # noqa: F401 (the schema every trial's trajectory.jsonl follows)
+
+Task = SWETask | TerminalTask
+
+
+@dataclass
+class AgentOutcome:
+    exit_status: str  # submitted, limits_exceeded, error, ... (glm5's), or done / failed for the others
+    trajectory: Path | None = None
+    stats: dict[str, Any] = field(default_factory=dict)  # steps, prompt_tokens, completion_tokens, cost_usd
+    infra_error: str | None = None  # the endpoint stayed down, the environment died: not the agent's fault
+    final: str = ""
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    max_turns: int = 100
+    timeout_s: float | None = None  # wall time for the agent phase
+    max_cost_usd: float | None = None
+    memory_mb: int | None = None
+
+
+class BenchAgent(Protocol):
+    name: str
+
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome: ...
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies this agent in config.json (a change refuses to resume)."""
+        ...
+
+
+def task_prompt(task: Task) -> str:
+    if isinstance(task, SWETask):
+        return (f"<issue>\n{task.problem_statement.strip()}\n</issue>\n\nResolve the issue above by changing the "
+                "repository in your working folder. Do not change the tests unless the issue asks for it.")  # fmt: skip
+    return task.instruction.strip()
+
+
+def _simple_trajectory(trial_dir: Path, agent: str, task: Task, status: str, **extra: Any) -> Path:
+    path = trial_dir / "trajectory.jsonl"
+    w = open_writer(path, {"id": f"{task.task_id}-{trial_dir.name}", "agent": agent, "model": None, **extra})
+    w.write("message", index=0, message={"role": "user", "content": task_prompt(task)})
+    w.write("end", exit_status=status, stats={}, final="")
+    w.close()
+    return path
+
+
+class NopAgent:
+    name = "nop"
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent": "nop"}
+
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+        return AgentOutcome("done", _simple_trajectory(trial_dir, "nop", task, "done"))
+
+
+class OracleAgent:
+    name = "oracle"
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent": "oracle"}
+
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+        if isinstance(task, SWETask):
+            from agent.bench.grading import apply_patch
+
+            if not task.patch.strip():
+                raise InfraError(f"{task.instance_id} has no gold patch for the oracle")
+            method, log = apply_patch(env, task.patch, "gold.diff", inside=SOLUTION)
+            status = "done" if method else "failed"
+        else:
+            if not (task.solution_dir / "solve.sh").is_file():
+                raise InfraError(f"{task.path}: solution/solve.sh is missing (the oracle has nothing to run)")
+            env.copy_in(task.solution_dir, SOLUTION)
+            r = env.exec(f"bash {SOLUTION}/solve.sh", cwd=task.workdir, timeout_s=limits.timeout_s)
+            status, log = ("done" if r.returncode == 0 else "failed"), r.output
+        (trial_dir / "agent.log").write_text(log)
+        return AgentOutcome(status, _simple_trajectory(trial_dir, "oracle", task, status))
+
+
+class CmdAgent:
+    name = "cmd"
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent": "cmd", "command": self.command}
+
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+        text = task_prompt(task)
+        kw: dict[str, Any] = {"network": True} if getattr(env, "name", "") == "local" else {}
+        t0 = time.monotonic()
+        r = env.exec(self.command, cwd=APP, timeout_s=limits.timeout_s, env={"GLM5_TASK": text}, stdin=text, **kw)
+        (trial_dir / "agent.log").write_text(r.output)
+        status = "timeout" if r.timed_out else ("done" if r.returncode == 0 else f"exit {r.returncode}")
+        path = _simple_trajectory(trial_dir, "cmd", task, status, command=self.command)
+        return AgentOutcome(status, path, {"seconds": round(time.monotonic() - t0, 3)}, final=r.output[-2000:])
+
+
+class BenchSandbox:
+    """What glm5's Environment wraps its commands with: the trial's environment (so /app, /logs are there)."""
+
+    active = True
+    warning = None
+
+    def __init__(self, env: Any):
+        self.env = env
+
+    def wrap(self, argv: list[str], root: Path, cwd: Path, scratch: Path, **_: Any) -> list[str]:
+        cwd = Path(cwd)
+        app = Path(self.env.app_dir)
+        inside = APP if cwd == app else (f"{APP}/{cwd.relative_to(app)}" if app in cwd.parents else str(cwd))
+        return self.env.wrap(argv, inside)
+
+
+class Glm5Agent:
+    name = "glm5"
+
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key_env: str | None = None,
+                 provider: str | None = None, max_turns: int | None = None, temperature: float | None = None,
+                 extra_body: dict[str, Any] | None = None):  # fmt: skip
+        self.base_url, self.model, self.api_key_env, self.provider = base_url, model, api_key_env, provider
+        self.max_turns, self.temperature, self.extra_body = max_turns, temperature, dict(extra_body or {})
+
+    def settings(self, trial_dir: Path, limits: AgentLimits) -> Any:
+        from agent.settings import Limits, load_settings
+
+        flags = {"provider": self.provider, "base_url": self.base_url, "model": self.model,
+                 "api_key_env": self.api_key_env, "mode": "auto"}  # fmt: skip
+        s = load_settings(None, flags)  # the user's config only: never the task repository's .glm5/
+        p = s.provider
+        if self.extra_body:
+            p = dataclasses.replace(p, extra_body=tuple(sorted({**dict(p.extra_body), **self.extra_body}.items())))
+        lim = Limits(max_steps=limits.max_turns, max_tokens=s.limits.max_tokens,
+                     max_cost_usd=limits.max_cost_usd or s.limits.max_cost_usd, max_wall_s=limits.timeout_s)  # fmt: skip
+        return dataclasses.replace(s, provider=p, limits=lim, mode="auto", sandbox=True, network=False, hooks={},
+                                   mcp_servers={}, sessions_dir=str(trial_dir / "session"),
+                                   temperature=self.temperature if self.temperature is not None else s.temperature)  # fmt: skip
+
+    def describe(self) -> dict[str, Any]:
+        from agent.settings import load_settings
+
+        p = load_settings(None, {"provider": self.provider, "base_url": self.base_url, "model": self.model}).provider
+        return {"agent": "glm5", "base_url": p.base_url, "model": p.model, "temperature": self.temperature,
+                "extra_body": self.extra_body}  # fmt: skip
+
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+        from agent.builder import build_session
+        from agent.headless import HeadlessUI, run_headless
+
+        settings = self.settings(trial_dir, limits)
+        out, err = io.StringIO(), io.StringIO()
+        ui = HeadlessUI("json", "auto", out=out, err=err)
+        session = build_session(env.app_dir, settings, ui)
+        # the session's commands go through the trial's environment, with its child environment
+        session.agent.env.sandbox = BenchSandbox(env)
+        session.agent.env.env = env.child_env() if hasattr(env, "child_env") else None
+        prompt = task_prompt(task)
+        if isinstance(task, TerminalTask):
+            prompt += (f"\n\n(Your working folder {env.app_dir} is {APP} inside commands; the file tools take paths in "
+                       f"the working folder.)")  # fmt: skip
+        run_headless(session, prompt, ui)
+        (trial_dir / "agent.log").write_text(err.getvalue())
+        summary = json.loads(out.getvalue().strip().splitlines()[-1])
+        path = trial_dir / "trajectory.jsonl"
+        os.replace(summary["trajectory"], path)
+        final = summary.get("result") or ""
+        infra = None
+        if summary["exit_status"] == "error" and final.startswith("model endpoint error"):
+            infra = final  # headless's wording for an APIError after the client's retries
+        return AgentOutcome(summary["exit_status"], path, summary.get("stats") or {}, infra, final)
+
+
+def make_agent(spec: str, **glm5_options: Any) -> BenchAgent:
+    """`glm5`, `oracle`, `nop` or `cmd:COMMAND`."""
+    if spec == "glm5":
+        return Glm5Agent(**glm5_options)
+    if spec == "oracle":
+        return OracleAgent()
+    if spec == "nop":
+        return NopAgent()
+    if spec.startswith("cmd:") and spec[4:].strip():
+        return CmdAgent(spec[4:].strip())
+    raise ValueError(f'--agent {spec!r}: expected glm5, oracle, nop or cmd:"COMMAND"')

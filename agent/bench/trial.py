@@ -1,0 +1,202 @@
+"""One attempt at one task, end to end: environment up, agent, prediction captured, graded, trial folder written.
+
+    RUN/trials/<instance>/<attempt>/
+        trajectory.jsonl   the agent's session (glm5-trajectory/1), its outcome labels holding reward, resolved
+                           and each test's status (training data as it is)
+        patch.diff         the prediction: the working tree's diff against base_commit
+        test_output.txt    what the grader ran and what it printed
+        report.json        the TrialResult below (what results.jsonl gets one line of)
+        agent.log          the agent's stderr / output
+        work/, verify/     the environments' folders (logs kept; the checkouts removed unless keep_workdirs)
+A trial starts from an empty folder: one interrupted before its report was written reruns from scratch. Anything
+that is not the agent's doing (no environment, the endpoint stayed down, the verifier wrote nothing) comes back
+as status infra_error with `resolved` null; the runner retries those and keeps them out of the score.
+The RL orchestrator calls run_trial directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.bench.agents import AgentLimits, BenchAgent
+from agent.bench.environments import EnvSpec, InfraError, make_environment
+from agent.bench.grading import INFRA_ERROR, Grade, grade_swe, grade_terminal, infra
+from agent.bench.repos import RepoCache, working_tree_diff
+from agent.bench.tasks import SWETask, TerminalTask
+from agent.trajectory import TrajectoryWriter
+
+ENV_SKIP = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml")
+
+
+@dataclass
+class TrialConfig:
+    env: str = "local"
+    cache_dir: Path = Path(".glm5-bench-cache")
+    repos: RepoCache | None = None
+    limits: AgentLimits = field(default_factory=AgentLimits)
+    test_timeout_s: float = 1800.0
+    flaky_reruns: int = 1
+    keep_workdirs: bool = False
+
+
+@dataclass
+class TrialResult:
+    instance_id: str
+    attempt: int
+    status: str  # resolved | unresolved | infra_error
+    resolved: bool | None
+    reward: float
+    tests: dict[str, str]
+    agent: str
+    exit_status: str = ""
+    reason: str = ""
+    failing_tests: list[str] = field(default_factory=list)
+    flaky_tests: list[str] = field(default_factory=list)
+    rewards: dict[str, float] = field(default_factory=dict)
+    patch_applied: bool | None = None
+    patch_lines: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    steps: int = 0
+    seconds: float = 0.0
+    seconds_agent: float = 0.0
+    seconds_grade: float = 0.0
+    try_: int = 1  # which infra retry produced this result (1 = the first)
+    trial_dir: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["try"] = d.pop("try_")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialResult:
+        d = dict(d)
+        d["try_"] = d.pop("try", 1)
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _copy_environment(src: Path, dest: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(*ENV_SKIP))
+    else:
+        dest.mkdir(parents=True)
+
+
+def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) -> EnvSpec:
+    if isinstance(task, SWETask):
+        repos = config.repos or RepoCache(config.cache_dir)
+        return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=task.setup,
+                       setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
+                       cache_dir=config.cache_dir, image=task.extra.get("image"),
+                       memory_mb=config.limits.memory_mb)  # fmt: skip
+    return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
+                   image=task.docker_image, dockerfile_dir=task.environment_dir if task.environment_dir.is_dir() else None,
+                   memory_mb=task.memory_mb or config.limits.memory_mb, cpus=task.cpus, network=task.allow_internet,
+                   cache_dir=config.cache_dir, protect_git=False)  # fmt: skip
+
+
+def _grade(
+    task, agent: BenchAgent, trial_dir: Path, config: TrialConfig, times: dict[str, float]
+) -> tuple[Grade, Any, str]:
+    limits = config.limits
+    if isinstance(task, TerminalTask) and task.agent_timeout_s and not limits.timeout_s:
+        limits = AgentLimits(limits.max_turns, task.agent_timeout_s, limits.max_cost_usd, limits.memory_mb)
+    env = make_environment(config.env, env_spec(task, trial_dir / "work", config))
+    outcome = None
+    patch = ""
+    try:
+        env.start()
+        t0 = time.monotonic()
+        outcome = agent.run(task, env, trial_dir, limits)
+        times["agent"] = time.monotonic() - t0
+        if outcome.infra_error:
+            return infra(outcome.infra_error), outcome, patch
+        if isinstance(task, SWETask):
+            patch = working_tree_diff(env.app_dir, task.base_commit)
+        elif (env.app_dir / ".git").exists():
+            patch = working_tree_diff(env.app_dir, "HEAD")
+        (trial_dir / "patch.diff").write_text(patch, encoding="utf-8")
+        t1 = time.monotonic()
+        if isinstance(task, TerminalTask):
+            # Harbor's default: the verifier runs where the agent worked, with the tests copied in only now
+            grade = grade_terminal(task, env, env.logs / "verifier")
+        else:
+            env.stop()
+            venv = make_environment(config.env, env_spec(task, trial_dir / "verify", config))
+            try:
+                venv.start()
+                grade = grade_swe(task, patch, venv, timeout_s=config.test_timeout_s, flaky_reruns=config.flaky_reruns)
+            finally:
+                venv.stop()
+        times["grade"] = time.monotonic() - t1
+        return grade, outcome, patch
+    finally:
+        env.stop()
+
+
+def run_trial(task: SWETask | TerminalTask, agent: BenchAgent, trial_dir: Path, config: TrialConfig,
+              attempt: int = 0, try_: int = 1) -> TrialResult:  # fmt: skip
+    trial_dir = Path(trial_dir).resolve()
+    shutil.rmtree(trial_dir, ignore_errors=True)  # what an interrupted try left is not this try's
+    trial_dir.mkdir(parents=True)
+    t0 = time.monotonic()
+    times: dict[str, float] = {}
+    outcome, patch = None, ""
+    try:
+        grade, outcome, patch = _grade(task, agent, trial_dir, config, times)
+    except InfraError as e:
+        grade = infra(str(e))
+    except Exception as e:  # noqa: BLE001 - a bug in one trial must not stop the run; it is kept, labelled
+        (trial_dir / "error.txt").write_text(traceback.format_exc())
+        grade = infra(f"internal error: {type(e).__name__}: {e} (see error.txt)")
+    stats = outcome.stats if outcome else {}
+    result = TrialResult(
+        instance_id=task.task_id, attempt=attempt, status=grade.status, resolved=grade.resolved,
+        reward=float(grade.reward), tests=grade.tests, agent=agent.name,
+        exit_status=outcome.exit_status if outcome else "", reason=grade.reason,
+        failing_tests=grade.failing_tests if grade.status != INFRA_ERROR else [], flaky_tests=grade.flaky_tests,
+        rewards=grade.rewards, patch_applied=grade.patch_applied, patch_lines=patch.count("\n"),
+        prompt_tokens=int(stats.get("prompt_tokens") or 0), completion_tokens=int(stats.get("completion_tokens") or 0),
+        cost_usd=float(stats.get("cost_usd") or 0.0), steps=int(stats.get("steps") or 0),
+        seconds=round(time.monotonic() - t0, 3), seconds_agent=round(times.get("agent", 0.0), 3),
+        seconds_grade=round(times.get("grade", 0.0), 3), try_=try_, trial_dir=str(trial_dir),
+    )  # fmt: skip
+    (trial_dir / "test_output.txt").write_text(grade.log, encoding="utf-8")
+    label_trajectory(trial_dir / "trajectory.jsonl", result, grade)
+    if not config.keep_workdirs:
+        for d in ("work/app", "verify/app", "work/tmp", "verify/tmp", "work/root", "verify/root"):
+            shutil.rmtree(trial_dir / d, ignore_errors=True)
+    write_json(trial_dir / "report.json", result.as_dict())
+    return result
+
+
+def label_trajectory(path: Path, result: TrialResult, grade: Grade) -> None:
+    """The grade as outcome labels on the agent's trajectory (later labels win when read back)."""
+    if not path.exists():
+        return
+    w = TrajectoryWriter(path)
+    w.write("outcome", labels={"bench": {"instance_id": result.instance_id, "attempt": result.attempt},
+                               "reward": result.reward, "resolved": result.resolved, "status": result.status,
+                               "tests_status": result.tests, "failing_tests": result.failing_tests,
+                               "flaky_tests": result.flaky_tests, "rewards": result.rewards})  # fmt: skip
+    w.close()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Whole or not at all: write a temporary file, fsync, rename."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,111 @@
+"""One trial end to end with each agent: oracle, nop, cmd, and glm5 against a scripted endpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.bench.agents import AgentLimits, make_agent
+from agent.bench.repos import RepoCache
+from agent.bench.tasks import load_swe_tasks, load_terminal_task
+from agent.bench.trial import TrialConfig, run_trial
+from agent.sandbox import probe
+from agent.trajectory import Trajectory
+from tests.agent.fake_model import reply
+
+pytestmark = pytest.mark.skipif(probe(False) is not None, reason="bubblewrap cannot run here")
+
+
+def config(tmp_path, **kw):
+    return TrialConfig(cache_dir=tmp_path / "cache", repos=RepoCache(tmp_path / "cache"), **kw)
+
+
+def test_oracle_resolves_nop_does_not(tmp_path, calc_tasks):
+    task = load_swe_tasks(calc_tasks)[0]
+    r = run_trial(task, make_agent("oracle"), tmp_path / "t" / "o", config(tmp_path))
+    assert r.status == "resolved" and r.resolved is True and r.reward == 1.0, r.reason
+    folder = tmp_path / "t" / "o"
+    assert "+    return a + b" in (folder / "patch.diff").read_text()
+    assert "PASSED test_add.py::test_add" in (folder / "test_output.txt").read_text()
+    assert json.loads((folder / "report.json").read_text())["tests"] == r.tests
+    assert not (folder / "work" / "app").exists()  # checkouts are removed, logs kept
+    n = run_trial(task, make_agent("nop"), tmp_path / "t" / "n", config(tmp_path))
+    assert n.status == "unresolved" and n.failing_tests == ["test_add.py::test_add"]
+    labels = Trajectory.load(tmp_path / "t" / "n" / "trajectory.jsonl").outcome()
+    assert labels["resolved"] is False and labels["tests_status"]["test_add.py::test_add"] == "FAILED"
+
+
+def test_cmd_agent_gets_the_task_on_stdin_and_in_env(tmp_path, calc_tasks):
+    task = load_swe_tasks(calc_tasks)[0]
+    cmd = "cat > /logs/agent/stdin.txt; printf %s \"$GLM5_TASK\" > /logs/agent/env.txt; sed -i 's/a - b/a + b/' calc.py"
+    r = run_trial(task, make_agent(f"cmd:{cmd}"), tmp_path / "c", config(tmp_path))
+    assert r.resolved is True, r.reason
+    logs = tmp_path / "c" / "work" / "logs" / "agent"
+    assert "add(2, 3) returns -1" in (logs / "stdin.txt").read_text()
+    assert (logs / "stdin.txt").read_text().strip() == (logs / "env.txt").read_text().strip()
+
+
+def test_agent_never_sees_tests_or_gold(tmp_path, calc_tasks):
+    task = load_swe_tasks(calc_tasks)[0]
+    cmd = "ls -R / 2>/dev/null | grep -c test_add > /logs/agent/seen.txt; ls /tests /solution > /logs/agent/ls.txt 2>&1; true"
+    run_trial(task, make_agent(f"cmd:{cmd}"), tmp_path / "c", config(tmp_path, keep_workdirs=True))
+    logs = tmp_path / "c" / "work" / "logs" / "agent"
+    assert "No such file" in (logs / "ls.txt").read_text()
+    assert not (tmp_path / "c" / "work" / "app" / "test_add.py").exists()
+
+
+def test_infra_failure_is_labelled(tmp_path, calc_tasks):
+    task = load_swe_tasks(calc_tasks)[0]
+    broken = type(task)(**{**task.__dict__, "repo": str(tmp_path / "gone")})
+    r = run_trial(broken, make_agent("oracle"), tmp_path / "x", config(tmp_path))
+    assert r.status == "infra_error" and r.resolved is None and "neither a folder" in r.reason
+
+
+def test_glm5_agent_fixes_the_bug_through_its_tools(tmp_path, calc_tasks, fake_model):
+    fake_model.script = [
+        reply("Looking.", tools=[("read", {"path": "calc.py"})]),
+        reply(
+            "Fixing.", tools=[("edit", {"path": "calc.py", "old_string": "return a - b", "new_string": "return a + b"})]
+        ),
+        reply("Checking.", tools=[("bash", {"command": "pwd && python -c 'from calc import add; print(add(2, 3))'"})]),
+        reply("Fixed add()."),
+    ]
+    task = load_swe_tasks(calc_tasks)[0]
+    agent = make_agent("glm5", base_url=fake_model.base_url, model="fake-glm", extra_body={"logprobs": True})
+    r = run_trial(task, agent, tmp_path / "g", config(tmp_path, limits=AgentLimits(max_turns=8)))
+    assert r.status == "resolved", r.reason
+    assert r.exit_status == "submitted" and r.steps == 4 and r.prompt_tokens == 400
+    traj = Trajectory.load(tmp_path / "g" / "trajectory.jsonl")
+    tool_results = [rec["result"] for rec in traj.records if rec.get("type") == "tool"]
+    assert "/app\n5" in tool_results[2]  # bash ran in the trial's /app
+    labels = traj.outcome()
+    assert labels["reward"] == 1.0 and labels["resolved"] is True
+    assert labels["tests_status"] == {"test_add.py::test_add": "PASSED", "test_mul.py::test_mul": "PASSED"}
+    assert any(s["logprobs"] for s in traj.samples())  # training-ready: the server's logprobs kept
+    # the agent saw the issue, never the tests or the fix
+    first = fake_model.requests[0]["messages"]
+    assert "add(2, 3) returns -1" in first[-1]["content"] and "test_add" not in json.dumps(first)
+
+
+def test_terminal_task_oracle_and_nop(tmp_path):
+    t = tmp_path / "hello"
+    (t / "environment").mkdir(parents=True)
+    (t / "environment" / "Dockerfile").write_text("FROM python:3.12-slim\nCOPY . /app/\n")
+    (t / "environment" / "seed.txt").write_text("seed\n")
+    (t / "tests").mkdir()
+    (t / "tests" / "test.sh").write_text(
+        '#!/bin/bash\nif [ "$(cat /app/hello.txt)" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+    )
+    (t / "solution").mkdir()
+    (t / "solution" / "solve.sh").write_text("echo hello > /app/hello.txt\n")
+    (t / "instruction.md").write_text("Write hello to /app/hello.txt\n")
+    (t / "task.toml").write_text('schema_version = "1.4"\n[verifier]\ntimeout_sec = 30\n')
+    task = load_terminal_task(t)
+    o = run_trial(task, make_agent("oracle"), tmp_path / "o", config(tmp_path))
+    assert o.status == "resolved" and o.reward == 1.0, o.reason
+    n = run_trial(task, make_agent("nop"), tmp_path / "n", config(tmp_path))
+    assert n.status == "unresolved" and n.reward == 0.0
+    (t / "tests" / "test.sh").write_text("exit 3\n")  # a verifier that writes no reward: never a zero
+    e = run_trial(load_terminal_task(t), make_agent("oracle"), tmp_path / "e", config(tmp_path))
+    assert e.status == "infra_error" and "no /logs/verifier/reward.txt" in e.reason
