@@ -27,7 +27,9 @@ trajectories, hooks, MCP, TUI and headless runs.
     builder.py      assembles a Session (all of the above) for an interface
     commands.py     slash commands, !cmd, @file mentions
     ui.py           AgentUI: the callbacks an interface implements (deltas, tool calls, approvals)
-    headless.py     `glm5 code -p`: text / json / stream-json output and exit codes
+    headless.py     `glm5 code -p`: text / json / stream-json output, refusals reported, exit codes; --undo / --rewind
+                    / --diff on a recorded session
+    endpoint.py     where the endpoint URL came from (flag / env / settings / built-in); a refused local one fails fast
     tui/            the Textual app
 
 Life of a task: interface -> builder.build_session -> Agent.run(task) -> ChatClient.query -> tool_call.run_call

@@ -3,6 +3,7 @@
     /help               this list
     /undo               undo the last turn: code and conversation
     /rewind [N]         without N: list the turns; with N: undo the last N turns
+    /diff               what this session changed in the working tree so far
     /compact [focus]    summarize the conversation now (instruction files are put back)
     /model [NAME]       show or switch the model
     /mode [MODE]        show or switch the permission mode (ask, accept-edits, plan, auto)
@@ -64,6 +65,8 @@ def handle(session: Any, line: str) -> CommandResult:
                 return CommandResult("/rewind N undoes the last N turns:\n" + "\n".join(lines))
             rec = agent.rewind(int(arg))
             return CommandResult(f"rewound to before turn {rec['to_turn']}" + _saved(rec))
+        if name == "/diff":
+            return CommandResult(session_diff(agent) or "this session has changed nothing")
         if name == "/compact":
             ok = agent.compact(focus=arg or None, reason="user")
             return CommandResult("compacted" if ok else "compaction was blocked by a hook", error=not ok)
@@ -90,6 +93,24 @@ def handle(session: Any, line: str) -> CommandResult:
     except (ValueError, RuntimeError) as e:
         return CommandResult(str(e), error=True)
     return CommandResult(f"unknown command {name}; /help lists them", error=True)
+
+
+def session_diff(agent: Any) -> str:
+    """The unified diff from the working tree at the session's first turn to the working tree now (untracked
+    files included: both ends are checkpoints)."""
+    from agent.git_safe import git
+    from agent.outcomes import first_checkpoint
+
+    if not (agent.checkpoints and agent.checkpoints.enabled):
+        raise RuntimeError("no checkpoints here (not a git repository): the session's changes are unknown")
+    first = first_checkpoint(agent)
+    now = agent.checkpoints.snapshot("diff")
+    if first is None or now is None:
+        return ""
+    r = git(agent.env.root, "diff", "--no-color", "--no-ext-diff", "--no-textconv", first, now.commit, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"git diff failed: {r.stderr.strip()[:300]}")
+    return r.stdout
 
 
 def _saved(rec: dict[str, Any]) -> str:

@@ -132,3 +132,43 @@ def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
         ui.emit(summary)
     ui.out.flush()
     return code
+
+
+class NoModel:
+    """The model of a session opened only to undo, rewind or diff it: these never call it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.cancel_event = threading.Event()
+
+    def query(self, *a: Any, **k: Any) -> Any:
+        raise APIError("this session was opened without a model endpoint")
+
+
+def run_session_command(session: Any, line: str, output_format: str = "text", out: TextIO | None = None,
+                        err: TextIO | None = None) -> int:  # fmt: skip
+    """`glm5 code --undo / --rewind N / --diff`: one slash command on a recorded session, without the model.
+    Exit 0 done, 2 when it cannot be done (nothing to undo, N out of range, not a git repository)."""
+    from agent import commands
+    from agent.outcomes import labels
+
+    out, err = out or sys.stdout, err or sys.stderr
+    agent = session.agent
+    try:
+        res = commands.handle(session, line)
+        name, _, arg = line.partition(" ")
+        if not res.error and (name == "/undo" or (name == "/rewind" and arg.strip())):
+            agent.writer.write("outcome", labels=labels(agent))  # files_changed / diff_kept after the undo
+    finally:
+        agent.env.close()
+        session.close()
+    code = EXIT_BAD_INPUT if res.error else EXIT_OK
+    if output_format == "text":
+        (err if res.error else out).write(res.text.rstrip("\n") + "\n")
+    else:
+        event = {"type": "result", "command": line, "session_id": session.id, "is_error": res.error,
+                 "result": res.text, "trajectory": str(session.path)}  # fmt: skip
+        out.write(json.dumps(event, ensure_ascii=False) + "\n")
+    out.flush()
+    return code

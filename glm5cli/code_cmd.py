@@ -29,8 +29,26 @@ def code(
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run commands without bubblewrap."),
     sessions_dir: str = typer.Option(None, "--sessions-dir", help="Where trajectories go (default .glm5/sessions)."),
     cwd: Path = typer.Option(Path("."), "--cwd", help="Working folder (inside the repository)."),
+    undo: bool = typer.Option(
+        False,
+        "--undo",
+        help="Undo the last turn of the latest (or given) session: code and conversation. No model is called.",
+    ),  # fmt: skip
+    rewind: int = typer.Option(
+        None,
+        "--rewind",
+        min=0,
+        metavar="N",
+        help="Undo the last N turns of the latest (or given) session; 0 lists the turns.",
+    ),  # fmt: skip
+    diff: bool = typer.Option(False, "--diff", help="Print what the latest (or given) session changed so far."),
 ) -> None:
-    """Run the coding agent in the current git repository."""
+    """Run the coding agent in the current git repository.
+
+    Headless: `glm5 code -p "task"` (exit codes: 0 done, 1 error, 2 bad input, 3 limit reached, 4 done but some
+    tool calls were refused, 130 interrupted). Session commands without the model: `glm5 code --undo`,
+    `--rewind N`, `--diff`, on the latest session or the one named by ID.
+    """
     from agent.headless import EXIT_BAD_INPUT, FORMATS, HeadlessUI, run_headless
     from agent.settings import SettingsError, load_settings
 
@@ -59,7 +77,30 @@ def code(
         settings = load_settings(git_root(cwd.resolve()) or cwd.resolve(), flags)
     except (SettingsError, ValueError) as e:
         fail(str(e), code=EXIT_BAD_INPUT)
+    actions = [a for a, on in (("/undo", undo), (f"/rewind {rewind or ''}".strip(), rewind is not None),
+                                ("/diff", diff)) if on]  # fmt: skip
+    if actions:
+        if len(actions) > 1 or prompt is not None:
+            fail("--undo, --rewind and --diff go alone (not with each other or -p)", code=EXIT_BAD_INPUT)
+        from agent.builder import build_session
+        from agent.headless import NoModel, run_session_command
+
+        try:
+            session = build_session(cwd, settings, HeadlessUI(output_format), resume=session_id,
+                                    continue_latest=session_id is None, model=NoModel())  # fmt: skip
+        except (FileNotFoundError, ValueError) as e:
+            fail(str(e), code=EXIT_BAD_INPUT)
+        raise typer.Exit(run_session_command(session, actions[0], output_format))
+
     p = settings.provider
+    from agent.endpoint import check, origin
+
+    unreachable = check(p.base_url, origin(settings, base_url))
+    if unreachable:  # exit 1 (EXIT_ERROR), as for any endpoint error
+        from rich.markup import escape
+
+        message, _, hint = unreachable.partition("\n")
+        fail(escape(message), code=1, hint=escape(hint))
     if p.api_key_env and not p.api_key and not p.base_url.startswith(("http://127.", "http://localhost")):
         # a warning, not an error: a self-hosted endpoint may need no key; a hosted one will answer 401 (exit 1)
         err_console.print(f"[yellow]warning:[/] ${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})")

@@ -77,3 +77,93 @@ def test_nothing_refused_is_exit_0_with_an_empty_list(env):
     fake.script = [reply(tools=[("read", {"path": "a.txt"})]), reply("alpha")]
     r = code(repo, fake, "-p", "read a", "--output-format", "json")
     assert r.exit_code == 0 and json.loads(r.stdout)["denied"] == [] and "refused" not in r.stderr
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_diff_undo_and_rewind_work_headless_on_the_latest_or_a_named_session(env):
+    repo, fake = env
+    fake.script = [reply(tools=[("write", {"path": "b.txt", "content": "beta\n"})]), reply("made b")]
+    assert code(repo, fake, "-p", "make b", "--approval", "auto").exit_code == 0
+    fake.script = [reply(tools=[("write", {"path": "c.txt", "content": "gamma\n"})]), reply("made c")]
+    r = code(repo, fake, "-p", "make c", "--approval", "auto", "--continue", "--output-format", "json")
+    sid = json.loads(r.stdout)["session_id"]
+    n_requests = len(fake.requests)
+
+    r = code(repo, fake, "--diff")
+    assert r.exit_code == 0, r.output
+    assert "+++ b/b.txt" in r.stdout and "+++ b/c.txt" in r.stdout and "+beta" in r.stdout
+    r = code(repo, fake, "--rewind", "0")
+    assert r.exit_code == 0 and "1: 'make c'" in r.stdout and "2: 'make b'" in r.stdout
+
+    r = code(repo, fake, "--undo", "--output-format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["session_id"] == sid and "undid turn 2" in out["result"]
+    assert (repo / "b.txt").exists() and not (repo / "c.txt").exists()
+
+    other = code(repo, fake, "-p", "hello")  # a newer session: `--undo SID` must still find the first one
+    assert other.exit_code == 0
+    r = code(repo, fake, "--undo", sid)
+    assert r.exit_code == 0, r.output
+    assert not (repo / "b.txt").exists()
+    r = code(repo, fake, "--undo", sid)
+    assert r.exit_code == 2 and "nothing to undo" in r.stderr
+    r = code(repo, fake, "--diff", sid)
+    assert r.exit_code == 0 and "changed nothing" in r.stdout
+    # none of these called the model, and the undone conversation is what a resume continues from
+    assert len(fake.requests) == n_requests + 1
+    fake.script = [reply("fresh")]
+    assert code(repo, fake, "-p", "again", "--resume", sid).exit_code == 0
+    assert [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"] == ["again"]
+
+
+def test_rewind_out_of_range_and_mixed_flags_are_bad_input(env):
+    repo, fake = env
+    fake.script = [reply("hi")]
+    assert code(repo, fake, "-p", "one").exit_code == 0
+    r = code(repo, fake, "--rewind", "5")
+    assert r.exit_code == 2 and "can rewind 1..1 turns, not 5" in r.stderr
+    assert code(repo, fake, "--undo", "--diff").exit_code == 2
+    assert code(repo, fake, "--undo", "-p", "x").exit_code == 2
+
+
+def test_unreachable_local_endpoint_names_where_the_url_came_from(env, monkeypatch):
+    repo, _ = env
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    base = ["code", "--cwd", str(repo), "--no-sandbox", "-p", "hi"]
+
+    r = runner.invoke(app, [*base, "--base-url", url])
+    assert r.exit_code == 1 and f"no model server at {url}" in r.stderr and "--base-url flag" in r.stderr
+    assert r.stderr.count("refused") == 1  # one line said once, no retries
+
+    monkeypatch.setenv("GLM5_BASE_URL", url)
+    r = runner.invoke(app, base)
+    assert r.exit_code == 1 and "$GLM5_BASE_URL" in r.stderr
+    monkeypatch.delenv("GLM5_BASE_URL")
+
+    cfg = repo.parent / "cfg"
+    cfg.mkdir(exist_ok=True)
+    (cfg / "config.toml").write_text(f'[providers.local]\nbase_url = "{url}"\n')
+    r = runner.invoke(app, base)
+    said = " ".join(r.stderr.split())  # rich wraps long lines
+    assert r.exit_code == 1 and f"[providers.local] base_url in {cfg / 'config.toml'}" in said, said
+    assert f"glm5 serve CHECKPOINT --port {port}" in said
+    assert not list(repo.glob(".glm5/sessions/*.jsonl"))  # failed before a session was made
+
+
+def test_endpoint_origin_of_the_builtin_default(tmp_path, monkeypatch):
+    from agent.endpoint import origin
+    from agent.settings import load_settings
+
+    monkeypatch.setenv("GLM5_CONFIG_DIR", str(tmp_path))
+    monkeypatch.delenv("GLM5_BASE_URL", raising=False)
+    s = load_settings(tmp_path, {})
+    assert "built-in provider 'local'" in origin(s) and s.provider.base_url == "http://127.0.0.1:8000/v1"
