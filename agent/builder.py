@@ -12,6 +12,7 @@ from typing import Any
 
 from agent import context
 from agent.checkpoints import Checkpoints, git_root
+from agent.child_env import scrubbed_env
 from agent.client import ChatClient, ClientConfig
 from agent.environment import Environment
 from agent.hooks import Hooks
@@ -70,10 +71,23 @@ def build_session(
         sid = new_id()
         path = folder / f"{sid}.jsonl"
 
-    sandbox = Sandbox(settings.sandbox, settings.network)
+    sandbox = Sandbox(settings.sandbox, settings.network, getattr(settings, "limits_for_sandbox", None))
     if sandbox.warning:
         warnings.append(sandbox.warning)
-    env = Environment(root, cwd, sandbox, scratch_dir(root, sid), settings.additional_dirs)
+    if getattr(settings, "ignored", ()):
+        warnings.append(
+            f"{root} is not a trusted folder: its settings that widen permissions are ignored "
+            f"({', '.join(settings.ignored)}); trust it with `glm5 code --trust` if you wrote them"
+        )
+    env = Environment(
+        root,
+        cwd,
+        sandbox,
+        scratch_dir(root, sid),
+        settings.additional_dirs,
+        env=scrubbed_env(getattr(settings, "env", None), getattr(settings, "pass_env", ())),
+        limits=getattr(settings, "limits_for_sandbox", None),
+    )
 
     registry = ToolRegistry()
     pctx = PluginContext(settings=settings, env=env)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.child_env import scrubbed_env
+from agent.redact import Redactor
 from agent.sandbox import Sandbox, SandboxLimits, limit_argv
 
 
@@ -73,6 +74,7 @@ class Environment:
         # Commands never inherit the agent's environment (API keys): an allowlist, plus what settings add.
         self.env = scrubbed_env() if env is None else env
         self.limits = limits
+        self.redactor = Redactor()
         self.interrupt: threading.Event | None = None  # set by the interface (Esc): the running command is killed
         self.jobs: dict[int, BackgroundJob] = {}
         self._n_outputs = 0
@@ -149,7 +151,8 @@ class Environment:
             return res
         self._n_outputs += 1
         path = self.scratch_dir / f"output-{self._n_outputs}.txt"
-        path.write_text(res.output, encoding="utf-8")
+        # redacted like the trajectory: nothing glm5 writes to disk holds a key the output happened to print
+        path.write_text(self.redactor.text(res.output), encoding="utf-8")
         half = self.inline_chars // 2
         elided = len(res.output) - 2 * half
         res.output = (

@@ -5,7 +5,10 @@ Precedence (ARCHITECTURE.md): flags > environment `GLM5_*` > files > defaults. F
     <repo>/.glm5/settings.toml                                           the repository's, shared in git
     <repo>/.glm5/settings.local.toml                                     the repository's, this machine only
 Tables merge key by key; the permission rule lists and hooks are concatenated, so a repository can add rules
-but never drop a global `deny`.
+but never drop a global `deny`. A repository's files are someone else's input: until the user trusts the folder
+(agent/trust.py: the TUI's prompt, `--trust`, `trusted_folders` in the user's config) only what narrows applies
+(deny / ask rules, a stricter mode, sandbox on, network off, limits); what widens is listed in
+`Settings.ignored` and has no effect.
 
     provider = "local"                 # which [providers.*] entry to use
     [providers.local]
@@ -20,7 +23,8 @@ but never drop a global `deny`.
                 send_reasoning (false: strip reasoning_content from the history sent back)
     [permissions] mode = "ask" | "accept-edits" | "plan" | "auto"; allow / ask / deny = ["bash(git push)", ...];
                 additional_dirs = ["/abs/path"]
-    [sandbox]   enabled = true, network = false
+    [sandbox]   enabled = true, network = false, env = { NAME = "value" }, pass_env = ["NAME"] (variables
+                commands get beyond the allowlist of agent/child_env.py), memory_mb, cpu_s, file_mb (limits)
     [hooks]     PreToolUse = [{ matcher = "bash", command = "./check.sh" }], ...
     [mcp_servers.NAME]  command = "...", args = [...], env = {...}   or   url = "http://host/mcp"
     [sessions]  dir = "/somewhere"     # default <repo>/.glm5/sessions
@@ -103,6 +107,17 @@ class Settings:
     temperature: float | None = None
     send_reasoning: bool = True
     sources: tuple[str, ...] = ()  # files that contributed, for `glm5 code --help`-style diagnostics
+    env: dict[str, str] = field(default_factory=dict)  # [sandbox] env: set for every command
+    pass_env: tuple[str, ...] = ()  # [sandbox] pass_env: host variables commands may see
+    sandbox_limits: tuple[tuple[str, int], ...] = ()  # [sandbox] memory_mb / cpu_s / file_mb
+    trusted: bool = True  # the repository's own settings were applied in full
+    ignored: tuple[str, ...] = ()  # repository settings that would widen permissions, ignored until trusted
+
+    @property
+    def limits_for_sandbox(self):
+        from agent.sandbox import SandboxLimits
+
+        return SandboxLimits(**dict(self.sandbox_limits)) if self.sandbox_limits else None
 
 
 def config_dir() -> Path:
@@ -141,17 +156,82 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_settings(root: Path | None = None, flags: dict[str, Any] | None = None) -> Settings:
-    """Resolve settings for a repository. `flags` holds only what the user passed (None values are ignored)."""
+STRICTNESS = {"auto": 0, "accept-edits": 1, "ask": 2, "plan": 3}
+_SAFE_PROVIDER_KEYS = ("model", "context_window", "input_cost_per_mtok", "output_cost_per_mtok")
+_LIMIT_KEYS = ("memory_mb", "cpu_s", "file_mb")
+
+
+def narrow(repo: dict[str, Any], user_mode: str, saved_rules: list[str] = ()) -> tuple[dict[str, Any], list[str]]:
+    """The part of an untrusted repository's settings that only narrows, and the keys left out."""
+    out: dict[str, Any] = {}
+    ignored: list[str] = []
+    for k, v in repo.items():
+        if k == "agent":
+            out[k] = v
+        elif k == "providers" and isinstance(v, dict):
+            for name, p in v.items():
+                if not isinstance(p, dict):
+                    continue
+                keep = {pk: pv for pk, pv in p.items() if pk in _SAFE_PROVIDER_KEYS}
+                ignored += [f"providers.{name}.{pk}" for pk in p if pk not in keep]
+                if keep:
+                    out.setdefault("providers", {})[name] = keep
+        elif k == "permissions" and isinstance(v, dict):
+            perms: dict[str, Any] = {}
+            for pk, pv in v.items():
+                if pk in ("deny", "ask"):
+                    perms[pk] = pv
+                elif pk == "allow":
+                    kept = [r for r in pv if r in saved_rules]  # rules the user saved for this folder
+                    if kept:
+                        perms["allow"] = kept
+                    if len(kept) < len(pv):
+                        ignored.append("permissions.allow")
+                elif pk == "mode" and STRICTNESS.get(pv, -1) >= STRICTNESS.get(user_mode, 2):
+                    perms[pk] = pv
+                else:
+                    ignored.append(f"permissions.{pk}")
+            out["permissions"] = perms
+        elif k == "sandbox" and isinstance(v, dict):
+            sb = {}
+            for sk, sv in v.items():
+                if (sk == "enabled" and sv is True) or (sk == "network" and sv is False):
+                    sb[sk] = sv
+                else:
+                    ignored.append(f"sandbox.{sk}")
+            out["sandbox"] = sb
+        else:
+            ignored.append(k)
+    return out, ignored
+
+
+def load_settings(
+    root: Path | None = None, flags: dict[str, Any] | None = None, trusted: bool | None = None
+) -> Settings:
+    """Resolve settings for a repository. `flags` holds only what the user passed (None values are ignored);
+    `flags["trust"]` (or `trusted`) applies the repository's own settings in full for this run."""
+    from agent import trust
+
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     data: dict[str, Any] = {}
     sources = []
-    files = [config_dir() / "config.toml"]
+    user_file = config_dir() / "config.toml"
+    if user_file.is_file():
+        data = _read_toml(user_file)
+        sources.append(str(user_file))
+    ignored: list[str] = []
+    if trusted is None:
+        trusted = bool(flags.get("trust")) or root is None or trust.is_trusted(root, data)
     if root is not None:
-        files += [root / ".glm5" / "settings.toml", root / ".glm5" / "settings.local.toml"]
-    for f in files:
-        if f.is_file():
-            data = _merge(data, _read_toml(f))
+        user_mode = (data.get("permissions") or {}).get("mode", "ask")
+        for f in (root / ".glm5" / "settings.toml", root / ".glm5" / "settings.local.toml"):
+            if not f.is_file():
+                continue
+            repo_data = _read_toml(f)
+            if not trusted:
+                repo_data, left_out = narrow(repo_data, user_mode, trust.user_rules(root))
+                ignored += [f"{f.name}: {k}" for k in left_out]
+            data = _merge(data, repo_data)
             sources.append(str(f))
 
     env = os.environ
@@ -198,6 +278,13 @@ def load_settings(root: Path | None = None, flags: dict[str, Any] | None = None)
     if mode not in MODES:
         raise SettingsError(f"permission mode {mode!r} is not one of {', '.join(MODES)}")
     sb = data.get("sandbox") or {}
+    for key in ("env", "pass_env"):
+        if key in sb and not isinstance(sb[key], dict if key == "env" else list):
+            raise SettingsError(f"[sandbox] {key} must be a {'table' if key == 'env' else 'list of names'}")
+    try:
+        sandbox_limits = tuple((k, int(sb[k])) for k in _LIMIT_KEYS if sb.get(k) is not None)
+    except (TypeError, ValueError) as e:
+        raise SettingsError(f"[sandbox] limits must be whole numbers: {e}") from None
     hooks = {e: tuple(h) for e, h in (data.get("hooks") or {}).items()}
     sessions_dir = flags.get("sessions_dir") or env.get("GLM5_SESSIONS_DIR") or (data.get("sessions") or {}).get("dir")
     return Settings(
@@ -218,4 +305,71 @@ def load_settings(root: Path | None = None, flags: dict[str, Any] | None = None)
         temperature=a.get("temperature"),
         send_reasoning=bool(a.get("send_reasoning", True)),
         sources=tuple(sources),
+        env={str(k): str(v) for k, v in (sb.get("env") or {}).items()},
+        pass_env=tuple(str(n) for n in sb.get("pass_env") or ()),
+        sandbox_limits=sandbox_limits,
+        trusted=trusted,
+        ignored=tuple(dict.fromkeys(ignored)),
     )
+
+
+def save_rule(rule: str, kind: str = "allow", scope: str = "repo", root: Path | None = None) -> Path:
+    """Append a permission rule to the repository's `.glm5/settings.local.toml` (scope "repo"; the rule is also
+    remembered in the user's trusted list, so it applies while the folder is untrusted) or to the user's
+    config.toml (scope "user"). The rule is checked first; the file's other content is kept as it is."""
+    from agent import trust
+    from agent.permissions import Rule
+
+    if kind not in ("allow", "ask", "deny"):
+        raise SettingsError(f"rule kind {kind!r} is not one of allow, ask, deny")
+    if scope not in ("repo", "user"):
+        raise SettingsError(f"scope {scope!r} is not one of repo, user")
+    try:
+        Rule.parse(rule)
+    except ValueError as e:
+        raise SettingsError(str(e)) from None
+    if scope == "repo":
+        if root is None:
+            raise SettingsError("save_rule(scope='repo') needs the repository root")
+        path = Path(root) / ".glm5" / "settings.local.toml"
+    else:
+        path = config_dir() / "config.toml"
+    data = _read_toml(path) if path.is_file() else {}
+    perms = data.get("permissions") or {}
+    rules = list(perms.get(kind) or [])
+    if rule not in rules:
+        rules.append(rule)
+        _write_rules(path, kind, rules)
+    if scope == "repo" and kind == "allow":
+        trust.add_user_rule(Path(root), rule)
+    return path
+
+
+def _write_rules(path: Path, kind: str, rules: list[str]) -> None:
+    """Rewrite only the `kind = [...]` line of [permissions] (adding the table or the line when missing), so the
+    user's comments and layout elsewhere survive."""
+    import json
+    import re
+
+    line = f"{kind} = {json.dumps(rules)}"
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    m = re.search(r"(?ms)^\[permissions\]\s*$(.*?)(?=^\[|\Z)", text)
+    if m is None:
+        text = text + ("" if not text or text.endswith("\n") else "\n") + f"\n[permissions]\n{line}\n"
+    else:
+        body = m.group(1)
+        km = re.search(rf"(?ms)^{kind}\s*=\s*\[.*?\]\s*$", body)
+        body = body[: km.start()] + line + body[km.end() :] if km else "\n" + line + body
+        text = text[: m.start(1)] + body + text[m.end(1) :]
+    _read_toml_text(text, path)  # never leave a file that no longer parses
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_toml_text(text: str, path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"{path}: the rule could not be saved without breaking the file: {e}") from None

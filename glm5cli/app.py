@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from glm5cli import bench_cmd, code_cmd, finetune_cmd, model_cmd, serve_cmd
+from glm5cli import bench_cmd, code_cmd, doctor_cmd, finetune_cmd, model_cmd, serve_cmd
 
 app = typer.Typer(
     name="glm5",
@@ -26,6 +26,7 @@ app.add_typer(
 )
 app.add_typer(bench_cmd.app, name="bench", help="Run agentic and serving benchmarks; reports CI can read.")
 app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and quantize GLM-5 checkpoints.")
+app.command("doctor", help="Check which protections (sandbox, network, git, environment) work here.")(doctor_cmd.doctor)
 
 
 def main() -> None:

@@ -29,6 +29,9 @@ def code(
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run commands without bubblewrap."),
     sessions_dir: str = typer.Option(None, "--sessions-dir", help="Where trajectories go (default .glm5/sessions)."),
     cwd: Path = typer.Option(Path("."), "--cwd", help="Working folder (inside the repository)."),
+    trust: bool = typer.Option(False, "--trust", help="Trust this repository's own .glm5 settings for this run "
+                               "(otherwise they may only narrow permissions)."),  # fmt: skip
+    sandbox_check: bool = typer.Option(False, "--sandbox-check", help="Say which protections work here and exit."),
     undo: bool = typer.Option(
         False,
         "--undo",
@@ -70,7 +73,12 @@ def code(
         "deny": tuple(deny or ()),
         "sessions_dir": sessions_dir,
         "sandbox": False if no_sandbox else None,
+        "trust": trust or None,
     }
+    if sandbox_check:
+        from glm5cli.doctor_cmd import show_checks
+
+        raise typer.Exit(show_checks(cwd, output_format == "json"))
     try:
         from agent.checkpoints import git_root
 

@@ -35,6 +35,7 @@ class RecordingUI(AgentUI):
 
 
 def make_session(repo: Path, fake, ui: AgentUI | None = None, flags: dict[str, Any] | None = None, **kw):
-    flags = {"base_url": fake.base_url, "model": "fake-glm", "sandbox": False, **(flags or {})}
+    # "trust": the tests' repositories are the user's own, so their .glm5 settings (hooks, MCP servers) apply
+    flags = {"base_url": fake.base_url, "model": "fake-glm", "sandbox": False, "trust": True, **(flags or {})}
     settings = load_settings(repo, flags)
     return build_session(repo, settings, ui or RecordingUI(), **kw)
