@@ -21,7 +21,7 @@ class EngineChoice(str, Enum):
 def serve(
     model: str = typer.Argument(..., help="Checkpoint directory (or, with --engine sglang|vllm, a hub id)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on (0: any free port; the ready line names it)."),
     api_key: str | None = typer.Option(
         None, "--api-key", envvar="GLM5_API_KEY", help="Require this bearer token (env GLM5_API_KEY)."
     ),
@@ -50,6 +50,12 @@ def serve(
         "auto",
         help="Weights and KV cache of the embedded engine: auto (bfloat16 on a GPU, float32 on CPU, where it "
         "decodes faster), float32 or bfloat16 (on CPUs with AMX, bfloat16 prefills long prompts 1.2-2x faster).",
+    ),
+    max_body_mb: float = typer.Option(
+        32.0, min=0.001, help="Largest request body accepted, MB; larger ones get 413 (embedded engine)."
+    ),
+    access_log: bool = typer.Option(
+        True, "--access-log/--no-access-log", help="Log one line per request (embedded engine)."
     ),
     engine: EngineChoice = typer.Option(EngineChoice.embedded, help="embedded, or an external engine to launch."),
     dry_run: bool = typer.Option(
@@ -123,6 +129,8 @@ def serve(
             dtype=dtype,
             draft_vocab=vocab,
             adapt=adapt,
+            max_body_mb=max_body_mb,
+            access_log=access_log,
         )
         raise typer.Exit(code)
 

@@ -2,7 +2,10 @@
 
 TTFT is the time to the first chunk that carries generated text (or reasoning); ITL is every gap after that;
 token counts come from the server's `usage` (requested with `stream_options.include_usage`), falling back to the
-number of text-bearing chunks when a server sends none.
+number of text-bearing chunks when a server sends none. The stream is read with httpx-sse (`aconnect_sse`).
+
+`api_url(base_url, path)`: the server may be given as `http://host:port` or `http://host:port/v1` (what
+`glm5 code` and the openai client take); both reach `/v1/...`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
+from httpx_sse import aconnect_sse
 
 from serve.bench.dataset import BenchRequest
 
@@ -26,6 +30,14 @@ class RequestResult:
     output_tokens: int = 0
     text: str = ""
     error: str = ""
+
+
+def api_url(base_url: str, path: str) -> str:
+    """`path` (e.g. "/chat/completions") under the server's /v1, whether or not `base_url` already ends in it."""
+    root = base_url.rstrip("/")
+    if not root.endswith("/v1"):
+        root += "/v1"
+    return root + path
 
 
 def build_body(req: BenchRequest, api: str, model: str, stream: bool, ignore_eos: bool) -> dict:
@@ -65,7 +77,7 @@ async def send_request(
     ignore_eos: bool = True,
 ) -> RequestResult:
     """POST one request to `base_url`/v1/(chat/)completions; never raises, failures are in the result."""
-    url = base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
+    url = api_url(base_url, "/chat/completions" if api == "chat" else "/completions")
     res = RequestResult()
     body = build_body(req, api, model, stream, ignore_eos)
     start = time.perf_counter()
@@ -86,17 +98,15 @@ async def send_request(
         last = None
         pieces: list[str] = []
         chunks_with_text = 0
-        async with client.stream("POST", url, json=body) as r:
+        async with aconnect_sse(client, "POST", url, json=body) as source:
+            r = source.response
             if r.status_code != 200:
                 res.error = f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:200]}"
                 return res
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
+            async for event in source.aiter_sse():
+                if event.data == "[DONE]":
                     break
-                chunk = json.loads(payload)
+                chunk = json.loads(event.data)
                 if "error" in chunk:
                     res.error = str(chunk["error"])
                     return res

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from serve.bench.client import RequestResult, send_request
+from serve.bench.client import RequestResult, api_url, send_request
 from serve.bench.dataset import BenchRequest
 from serve.bench.metrics import summarize
 
@@ -36,7 +36,7 @@ class BenchError(RuntimeError):
 
 
 async def discover_model(client: httpx.AsyncClient, base_url: str) -> str:
-    url = base_url.rstrip("/") + "/v1/models"
+    url = api_url(base_url, "/models")
     try:
         r = await client.get(url)
     except httpx.HTTPError as e:

@@ -21,6 +21,7 @@ from serve.http.auth import BearerAuth
 from serve.http.engine_protocol import AsyncEngine, EngineBusy
 from serve.http.errors import APIError, install_error_handlers
 from serve.http.generation import Generation
+from serve.http.middleware import AccessLog, BodyLimit, BodyTooLarge, too_large
 from serve.http.settings import ServerSettings
 from serve.http.state import ServerState
 
@@ -74,6 +75,10 @@ def create_app(
     async def _busy(_request: Request, exc: EngineBusy):
         state.metrics.rejected += 1
         return APIError(429, f"the engine's queue is full ({exc}); retry later", code="server_busy").response()
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(_request: Request, exc: BodyTooLarge):
+        return too_large(exc.limit).response()
 
     @app.post("/v1/chat/completions")
     async def _chat(request: Request):
@@ -140,6 +145,10 @@ def create_app(
         text = state.metrics.render(state.engine_metrics(), state.in_flight)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    # Added last = outermost: the access log sees every answer, a 401 or a 413 included.
     if settings.api_key:
         app.add_middleware(BearerAuth, api_key=settings.api_key)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.access_log:
+        app.add_middleware(AccessLog)
     return app

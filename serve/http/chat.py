@@ -38,6 +38,7 @@ from serve.http.constraints import chat_constraint, forces_tool_call
 from serve.http.errors import bad_request
 from serve.http.generation import Generation, Result
 from serve.http.logprobs import chat_logprobs
+from serve.http.messages import check_messages
 from serve.http.protocol import ChatCompletionRequest, parse_body
 from serve.http.state import ServerState, choice_seed, new_id
 from serve.http.streaming import chunk_writer, drain, event_stream, merged
@@ -128,6 +129,7 @@ async def chat_completions(state: ServerState, request: Request):
         raise bad_request(f"n is {req.n}; at most {state.settings.max_n}", param="n")
     if req.top_logprobs is not None and req.top_logprobs > state.settings.max_top_logprobs:
         raise bad_request(f"top_logprobs is at most {state.settings.max_top_logprobs}", param="top_logprobs")
+    check_messages(req.messages)
     prompt = build_prompt(state, req)
     limit_param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     max_tokens = state.max_new_tokens(len(prompt.ids), req.completion_limit, "messages", limit_param)

@@ -1,10 +1,17 @@
-"""`run_embedded(...)`: what `glm5 serve MODEL_DIR` does: load the checkpoint with a progress display, build the
-app, and run uvicorn until interrupted. The engine thread is shut down on the way out.
+"""`run_embedded(...)`: what `glm5 serve MODEL_DIR` does: bind the port, load the checkpoint with a progress
+display, build the app, and run uvicorn on the bound socket until interrupted. The engine thread is shut down on
+the way out.
+
+The port is bound first, so a port in use is reported at once rather than after the weights loaded, and
+`--port 0` gets a real port from the OS, which the ready line prints. Memory: unless told (`--kv-cache-gib`),
+the KV cache is sized to what `max_num_seqs` sequences of the full context can use, at most 1 GiB -- a 1 GiB
+cache of zeros for a 5 MB model was most of the server's resident memory.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +23,29 @@ def checkpoint_summary(model_dir: Path) -> str:
     files = sorted(model_dir.glob("*.safetensors"))
     size = sum(f.stat().st_size for f in files)
     return f"{len(files)} file(s), {size / 2**30:.2f} GiB"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (not yet listening: clients are refused, not queued, while the model loads)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        hint = "; pick another with --port (0: any free port)" if e.errno in (98, 48, 10048) else ""
+        raise SystemExit(f"cannot listen on {host}:{port}: {e.strerror or e}{hint}") from None
+    return sock
+
+
+def default_kv_cache_gib(cfg, dtype, max_num_seqs: int, max_model_len: int | None, cap_gib: float = 1.0) -> float:
+    """KV memory for `max_num_seqs` sequences of the whole context, at most `cap_gib`."""
+    from serve.engine.kv_cache import KVCache
+
+    context = max_model_len or cfg.max_position_embeddings
+    need = max_num_seqs * context * KVCache.bytes_per_token(cfg, dtype) / 2**30
+    return min(cap_gib, need)
 
 
 def load_engine(
@@ -58,6 +88,12 @@ def load_engine(
     t0 = time.monotonic()
     with console.status(f"loading {model_dir} ({checkpoint_summary(model_dir)}) onto {device}...", spinner="dots"):
         model = GLM5ForCausalLM.from_pretrained(model_dir, dtype=resolve_dtype(dtype, device), device=device)
+        if not kv_cache_gib:
+            from serve.engine.config import EngineConfig
+
+            seqs = max_num_seqs or EngineConfig.max_num_seqs
+            param_dtype = next(model.parameters()).dtype
+            kwargs["kv_cache_gib"] = default_kv_cache_gib(model.config, param_dtype, seqs, max_model_len)
         if adapt is not None:
             model = adapt(model)
         if quant == "int4":
@@ -93,6 +129,8 @@ def run_embedded(
     dtype: str = "auto",
     draft_vocab: tuple[int, ...] | None = None,
     adapt: Callable | None = None,
+    max_body_mb: float = 32.0,
+    access_log: bool = True,
 ) -> int:
     import uvicorn
 
@@ -100,6 +138,8 @@ def run_embedded(
     from serve.http.settings import ServerSettings
 
     console = Console(stderr=True)
+    sock = bind(host, port)
+    port = sock.getsockname()[1]
     engine, tokenizer = load_engine(
         model_dir,
         quant,
@@ -117,23 +157,32 @@ def run_embedded(
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")
     name = served_model_name or model_dir.resolve().name
     running = max_num_seqs or engine.core.config.max_num_seqs
-    settings = ServerSettings(served_model_name=name, api_key=api_key, max_in_flight=running + max_queue)
+    settings = ServerSettings(
+        served_model_name=name,
+        api_key=api_key,
+        max_in_flight=running + max_queue,
+        max_body_bytes=int(max_body_mb * 2**20),
+        access_log=access_log,
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    url = f"http://{host}:{port}"
 
     def ready() -> None:
         console.print(
-            f"[bold green]ready[/] http://{host}:{port}/v1  model [bold]{name}[/]"
-            + ("  (API key required)" if api_key else "")
+            f"[bold green]ready[/] {url}/v1  model [bold]{name}[/]" + ("  (API key required)" if api_key else ""),
+            highlight=False,
         )
 
     app = create_app(engine, tokenizer, settings, on_ready=ready)
     if engine.core.runner.device.type == "cpu":
-        from model import cpu_kernels
+        from model import kernels
 
-        console.print(f"[dim]{cpu_kernels.status()}[/]", highlight=False)  # builds them on a first run (seconds)
-    console.print(f"warming up (one generation) at http://{host}:{port} ...")
+        console.print(f"[dim]{kernels.status()}[/]", highlight=False)  # builds them on a first run (seconds)
+    console.print(f"warming up (one generation) at {url} ...", highlight=False)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         engine.shutdown()
+        sock.close()
     return 0

@@ -18,4 +18,8 @@ class ServerSettings:
     warmup_timeout_s: float = 600.0
     health_generate_timeout_s: float = 30.0
     max_n: int = 16
+    # Request bodies past this get 413 before they are read whole (`glm5 serve --max-body-mb`).
+    max_body_bytes: int = 32 * 2**20
+    # One line per request on the `glm5.access` logger (`glm5 serve --no-access-log` turns it off).
+    access_log: bool = True
     max_top_logprobs: int = 20

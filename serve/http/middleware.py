@@ -1,0 +1,112 @@
+"""Two plain ASGI wrappers every request passes: the request-body size limit and the access log.
+
+Plain ASGI (as auth.py, and for the same reason): nothing may sit between a streaming response and the client's
+disconnect. `BodyLimit` answers 413 before reading a body whose Content-Length is over the limit, and stops
+reading a chunked body the moment it grows past it (so a 50 MB upload costs the server at most the limit).
+`AccessLog` writes one line per request when its response has ended -- streamed or not, however it ended:
+client address, method, path, status, bytes sent, duration.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from serve.http.errors import APIError
+
+access_log = logging.getLogger("glm5.access")
+
+
+class BodyTooLarge(Exception):
+    """Raised from `receive` once a body is past the limit; the app turns it into the 413 (`too_large`)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"request body over {limit} bytes")
+        self.limit = limit
+
+
+def too_large(limit: int) -> APIError:
+    return APIError(
+        413,
+        f"the request body is larger than this server's limit of {limit / 2**20:g} MB "
+        f"(glm5 serve --max-body-mb raises it)",
+        code="request_too_large",
+    )
+
+
+class BodyLimit:
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await too_large(self.max_bytes).response()(scope, receive, send)
+        seen, started = 0, False
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)
+            return message
+
+        async def watch_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, watch_send)
+        except BodyTooLarge:
+            if not started:
+                await too_large(self.max_bytes).response()(scope, receive, send)
+
+
+class AccessLog:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status, sent, logged = 0, 0, False
+
+        def line() -> None:
+            nonlocal logged
+            if logged:
+                return
+            logged = True
+            client = scope.get("client") or ("-", 0)
+            path = scope.get("path", "")
+            access_log.info(
+                '%s:%s "%s %s" %s %dB %.1fms',
+                client[0],
+                client[1],
+                scope.get("method", "-"),
+                path,
+                status or "-",
+                sent,
+                (time.perf_counter() - t0) * 1000,
+            )
+
+        async def logging_send(message):
+            nonlocal status, sent
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                line()
+
+        try:
+            await self.app(scope, receive, logging_send)
+        finally:
+            line()  # the client went away mid-stream, or the app raised: still one line
