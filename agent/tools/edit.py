@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.tools import fence
 from agent.tools.base import EDIT, ToolContext, ToolError, ToolResult, require
 from agent.tools.write import check_fresh, unified_diff
 
@@ -46,7 +47,7 @@ class EditTool:
             raise ToolError("old_string is empty; use write to create or overwrite a file")
         if old == new:
             raise ToolError("old_string and new_string are the same; nothing to change")
-        before = path.read_bytes().decode("utf-8")
+        before = fence.read_bytes(ctx.env, path).decode("utf-8")
         count = before.count(old)
         if count == 0:
             raise ToolError(f"old_string was not found in {name}; read the file and quote it exactly")
@@ -56,7 +57,7 @@ class EditTool:
                 "or set replace_all"
             )
         after = before.replace(old, new) if replace_all else before.replace(old, new, 1)
-        path.write_bytes(after.encode("utf-8"))  # bytes: keep CRLF as it was
+        fence.write_bytes(ctx.env, path, after.encode("utf-8"))  # bytes: keep CRLF as it was
         ctx.state.read_files[str(path)] = path.stat().st_mtime_ns
         n = count if replace_all else 1
         return ToolResult(

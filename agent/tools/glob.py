@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from agent.tools.base import READ, ToolContext, ToolError, ToolResult, require
@@ -36,11 +37,14 @@ class GlobTool:
             raise ToolError(f"{ctx.env.display(base)} is not a folder")
         if pattern.startswith("/"):
             raise ToolError("pattern must be relative; put the folder in `path`")
+        if ".." in Path(pattern).parts:
+            raise ToolError("pattern must stay inside the folder (no `..`); put the folder in `path`")
         try:
             hits = [p for p in base.glob(pattern) if p.is_file()]
         except ValueError as e:
             raise ToolError(f"bad glob pattern: {e}") from None
         hits = [p for p in hits if not any(part in SKIP_DIRS for part in p.relative_to(base).parts)]
+        hits = [p for p in hits if ctx.env.is_allowed(p)]  # real paths: a link out of the repository is left out
         ignored = git_ignored(ctx.env.root, hits)
         hits = [p for p in hits if p not in ignored]
         hits.sort(key=lambda p: (-p.stat().st_mtime_ns, str(p)))

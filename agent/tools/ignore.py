@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -31,6 +32,12 @@ def git_ignored(root: Path, paths: list[Path]) -> set[Path]:
     return {Path(p) for p in r.stdout.split("\0") if p}
 
 
+def _stays_inside(p: Path, base: Path, root: Path) -> bool:
+    """A file whose real path (links followed) is under the search folder or the repository."""
+    real = Path(os.path.realpath(p))
+    return any(real.is_relative_to(os.path.realpath(b)) for b in (base, root))
+
+
 def walk_files(base: Path, root: Path) -> list[Path]:
     """Files under `base`, skipping SKIP_DIRS and git-ignored paths."""
     if base.is_file():
@@ -40,7 +47,7 @@ def walk_files(base: Path, root: Path) -> list[Path]:
         rel_parts = p.relative_to(base).parts
         if any(part in SKIP_DIRS for part in rel_parts):
             continue
-        if p.is_file():
+        if p.is_file() and _stays_inside(p, base, root):
             files.append(p)
     ignored = git_ignored(root, files)
     return [f for f in files if f not in ignored]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.tools import fence
 from agent.tools.base import READ, ToolContext, ToolError, ToolResult, require
 
 MAX_LINES = 2000
@@ -41,7 +42,7 @@ class ReadTool:
             raise ToolError(f"{ctx.env.display(path)} is a directory; use glob to list files")
         if not path.is_file():
             raise ToolError(f"{ctx.env.display(path)} does not exist")
-        raw = path.read_bytes()
+        raw = fence.read_bytes(ctx.env, path)
         if b"\0" in raw[:8192]:
             raise ToolError(f"{ctx.env.display(path)} is a binary file ({len(raw)} bytes)")
         text = raw.decode("utf-8", errors="replace")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from agent.tools import fence
 from agent.tools.base import EDIT, ToolContext, ToolError, ToolResult, require
 
 
@@ -52,9 +53,8 @@ class WriteTool:
             if path.is_dir():
                 raise ToolError(f"{ctx.env.display(path)} is a directory")
             check_fresh(path, ctx)
-            before = path.read_bytes().decode("utf-8", errors="replace")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content.encode("utf-8"))
+            before = fence.read_bytes(ctx.env, path).decode("utf-8", errors="replace")
+        fence.write_bytes(ctx.env, path, content.encode("utf-8"))
         ctx.state.read_files[str(path)] = path.stat().st_mtime_ns
         name = ctx.env.display(path)
         verb = "updated" if before else "created"
