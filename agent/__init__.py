@@ -13,8 +13,15 @@ trajectories, hooks, MCP, TUI and headless runs.
     rewind.py       the last N turns undone: code and conversation (/undo, /rewind)
     environment.py  Environment: the repository, path resolution, commands (process groups, timeouts, background
                     jobs, long output to a file)
-    sandbox.py      bubblewrap wrapping, probed once; a clear warning where it cannot run
-    permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules; deny wins
+    sandbox.py      bubblewrap wrapping (binds, read-only .git / .glm5, no capabilities, limits), probed once; a
+                    clear warning where it cannot run
+    permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules on parsed commands; deny
+                    wins; narrowest_rule for "always allow"
+    shell.py        a conservative bash parser: simple commands, redirections, what cannot be judged statically
+    git_safe.py     every host-side git call: no repository-configured filter, hook, fsmonitor or program runs
+    child_env.py    the scrubbed environment commands get (an allowlist, never keys)
+    trust.py        trusted folders: a repository's own settings only narrow until the user trusts it
+    doctor.py       `glm5 doctor` / `--sandbox-check`: each protection tried for real
     tools/          the built-in tools (read, write, edit, glob, grep, bash, todo) and their registry
     mcp.py          MCP servers' tools (stdio, streamable HTTP) through the `mcp` SDK
     checkpoints.py  working-tree snapshots in hidden git refs; exact restores
@@ -23,7 +30,7 @@ trajectories, hooks, MCP, TUI and headless runs.
     trajectory.py   the JSONL session record (schema glm5-trajectory/1), writer and reader
     session.py      where sessions live; --continue / --resume lookup
     redact.py       secrets out of everything written to a trajectory
-    settings.py     TOML settings, GLM5_* environment, flags; named providers
+    settings.py     TOML settings, GLM5_* environment, flags; named providers; save_rule
     builder.py      assembles a Session (all of the above) for an interface
     commands.py     slash commands, !cmd, @file mentions
     ui.py           AgentUI: the callbacks an interface implements (deltas, tool calls, approvals)

@@ -10,6 +10,7 @@
     bash.py       bash(command, timeout?, background?)
     todo.py       todo(items)
     ignore.py     what the search tools skip (.git, .glm5, git-ignored files)
+    fence.py      file reads and writes checked at the moment of access (real paths, no link swaps, no .git)
 
 A call: the loop looks the tool up in the registry, permissions decide on (kind, subject(args)), then
 `tool.run(args, ctx)` returns a ToolResult, or raises ToolError whose message goes back to the model.
