@@ -104,7 +104,10 @@ class Sandbox:
     def warning(self) -> str | None:
         if self.active:
             return None
-        return f"commands run WITHOUT a sandbox ({self.reason}); they can write anywhere this user can."
+        return (
+            f"WARNING: commands run WITHOUT a sandbox ({self.reason}); they can write anywhere this user can and "
+            "reach the network. `glm5 doctor` shows what is missing."
+        )
 
     def protected(self, root: Path) -> list[Path]:
         """Host paths that stay read-only inside even though they lie under a writable bind."""
@@ -151,6 +154,10 @@ class Sandbox:
             for place in sorted(places):
                 out += ["--ro-bind", str(p), str(place)]
         out += ["--bind", str(scratch), str(scratch)]
+        # Credentials stay unreadable even to allowed commands: with the network off a key could still leave
+        # through the model's context (to a hosted provider).
+        for p in _credential_paths():
+            out += ["--tmpfs", p] if os.path.isdir(p) else ["--ro-bind", "/dev/null", p]
         # A pid namespace: killing bwrap at a timeout takes every process the command started with it.
         # No capabilities: root inside could otherwise remount the read-only binds writable.
         out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
@@ -158,6 +165,22 @@ class Sandbox:
         if not self.network:
             out.append("--unshare-net")
         return [*out, "--", *limit_argv(argv, limits or self.limits)]
+
+
+CREDENTIALS = (".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud", ".config/gh",
+               ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".cargo/credentials.toml", ".config/glm5")  # fmt: skip
+
+
+def _credential_paths() -> list[str]:
+    """The user's credential files and folders that exist (masked inside the sandbox)."""
+    homes = {os.path.expanduser("~"), os.environ.get("HOME") or ""}
+    out = []
+    for home in sorted(h for h in homes if h and os.path.isdir(h)):
+        for name in CREDENTIALS:
+            p = os.path.join(home, name)
+            if os.path.lexists(p) and not os.path.islink(p):
+                out.append(p)
+    return out
 
 
 def _tmp_tool_dirs() -> list[str]:
