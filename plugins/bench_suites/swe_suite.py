@@ -11,7 +11,8 @@ An edit is {path, old, new} (old occurs exactly once in the file) or {path, appe
 `materialize(dest)` writes dest/repos/<name>/ (main holds the history; each instance's base_commit is a commit of
 it; environment_setup_commit is the first commit, where the packaging is set up) and dest/swe-builtin.jsonl, one
 SWE-bench instance a line with `repo` the absolute path of the repository and the test lists as JSON strings, as
-the SWE-bench datasets store them. The gold patch and test patch are diffs made outside the repository, so its
+the SWE-bench datasets store them, plus glm5's optional `test_cmd` (pytest over the test patch's files, plugin
+autoload off) and `log_parser` ("pytest"). The gold patch and test patch are diffs made outside the repository, so its
 objects hold neither. Every test needs only Python and pytest.
 """
 
@@ -179,6 +180,14 @@ def _day_before(stamp: str) -> str:
     return when.isoformat()
 
 
+def pytest_command(tested: gitrepo.Files, base: gitrepo.Files) -> str:
+    """pytest over the test files the test patch touches. The repositories need no pytest plugin, and one that
+    happens to be installed where the bench runs (randomly, xdist, asyncio...) could change the results or the
+    time: autoload is off."""
+    files = sorted(k for k, v in tested.items() if base.get(k) != v and k.endswith(".py"))
+    return "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -rA -p no:cacheprovider " + " ".join(files)
+
+
 def build_repo(spec: RepoSpec, instances: list[InstanceSpec], path: Path, final: Path) -> list[dict]:
     """Create the repository of `spec` at path (it will live at `final`); return its instances as SWE-bench rows."""
     gitrepo.init(path)
@@ -218,6 +227,8 @@ def build_repo(spec: RepoSpec, instances: list[InstanceSpec], path: Path, final:
                 "environment_setup_commit": setup_commit,
                 "difficulty": inst.difficulty,
                 "bug_kind": inst.kind,
+                "test_cmd": pytest_command(tested, files),
+                "log_parser": "pytest",
             }
         )
     return rows

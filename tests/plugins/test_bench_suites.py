@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.bench.tasks import load_swe_tasks, load_terminal_tasks
 from plugins.bench_suites import gitrepo
 from plugins.bench_suites.suite import MARKER
 from plugins.bench_suites.swe_suite import JSONL, SpecError, SWESuite, load_instance, load_specs
@@ -66,6 +67,7 @@ def test_both_suites_are_registered_as_plugins():
 def test_swe_instances_are_swe_bench_rows(swe):
     dest, rows = swe
     assert len(rows) >= 12 and sorted(rows) == sorted(INSTANCE_IDS)
+    assert [t.instance_id for t in load_swe_tasks(dest / JSONL)] == list(rows)  # the bench's loader reads them
     assert {r["bug_kind"] for r in rows.values()} >= KINDS
     for iid, r in rows.items():
         assert re.fullmatch(r"glm5-builtin__[a-z]+-\d+", iid)
@@ -81,6 +83,8 @@ def test_swe_instances_are_swe_bench_rows(swe):
                 re.fullmatch(r"tests/test_\w+\.py::\w+(\[[^\]]+\])?", t) for t in tests
             )
         assert json.loads(r["FAIL_TO_PASS"])
+        files = sorted({t.split("::")[0] for t in json.loads(r["FAIL_TO_PASS"])})
+        assert r["log_parser"] == "pytest" and r["test_cmd"].split("cacheprovider ")[1].split() >= files
         for patch in (r["patch"], r["test_patch"]):
             assert patch.startswith("diff --git a/")
         # the gold patch touches no test; the test patch touches nothing but tests
@@ -192,8 +196,6 @@ def test_swe_instance_fails_before_and_passes_after_the_gold_patch(swe, tmp_path
 
 def test_terminal_tasks_are_harbor_folders(terminal):
     import tomllib
-
-    from agent.bench.tasks import load_terminal_tasks
 
     dest, tasks = terminal
     assert len(tasks) >= 6 and sorted(tasks) == TASK_NAMES
