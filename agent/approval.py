@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.permissions import ALLOW, ASK, DENY, Rule, suggest_rule
+from agent.permissions import ALLOW, ASK, DENY, Rule, narrowest_rule, suggest_rule
 from agent.tools.base import EDIT, EXECUTE
 from agent.ui import ALWAYS, NO, YES, Answer, ApprovalRequest
 
@@ -42,11 +42,7 @@ class Verdict:
 def proposed_rule(name: str, kind: str, subject: str | None) -> str:
     """The narrowest rule that allows this call: `bash(python -m pytest:*)` for `python -m pytest -q`."""
     if kind == EXECUTE and subject:
-        from agent import permissions
-
-        narrowest = getattr(permissions, "narrowest_rule", None)  # the SECURITY helper's; older trees lack it
-        if narrowest is not None:
-            return narrowest(subject)
+        return narrowest_rule(subject)
     return suggest_rule(name, kind, subject)
 
 
@@ -106,11 +102,11 @@ def always(agent: Agent, rule: str, save: str | None) -> None:
     agent.permissions.add_allow(rule)
     agent.writer.write("permission_rule", rule=rule, kind="allow", scope=save or "session")
     if save in ("repo", "user"):
-        from agent.settings import save_rule
-
         try:
+            from agent.settings import save_rule
+
             where = save_rule(rule, kind="allow", scope=save, root=agent.env.root)
-        except (OSError, ValueError) as e:
+        except (ImportError, OSError, ValueError) as e:
             agent.ui.on_notice(f"could not save {rule} to the {save} settings: {e}")
             return
         agent.ui.on_notice(f"allowed {rule}; saved to {where or save + ' settings'}")

@@ -1,13 +1,20 @@
 """CodeApp: the interactive `glm5 code`.
 
 Streamed markdown answers (appended, never re-rendered whole), tool calls and diffs as they happen, approvals
-inline, Esc interrupts the model or the running command, `@file` mentions, `!cmd`, slash commands, and a status
-line with model, mode, tokens, cost and context use. The agent runs in a worker thread; the UI never blocks on it.
+inline (the edit's diff or the whole command first; "no" can tell the model what to do instead; "always" proposes
+the narrowest rule, editable, and saves it where the user says), `@file` mentions, `!cmd`, slash commands, and a
+status line with model, mode, tokens (moving while a reply streams), cost and context use.
+
+The log follows new output unless the user scrolled up; then a marker says there is more below, and End (or
+PageDown to the bottom) follows again. Esc or Ctrl-C interrupts the running turn; a second Ctrl-C within
+QUIT_WINDOW_S, or one while idle with an empty prompt, quits. The agent runs in a worker thread; the UI never
+blocks on it.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,19 +22,33 @@ from typing import Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.widgets import Input, Markdown, Static
 
 from agent import commands
 from agent.client import APIError
 from agent.tui.bridge import TUIBridge
-from agent.tui.widgets import ApprovalBar, Notice, Reasoning, ToolCall, ToolOutput, UserLine
-from agent.ui import ApprovalRequest
+from agent.tui.widgets import (
+    ApprovalBar,
+    ConversationLog,
+    NewOutputMarker,
+    Notice,
+    Reasoning,
+    ToolCall,
+    ToolOutput,
+    UserLine,
+)
+from agent.ui import ALWAYS, NO, Answer, ApprovalRequest
+
+QUIT_WINDOW_S = 2.0  # a second Ctrl-C within this many seconds quits
 
 CSS = """
 #log { height: 1fr; padding: 0 1; }
 #approval { height: auto; display: none; padding: 0 1; background: $boost; }
-#approval-text { width: 1fr; padding: 1 0; }
+#approval-text { width: 1fr; padding: 1 0 0 0; }
+#approval-preview-box { height: auto; max-height: 16; }
+#approval-buttons { height: auto; }
+#approval-input { margin: 0 0 1 0; }
+#new-output { height: 1; display: none; padding: 0 1; }
 #status { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
 .user { margin-top: 1; }
 .tool { margin-top: 1; }
@@ -42,8 +63,12 @@ class CodeApp(App):
     TITLE = "glm5 code"
     BINDINGS = [
         Binding("escape", "interrupt", "interrupt", priority=True),
+        Binding("ctrl+c", "ctrl_c", "interrupt / quit", priority=True),
         Binding("ctrl+d", "quit", "quit", priority=True),
         Binding("shift+tab", "cycle_mode", "mode", priority=True),
+        Binding("end", "end", "latest", priority=True),  # priority: the prompt's own End moves its cursor
+        Binding("pageup", "page('up')", "scroll up", show=False),
+        Binding("pagedown", "page('down')", "scroll down", show=False),
     ]
 
     def __init__(self, session_factory: Callable[[Any], Any]):
@@ -56,12 +81,15 @@ class CodeApp(App):
         self._md: Markdown | None = None
         self._stream: Any = None
         self._reasoning: Reasoning | None = None
+        self._streamed_chars = 0  # of the reply streaming now: the status line's live token estimate
+        self._last_ctrl_c = float("-inf")
         self.exit_code = 0
 
     # -- layout ------------------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield VerticalScroll(id="log")
+        yield ConversationLog(id="log")
+        yield NewOutputMarker()
         yield ApprovalBar(id="approval")
         yield Input(placeholder="Ask for a change. /help for commands, !cmd runs a command, @path attaches a file",
                     id="prompt")  # fmt: skip
@@ -83,12 +111,36 @@ class CodeApp(App):
         self.query_one("#prompt", Input).focus()
 
     @property
-    def log_view(self) -> VerticalScroll:
-        return self.query_one("#log", VerticalScroll)
+    def log_view(self) -> ConversationLog:
+        return self.query_one("#log", ConversationLog)
 
-    def add(self, widget: Any) -> None:
-        self.log_view.mount(widget)
-        self.log_view.scroll_end(animate=False)
+    def add(self, widget: Any) -> Any:
+        mounted = self.log_view.mount(widget)  # the anchored log keeps itself at the bottom while following
+        self.new_output()
+        return mounted
+
+    def new_output(self) -> None:
+        if not self.log_view.following:
+            self.query_one("#new-output").display = True
+
+    def on_conversation_log_follow_changed(self, event: ConversationLog.FollowChanged) -> None:
+        if event.following:
+            self.query_one("#new-output").display = False
+
+    def action_end(self) -> None:
+        """End: back to the latest output (and following it); with the log already there, the prompt's End."""
+        if not self.log_view.following or self.log_view.scroll_y < self.log_view.max_scroll_y:
+            self.log_view.jump_to_latest()
+            self.query_one("#new-output").display = False
+        elif isinstance(self.focused, Input):
+            self.focused.action_end()
+
+    def action_page(self, direction: str) -> None:
+        log = self.log_view
+        if direction == "up":
+            log.scroll_page_up(animate=False)  # a user scroll: releases the anchor
+        else:
+            log.scroll_page_down(animate=False)
 
     def notice(self, text: str, error: bool = False) -> None:
         self.add(Notice(text, error))
@@ -97,8 +149,9 @@ class CodeApp(App):
         if self.session is None:
             return
         a = self.session.agent
-        state = "working… (Esc to interrupt)" if self.busy else "ready"
-        line = f"{a.model.config.model} · {a.permissions.mode} · {commands.cost_line(a)} · {state}"
+        state = "working… (Esc / Ctrl-C interrupts)" if self.busy else "ready"
+        live = f" · ↓ ~{(self._streamed_chars + 3) // 4:,} tokens" if self._streamed_chars else ""
+        line = f"{a.model.config.model} · {a.permissions.mode} · {commands.cost_line(a)}{live} · {state}"
         self.query_one("#status", Static).update(Text(line))
 
     # -- input -------------------------------------------------------------------------------------------------
@@ -170,12 +223,30 @@ class CodeApp(App):
             self.session.agent.interrupt.set()
             approval = self.query_one("#approval", ApprovalBar)
             if approval.display:
-                approval.action_answer("no")
-            self.notice("interrupting…")
+                approval.finish(Answer(NO))
+            self.notice("interrupting… (Ctrl-C again quits)")
+
+    def action_ctrl_c(self) -> None:
+        """Ctrl-C: interrupt the running turn; a second one soon after quits. Idle: clear the prompt, or quit."""
+        now = time.monotonic()
+        again = now - self._last_ctrl_c < QUIT_WINDOW_S
+        self._last_ctrl_c = now
+        prompt = self.query_one("#prompt", Input)
+        if again:
+            self.exit(0)
+        elif self.busy:
+            self.action_interrupt()
+        elif prompt.value:
+            prompt.value = ""
+            self.notice("prompt cleared (Ctrl-C again quits)")
+        else:
+            self.exit(0)
 
     # -- agent events (UI thread) ------------------------------------------------------------------------------
 
     async def stream_delta(self, kind: str, text: str) -> None:
+        self._streamed_chars += len(text)
+        self.refresh_status()
         if kind == "reasoning":
             if self._reasoning is None:
                 self._reasoning = Reasoning()
@@ -187,7 +258,9 @@ class CodeApp(App):
                 await self.log_view.mount(self._md)  # mounted before the first write, or that write is lost
                 self._stream = Markdown.get_stream(self._md)
             await self._stream.write(text)  # batched appends: no full re-render per token
-            self.log_view.scroll_end(animate=False)
+            self.new_output()
+        else:
+            self.new_output()
 
     async def end_stream(self, message: dict[str, Any]) -> None:
         if self._stream is not None:
@@ -195,6 +268,7 @@ class CodeApp(App):
         elif message.get("content"):  # not streamed (the server ignored stream=True)
             self.add(Markdown(message["content"]))
         self._md = self._reasoning = self._stream = None
+        self._streamed_chars = 0  # the call's usage has arrived (on_usage) or is about to
 
     def show_tool(self, name: str, arguments: dict[str, Any]) -> None:
         self.add(ToolCall(name, arguments))
@@ -203,16 +277,18 @@ class CodeApp(App):
         self.add(ToolOutput(name, result))
 
     def ask_approval(self, req: ApprovalRequest) -> None:
-        from agent.tui.widgets import summarize_args
-
         self.add(ToolCall(req.tool, req.arguments))
-        self.query_one("#approval", ApprovalBar).ask(
-            f"Allow {req.tool}: {summarize_args(req.arguments)[:300]}?  ({req.reason}; always adds {req.suggested_rule})"
-        )
+        self.query_one("#approval", ApprovalBar).ask(req)
 
     def on_approval_bar_answered(self, event: ApprovalBar.Answered) -> None:
-        self.notice(f"{event.answer}")
-        self.bridge.answer(event.answer)
+        a = event.answer
+        if a.choice == NO:
+            self.notice(f"no: told the model {a.message!r}" if a.message else "no")
+        elif a.choice == ALWAYS:
+            self.notice(f"always: {a.rule} ({'this session' if not a.save else a.save + ' settings'})")
+        else:
+            self.notice(a.choice)
+        self.bridge.answer(a)
         self.query_one("#prompt", Input).focus()
 
     def on_unmount(self) -> None:

@@ -7,13 +7,13 @@ import inspect
 import threading
 from typing import Any
 
-from agent.ui import NO, AgentUI, ApprovalRequest
+from agent.ui import NO, AgentUI, Answer, ApprovalRequest
 
 
 class TUIBridge(AgentUI):
     def __init__(self, app: Any):
         self.app = app
-        self._answer = NO
+        self._answer: str | Answer = NO
         self._answered = threading.Event()
 
     def _call(self, fn, *args) -> None:
@@ -43,7 +43,7 @@ class TUIBridge(AgentUI):
     def on_usage(self, stats: dict[str, Any]) -> None:
         self._call(self.app.refresh_status)
 
-    def approve(self, request: ApprovalRequest) -> str:
+    def approve(self, request: ApprovalRequest) -> str | Answer:
         self._answered.clear()
         self._call(self.app.ask_approval, request)
         while not self._answered.wait(0.1):
@@ -51,6 +51,6 @@ class TUIBridge(AgentUI):
                 return NO
         return self._answer
 
-    def answer(self, answer: str) -> None:
+    def answer(self, answer: str | Answer) -> None:
         self._answer = answer
         self._answered.set()

@@ -48,10 +48,6 @@ def test_no_with_a_message_goes_back_to_the_model(repo, fake_model):
 
 
 def test_always_allows_the_narrowest_rule_only(repo, fake_model):
-    import agent.permissions
-
-    if not hasattr(agent.permissions, "narrowest_rule"):
-        pytest.skip("agent.permissions.narrowest_rule pending (SECURITY helper)")
     pytest_cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider test_calc.py"
     other = f"{sys.executable} -c 'print(1)'"
     fake_model.script = [reply(tools=[("bash", {"command": pytest_cmd})]), reply(tools=[("bash", {"command": pytest_cmd})]),
@@ -79,10 +75,6 @@ def test_always_with_an_edited_rule(repo, fake_model):
 
 
 def test_proposed_rule_for_python_module_runs():
-    import agent.permissions
-
-    if not hasattr(agent.permissions, "narrowest_rule"):
-        pytest.skip("agent.permissions.narrowest_rule pending (SECURITY helper)")
     assert proposed_rule("bash", "execute", "python -m pytest -q") == "bash(python -m pytest:*)"
 
 

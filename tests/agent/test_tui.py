@@ -49,7 +49,8 @@ async def test_tui_task_with_approval_diff_undo_and_shell(repo, fake_model):
         await submit(pilot, app, "fix add in @calc.py")
         bar = app.query_one("#approval", ApprovalBar)
         await until(pilot, lambda: bar.display)
-        assert "Allow edit: calc.py" in str(bar.query_one("#approval-text", Static).render())
+        assert "Allow edit?" in str(bar.query_one("#approval-text", Static).render())
+        assert "+    return a + b" in bar.preview_text  # the diff, before the edit runs
         await pilot.press("y")
         await until(pilot, lambda: not app.busy)
         assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
@@ -90,3 +91,119 @@ async def test_tui_escape_interrupts_a_running_command(repo, fake_model):
         await until(pilot, lambda: not app.busy, timeout=10)
         assert "interrupted" in texts(app)
         assert len(fake_model.requests) == 1
+
+
+def long_reply(tag: str, n: int = 60):
+    return reply("\n\n".join(f"{tag} line {i}" for i in range(n)))
+
+
+@pytest.mark.asyncio
+async def test_new_output_keeps_the_view_at_the_bottom_unless_the_user_scrolled_up(repo, fake_model):
+    fake_model.script = [long_reply("first"), long_reply("second")]
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test(size=(80, 24)) as pilot:
+        log = app.log_view
+        marker = app.query_one("#new-output")
+        await submit(pilot, app, "write a lot")
+        await until(pilot, lambda: not app.busy)
+        await until(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y)
+        await pilot.pause(0.3)  # the streamed markdown has settled: still at the bottom, the last line in view
+        assert log.scroll_y == log.max_scroll_y and not marker.display
+
+        await pilot.press("pageup")
+        where = log.scroll_y
+        assert where < log.max_scroll_y and not log.following
+        await submit(pilot, app, "more")
+        await until(pilot, lambda: not app.busy)
+        await until(pilot, lambda: marker.display)  # new output below, the view stays where the user put it
+        await pilot.pause(0.3)
+        assert log.scroll_y == where and log.scroll_y < log.max_scroll_y
+
+        await pilot.press("end")
+        await until(pilot, lambda: log.scroll_y == log.max_scroll_y and not marker.display)
+        assert log.following
+
+
+@pytest.mark.asyncio
+async def test_no_with_a_message_and_always_with_an_edited_saved_rule(repo, fake_model):
+    fake_model.script = [
+        reply(tools=[("bash", {"command": "touch a.txt"})]),
+        reply(tools=[("bash", {"command": "touch b.txt"})]),
+        reply(tools=[("bash", {"command": "touch c.txt"})]),
+        reply("done"),
+    ]
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test(size=(120, 40)) as pilot:
+        bar = app.query_one("#approval", ApprovalBar)
+        await submit(pilot, app, "touch things")
+        await until(pilot, lambda: bar.display)
+        assert bar.preview_text == "touch a.txt"  # the whole command before asking
+        await pilot.press("n")
+        box = bar.query_one("#approval-input", Input)
+        await until(pilot, lambda: box.display and box.has_focus)
+        await pilot.press(*"use the fixture")
+        await pilot.press("enter")
+
+        await until(pilot, lambda: bar.display and bar.stage == "choose" and "b.txt" in bar.preview_text)
+        await pilot.press("a")
+        await until(pilot, lambda: box.display and box.has_focus)
+        assert box.value == bar.request.suggested_rule and box.value.startswith("bash(touch")
+        box.value = "bash(touch:*)"  # the user widens it on purpose
+        await pilot.press("enter")
+        await until(pilot, lambda: bar.stage == "scope")
+        await pilot.press("r")
+        await until(pilot, lambda: not app.busy)
+
+    assert not (repo / "a.txt").exists() and (repo / "b.txt").exists()
+    tool_msgs = [m["content"] for m in fake_model.requests[1]["messages"] if m["role"] == "tool"]
+    assert "The user says: use the fixture" in tool_msgs[0]
+    assert (repo / "c.txt").exists()  # the third call ran without asking: the rule held
+    assert len(fake_model.requests) == 4
+    import agent.settings
+
+    if hasattr(agent.settings, "save_rule"):
+        saved = (repo / ".glm5" / "settings.local.toml").read_text()
+        assert "bash(touch:*)" in saved
+
+
+@pytest.mark.asyncio
+async def test_token_count_moves_while_a_reply_streams(repo, fake_model):
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test() as pilot:
+        status = app.query_one("#status", Static)
+        app.busy = True
+        await app.stream_delta("content", "x" * 400)
+        first = str(status.render())
+        await app.stream_delta("content", "y" * 400)
+        assert "~100 tokens" in first and "~200 tokens" in str(status.render())
+        await app.end_stream({"role": "assistant", "content": "x"})
+        app.refresh_status()
+        assert "tokens ·" not in str(status.render()).split("context")[-1]
+        await pilot.pause()
+
+
+@pytest.mark.asyncio
+async def test_ctrl_c_interrupts_the_turn_and_a_second_one_quits(repo, fake_model):
+    fake_model.script = [reply(tools=[("bash", {"command": "sleep 30"})]), reply("never reached")]
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui, flags={"mode": "auto"}))
+    async with app.run_test() as pilot:
+        await submit(pilot, app, "wait a long time")
+        await until(pilot, lambda: "sleep 30" in texts(app))
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: not app.busy, timeout=10)
+        assert "interrupted" in texts(app) and app.is_running
+        assert "Press" not in texts(app)  # not Textual's "press ... to quit" hint
+        await pilot.press("ctrl+c")  # within the window: quits
+        await until(pilot, lambda: not app.is_running, timeout=5)
+
+
+@pytest.mark.asyncio
+async def test_ctrl_c_when_idle_clears_the_prompt_then_quits(repo, fake_model):
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test() as pilot:
+        app.query_one("#prompt", Input).value = "half a thought"
+        await pilot.press("ctrl+c")
+        assert app.query_one("#prompt", Input).value == "" and app.is_running
+        app._last_ctrl_c = float("-inf")  # as if a while has passed
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: not app.is_running, timeout=5)
