@@ -1,20 +1,342 @@
-"""`glm5 bench`: agentic and serving benchmarks."""
+"""`glm5 bench`: agentic benchmarks (SWE-bench, Harbor / Terminal-Bench) and serving load tests.
+
+    swe / terminal   run tasks with an agent into a run folder (resumable; reports, JUnit, markdown)
+    validate         the oracle solves every task, nop none
+    report / compare merge shards into one report; two runs side by side
+    serve            load-test an OpenAI-compatible server
+The work happens in agent/bench (and serve/bench); these commands parse flags and show results.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 
-from glm5cli.common import EXIT_USAGE, console, fail, not_built, print_json
+from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 
 app = typer.Typer(no_args_is_help=True)
 
 
+# -- agentic benchmarks ----------------------------------------------------------------------------------------
+
+TASKS_HELP = "SWE-bench-format tasks: JSONL, JSON or parquet (instance_id, repo, base_commit, FAIL_TO_PASS, ...)."
+EXIT_BELOW = 1  # --min-resolved not met
+
+
+def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, shard: str, filter_: str | None,
+         env: str, max_turns: int, timeout: float | None, retries: int, junit: Path | None, as_json: bool,
+         base_url: str | None, model: str | None, provider: str | None, api_key_env: str | None,
+         repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
+         max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool) -> None:  # fmt: skip
+    from agent.bench.agents import AgentLimits, make_agent
+    from agent.bench.job import below, load_tasks, run_job
+    from agent.bench.run_folder import RunFolderError
+    from agent.bench.runner import RunOptions, parse_shard
+    from agent.bench.tasks import TaskError
+    from agent.settings import SettingsError
+
+    if k < 1 or n < 1 or retries < 0:
+        fail("-k and -n must be >= 1 and --retries >= 0", code=EXIT_USAGE)
+    if env not in ("local", "docker"):
+        from agent.bench.environments import environment_kinds
+
+        if env not in environment_kinds():
+            fail(f"--env {env!r}: expected local, docker or a plugin's environment", code=EXIT_USAGE)
+    try:
+        tasks, source, base_dir = load_tasks(kind, paths, suite, out / "suite")
+        bench_agent = make_agent(agent, base_url=base_url, model=model, provider=provider, api_key_env=api_key_env,
+                                 temperature=temperature) if agent == "glm5" else make_agent(agent)  # fmt: skip
+        options = RunOptions(k=k, concurrency=n, shard=parse_shard(shard), filter=filter_, env=env, retries=retries,
+                             limits=AgentLimits(max_turns, timeout, max_cost, memory_mb), test_timeout_s=test_timeout,
+                             keep_workdirs=keep_workdirs, repos_dir=repos, base_dir=base_dir, force=force,
+                             source=source)  # fmt: skip
+        with _Progress(kind) as progress:
+            report = run_job(kind, tasks, bench_agent, out, options, junit, progress.event)
+    except (TaskError, ValueError, RunFolderError, SettingsError, FileExistsError) as e:
+        fail(str(e), code=EXIT_USAGE)
+    except KeyboardInterrupt:
+        fail(f"interrupted; rerun the same command to resume (finished trials are kept in {out})", code=130)
+    _show(report, as_json, out)
+    if below(report, min_resolved):
+        rate = report["summary"]["resolved_rate"]
+        fail(f"resolved rate {'n/a' if rate is None else f'{rate:.3f}'} is below --min-resolved {min_resolved}",
+             code=EXIT_BELOW)  # fmt: skip
+
+
+class _Progress:
+    """Live progress on stderr: done / total, resolved so far, infra errors, cost, ETA."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.resolved = self.infra = 0
+        self.cost = 0.0
+
+    def __enter__(self):
+        self.p = None  # started by the first event, so an error before the run shows no empty bar
+        return self
+
+    def __exit__(self, *exc):
+        if self.p is not None:
+            self.p.__exit__(*exc)
+
+    def _start(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                          TimeRemainingColumn(), console=err_console, transient=False)  # fmt: skip
+        self.p.__enter__()
+        self.task = self.p.add_task(f"bench {self.kind}", total=None, status="")
+
+    def event(self, kind: str, data) -> None:
+        if self.p is None:
+            self._start()
+        if kind == "start":
+            self.resolved = data["resolved"]
+            self.p.update(self.task, total=data["total"], completed=data["done"], status=self._status())
+        elif kind == "trial":
+            if data.status == "infra_error":
+                self.infra += 1
+            else:
+                self.resolved += 1 if data.resolved else 0
+                self.p.advance(self.task)
+            self.cost += data.cost_usd
+            self.p.update(self.task, status=self._status())
+
+    def _status(self) -> str:
+        return f"resolved {self.resolved}  infra {self.infra}  ${self.cost:.4f}"
+
+
+def _show(report: dict, as_json: bool, out: Path | None) -> None:
+    if as_json:
+        print_json({"summary": report["summary"], "report": str(out / "report.json") if out else None,
+                    "complete": report["complete"], "runs": report["runs"]})  # fmt: skip
+        return
+    from rich.table import Table
+
+    s, k = report["summary"], report["k"]
+    t = Table(title=f"glm5 bench {report['kind']}: {(report.get('agent') or {}).get('agent')}", show_header=False)
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    ci = s["resolved_rate_ci95"]
+    t.add_row("resolved", f"{s['resolved']}/{s['graded']} ({pct(s['resolved_rate'])}"
+              + (f", 95% CI {pct(ci[0])}-{pct(ci[1])})" if ci else ")"))  # fmt: skip
+    t.add_row("pass@1", pct(s["pass@1"]))
+    if k > 1:
+        t.add_row(f"pass@{k}", pct(s.get(f"pass@{k}")))
+    t.add_row("infra errors (not scored)", str(s["infra_errors"]))
+    t.add_row("not run", str(s["not_run"]))
+    t.add_row("tokens", f"{s['prompt_tokens']} prompt / {s['completion_tokens']} completion")
+    t.add_row("cost", f"${s['cost_usd']:.4f}")
+    t.add_row("time per trial", f"{s['seconds_per_trial']} s" if s["seconds_per_trial"] is not None else "n/a")
+    console.print(t)
+    for tid, task in report["tasks"].items():
+        if task["status"] != "resolved":
+            why = next((a.get("reason") for a in reversed(task["attempts"]) if a.get("reason")), "") or ""
+            console.print(f"  [yellow]{task['status']:<12}[/] {tid}  {why[:120]}", highlight=False)
+    if out:
+        console.print(
+            f"[dim]report: {out / 'report.json'}  junit: {out / 'junit.xml'}  summary: {out / 'summary.md'}[/]"
+        )
+
+
 @app.command("swe")
-def swe() -> None:
-    """Run SWE-bench-format tasks with the agent."""
-    not_built("bench swe")
+def swe(
+    tasks: list[Path] = typer.Argument(None, help=TASKS_HELP, show_default=False),
+    out: Path = typer.Option(..., "--out", "-o", help="The run folder (resumes when it holds this run)."),
+    agent: str = typer.Option(
+        "glm5", "--agent", help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).'
+    ),
+    k: int = typer.Option(1, "-k", help="Attempts per task (pass@k)."),
+    n: int = typer.Option(1, "-n", help="Trials run at once."),
+    shard: str = typer.Option("1/1", "--shard", help="Run shard I of N (CI matrix); `bench report` merges them."),
+    filter_: str = typer.Option(None, "--filter", help="Only tasks whose id matches this regular expression."),
+    env: str = typer.Option("local", "--env", help="local (bubblewrap, no Docker) or docker."),
+    max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
+    timeout: float = typer.Option(None, "--timeout", help="Wall-time limit of the agent per trial, seconds."),
+    retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
+    junit: Path = typer.Option(None, "--junit", help="Also write the JUnit XML here (always in RUN/junit.xml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    base_url: str = typer.Option(None, "--base-url", help="glm5 agent: OpenAI-compatible endpoint."),
+    model: str = typer.Option(None, "--model", help="glm5 agent: model name."),
+    provider: str = typer.Option(None, "--provider", help="glm5 agent: a named provider from the config file."),
+    api_key_env: str = typer.Option(None, "--api-key-env", help="glm5 agent: variable holding the API key."),
+    repos: Path = typer.Option(None, "--repos", help="Folder of local clones for owner/name repos (offline CI)."),
+    suite: str = typer.Option(None, "--suite", help="A named suite instead of TASKS (builtin)."),
+    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
+    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    test_timeout: float = typer.Option(1800.0, "--test-timeout", help="Seconds for the graded test run."),
+    max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
+    memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
+    temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
+    keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
+) -> None:
+    """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does."""
+    _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
+         base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
+         temperature, keep_workdirs)  # fmt: skip
+
+
+@app.command("terminal")
+def terminal(
+    task_dirs: list[Path] = typer.Argument(
+        None, help="Harbor / Terminal-Bench 2.0 task folders (or folders of them).", show_default=False
+    ),  # fmt: skip
+    out: Path = typer.Option(..., "--out", "-o", help="The run folder (resumes when it holds this run)."),
+    agent: str = typer.Option(
+        "glm5", "--agent", help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).'
+    ),
+    k: int = typer.Option(1, "-k", help="Attempts per task (pass@k)."),
+    n: int = typer.Option(1, "-n", help="Trials run at once."),
+    shard: str = typer.Option("1/1", "--shard", help="Run shard I of N (CI matrix); `bench report` merges them."),
+    filter_: str = typer.Option(None, "--filter", help="Only tasks whose name matches this regular expression."),
+    env: str = typer.Option("local", "--env", help="local (bubblewrap, no Docker) or docker."),
+    max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
+    timeout: float = typer.Option(None, "--timeout", help="Agent wall time per trial (default: task.toml's)."),
+    retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
+    junit: Path = typer.Option(None, "--junit", help="Also write the JUnit XML here (always in RUN/junit.xml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    base_url: str = typer.Option(None, "--base-url", help="glm5 agent: OpenAI-compatible endpoint."),
+    model: str = typer.Option(None, "--model", help="glm5 agent: model name."),
+    provider: str = typer.Option(None, "--provider", help="glm5 agent: a named provider from the config file."),
+    api_key_env: str = typer.Option(None, "--api-key-env", help="glm5 agent: variable holding the API key."),
+    suite: str = typer.Option(None, "--suite", help="A named suite instead of TASK_DIR (builtin)."),
+    force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
+    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
+    memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
+    temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
+    keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's /app."),
+) -> None:
+    """Run Harbor / Terminal-Bench 2.0 tasks with an agent; the verifier's reward file is the score."""
+    _run("terminal", list(task_dirs or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit,
+         as_json, base_url, model, provider, api_key_env, None, suite, force, min_resolved, 1800.0, max_cost,
+         memory_mb, temperature, keep_workdirs)  # fmt: skip
+
+
+@app.command("validate")
+def validate(
+    paths: list[Path] = typer.Argument(None, help="A SWE tasks file, or Harbor task folders.", show_default=False),
+    suite: str = typer.Option(None, "--suite", help="Validate a named suite (builtin)."),
+    kind: str = typer.Option(None, "--kind", help="swe or terminal (default: guessed from the paths)."),
+    work: Path = typer.Option(None, "--work", help="Where the trials go (default: a temporary folder)."),
+    n: int = typer.Option(1, "-n", help="Tasks checked at once."),
+    env: str = typer.Option("local", "--env", help="local or docker."),
+    repos: Path = typer.Option(None, "--repos", help="Folder of local clones for owner/name repos."),
+    as_json: bool = typer.Option(False, "--json", help="Print {task: [problems]} as JSON."),
+) -> None:
+    """Check tasks: the oracle solves each, nop none; each FAIL_TO_PASS test fails before the gold patch."""
+    import tempfile
+
+    from agent.bench.job import load_tasks
+    from agent.bench.tasks import TaskError
+    from agent.bench.validate import validate as check
+
+    paths = list(paths or [])
+    if kind is None:
+        kind = "terminal" if paths and all(p.is_dir() for p in paths) else "swe"
+        if suite and not paths:
+            fail("--suite needs --kind swe or --kind terminal", code=EXIT_USAGE)
+    if kind not in ("swe", "terminal"):
+        fail("--kind must be swe or terminal", code=EXIT_USAGE)
+    work = work or Path(tempfile.mkdtemp(prefix="glm5-validate-"))
+    try:
+        tasks, _, base_dir = load_tasks(kind, paths, suite, work / "suite")
+    except (TaskError, FileExistsError) as e:
+        fail(str(e), code=EXIT_USAGE)
+
+    def done(tid, found):
+        if not as_json:
+            mark = "[green]ok[/]    " if not found else "[red]broken[/]"
+            err_console.print(f"{mark} {tid}" + "".join(f"\n         - {p}" for p in found), highlight=False)
+
+    found = check(tasks, work, env=env, concurrency=n, repos_dir=repos, base_dir=base_dir, on_done=done)
+    broken = {t: p for t, p in found.items() if p}
+    if as_json:
+        print_json({"tasks": len(found), "broken": broken, "work": str(work)})
+    else:
+        console.print(f"{len(found) - len(broken)} of {len(found)} tasks valid; trials in {work}")
+    if broken:
+        raise typer.Exit(EXIT_BELOW)
+
+
+@app.command("report")
+def report(
+    runs: list[Path] = typer.Argument(..., help="Run folders (the shards of one run are merged)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    junit: Path = typer.Option(None, "--junit", help="Write the JUnit XML here."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the markdown summary (for $GITHUB_STEP_SUMMARY)."),
+    out: Path = typer.Option(None, "--out", help="Write report.json, junit.xml, summary.md into this folder."),
+    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+) -> None:
+    """Rebuild the report of one run, or merge the folders of a sharded run into the report one job would write."""
+    from agent.bench.job import below
+    from agent.bench.reports import build_report, junit_xml, write_reports
+    from agent.bench.reports import markdown as to_markdown
+    from agent.bench.run_folder import RunFolderError
+
+    try:
+        rep = build_report(runs)
+    except (RunFolderError, OSError) as e:
+        fail(str(e), code=EXIT_USAGE)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        write_reports(out, rep)
+    if junit:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(rep), encoding="utf-8")
+    if markdown:
+        sys.stdout.write(to_markdown(rep) + "\n")
+    elif as_json:
+        print_json(rep)
+    else:
+        _show(rep, False, out)
+    if below(rep, min_resolved):
+        raise typer.Exit(EXIT_BELOW)
+
+
+@app.command("compare")
+def compare(
+    run_a: Path = typer.Argument(..., help="The baseline run folder."),
+    run_b: Path = typer.Argument(..., help="The run compared with it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Per-task flips between two runs and the paired difference in resolved rate (B - A), with a 95% interval."""
+    from agent.bench.reports import compare as cmp
+    from agent.bench.run_folder import RunFolderError
+
+    try:
+        c = cmp([run_a], [run_b])
+    except (RunFolderError, OSError) as e:
+        fail(str(e), code=EXIT_USAGE)
+    if as_json:
+        print_json(c)
+        return
+    d = c["difference"]
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:+.1f} pts"
+
+    ra, rb = c["a"]["summary"]["resolved_rate"], c["b"]["summary"]["resolved_rate"]
+    console.print(f"A {run_a}: resolved rate {'n/a' if ra is None else f'{100 * ra:.1f}%'}")
+    console.print(f"B {run_b}: resolved rate {'n/a' if rb is None else f'{100 * rb:.1f}%'}")
+    ci = d["ci95"]
+    console.print(f"B - A over {d['tasks_compared']} tasks: {pct(d['mean_difference'])}"
+                  + (f" (95% CI {pct(ci[0])} to {pct(ci[1])})" if ci else ""))  # fmt: skip
+    for name, ids in (("gained (B only)", d["gained"]), ("lost (A only)", d["lost"])):
+        if ids:
+            console.print(f"{name}: {', '.join(ids)}", highlight=False)
 
 
 @app.command("serve")

@@ -7,11 +7,19 @@
     repos.py        RepoCache: sources (path, URL, owner/name via --repos), a mirror each, a clone per trial;
                     working_tree_diff (the prediction)
     setup_cache.py  a task's setup once per repo + version, into a cached venv
+    run_folder.py   RunFolder: config.json (resume refusals), results.jsonl (appended, fsynced), the lock
+    runner.py       run_bench: filter, --shard I/N, k attempts, n at a time, infra retries, resume
+    scores.py       resolved rate + Wilson 95% interval, pass@k (unbiased), pass^k, tokens, cost, time; paired diff
+    reports.py      report.json / junit.xml / summary.md from run folders; shards merged; compare
+    suites.py       `--suite NAME`: suites plugins register as "<kind>:NAME", materialized
+    validate.py     oracle solves, nop does not, FAIL_TO_PASS fails before the gold patch
+    job.py          what the CLI commands do between parsing and showing
     log_parsers.py  per-test statuses from pytest, unittest, go test, cargo, jest, mocha, JUnit XML logs
     agents.py       Glm5Agent (the `glm5 code -p` session in the trial's sandbox), OracleAgent, NopAgent, CmdAgent
     trial.py        run_trial: one attempt end to end -> TrialResult and the trial folder (also used by RL)
     grading.py      grade_swe (apply, test_patch, run, parse, the SWE-bench rule), grade_terminal (reward file)
 
-Life of a run: tasks -> (per task, per attempt) trial: environment up -> agent -> patch / verifier -> grade ->
-trial folder + one line of results.jsonl -> reports derived from the folder.
+Life of a run: job.load_tasks -> runner.run_bench (config.json claimed; finished trials skipped) -> per task and
+attempt trial.run_trial: environment up -> agent -> patch.diff / verifier -> grade -> trial folder -> one line of
+results.jsonl -> reports.build_report derives report.json, junit.xml, summary.md from the folder.
 """

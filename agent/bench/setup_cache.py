@@ -44,7 +44,9 @@ def ensure_setup(env: Any) -> Path:
         if (folder / "done").exists():
             return venv
         shutil.rmtree(venv, ignore_errors=True)
-        r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True, timeout=600
+        )
         if r.returncode != 0:
             raise InfraError(f"could not create the setup venv: {r.stderr.strip()[-300:]}")
         lib = next((venv / "lib").glob("python*/site-packages"))

@@ -1,0 +1,183 @@
+"""Reports derived from run folders: report.json, JUnit XML, markdown; shards merged; two runs compared.
+
+A report over several folders (the shards of one suite) is the report one job would have written: the folders
+must agree on kind, agent, k, the suite and the settings that change results; their task lists are unioned.
+JUnit: one <testcase> per task (classname glm5.bench.<kind>), a <failure> naming the failing tests when not
+every graded attempt resolved, an <error> when infra errors left no attempt graded, <skipped> when not run.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from agent.bench.run_folder import RESULT_KEYS, RunFolder, RunFolderError, final_results
+from agent.bench.scores import paired_difference, per_task, summarize
+from agent.bench.trial import write_json
+
+SCHEMA = "glm5-bench-report/1"
+ATTEMPT_KEYS = ("attempt", "status", "resolved", "reward", "reason", "failing_tests", "flaky_tests", "exit_status",
+                "prompt_tokens", "completion_tokens", "cost_usd", "seconds", "try", "trial_dir")  # fmt: skip
+
+
+def load_runs(folders: list[Path]) -> tuple[dict[str, Any], list[str], list[dict[str, Any]]]:
+    """(the shared config, every task id, the final result of every trial) of folders that make one run."""
+    configs, results, ids = [], [], []
+    for f in folders:
+        folder = RunFolder(f)
+        c = folder.config()
+        if c is None:
+            raise RunFolderError(f"{f}: no config.json; not a glm5 bench run folder")
+        configs.append(c)
+        ids += [i for i in c.get("task_ids", []) if i not in ids]
+        results += list(final_results(folder.lines()).values())
+    first = configs[0]
+    if first.get("suite_ids"):
+        ids = list(first["suite_ids"])  # a missing shard's tasks show as not run
+    for f, c in zip(folders[1:], configs[1:], strict=True):
+        keys = [k for k in RESULT_KEYS if k != "tasks_digest"] + ["suite_digest"]
+        diff = [k for k in keys if c.get(k) != first.get(k)]
+        if diff:
+            raise RunFolderError(f"{f} is not part of the same run as {folders[0]} (differs in {', '.join(diff)})")
+    seen: dict[tuple[str, int], dict] = {}
+    for r in results:
+        seen[(r["instance_id"], int(r["attempt"]))] = r  # a trial two shards both ran counts once
+    return first, ids, [seen[k] for k in sorted(seen)]
+
+
+def build_report(folders: list[Path]) -> dict[str, Any]:
+    config, ids, results = load_runs([Path(f) for f in folders])
+    k = int(config.get("k", 1))
+    tasks = per_task(results)
+    shards = sorted({RunFolder(f).config().get("shard", "1/1") for f in folders})
+    n_shards = int(shards[0].split("/")[1]) if shards else 1
+    per: dict[str, Any] = {}
+    for i in ids:
+        t = tasks.get(i, {"n": 0, "c": 0, "infra": 0, "attempts": []})
+        if not t["attempts"]:
+            status = "not_run"
+        elif t["n"] == 0:
+            status = "infra_error"
+        else:
+            status = "resolved" if t["c"] == t["n"] else "unresolved"
+        per[i] = {"status": status, "resolved": t["c"], "graded": t["n"], "infra_errors": t["infra"],
+                  "attempts": [{k_: a.get(k_) for k_ in ATTEMPT_KEYS} for a in t["attempts"]]}  # fmt: skip
+    summary = summarize(results, k, n_tasks=len(ids))
+    summary["not_run"] = sum(1 for p in per.values() if p["status"] == "not_run")
+    return {
+        "schema": SCHEMA,
+        "kind": config.get("kind"),
+        "agent": config.get("agent"),
+        "k": k,
+        "env": config.get("env"),
+        "source": config.get("source"),
+        "shards": shards,
+        "complete": len(shards) == n_shards and summary["not_run"] == 0,
+        "runs": [str(f) for f in folders],
+        "summary": summary,
+        "tasks": per,
+    }
+
+
+def junit_xml(report: dict[str, Any]) -> str:
+    s = report["summary"]
+    kind = report.get("kind") or "bench"
+    suite = ET.Element("testsuite", name=f"glm5 bench {kind}", tests=str(len(report["tasks"])))
+    props = ET.SubElement(suite, "properties")  # first: the JUnit schema wants it before the test cases
+    for key in dict.fromkeys(("resolved_rate", "pass@1", f"pass@{report['k']}", "infra_errors", "cost_usd")):
+        ET.SubElement(props, "property", name=key, value=str(s.get(key)))
+    failures = errors = skipped = 0
+    total_time = 0.0
+    for tid, t in report["tasks"].items():
+        secs = sum(float(a.get("seconds") or 0) for a in t["attempts"])
+        total_time += secs
+        case = ET.SubElement(suite, "testcase", classname=f"glm5.bench.{kind}", name=tid, time=f"{secs:.3f}")
+        graded = [a for a in t["attempts"] if a["status"] != "infra_error"]
+        if t["status"] == "unresolved":
+            failures += 1
+            failing = sorted({x for a in graded if not a["resolved"] for x in (a.get("failing_tests") or [])})
+            reasons = sorted({a.get("reason") or "" for a in graded if not a["resolved"]} - {""})
+            msg = f"unresolved ({t['resolved']}/{t['graded']} attempts resolved)"
+            if failing:
+                msg += "; failing: " + ", ".join(failing[:20])
+            el = ET.SubElement(case, "failure", message=msg, type="unresolved")
+            el.text = "\n".join(reasons)
+        elif t["status"] == "infra_error":
+            errors += 1
+            el = ET.SubElement(case, "error", message="infrastructure error: " + (t["attempts"][-1].get("reason") or ""),
+                               type="infra_error")  # fmt: skip
+            el.text = "\n".join(a.get("reason") or "" for a in t["attempts"])
+        elif t["status"] == "not_run":
+            skipped += 1
+            ET.SubElement(case, "skipped", message="not run (another shard, or the run was interrupted)")
+        out = ET.SubElement(case, "system-out")
+        out.text = "\n".join(f"attempt {a['attempt']}: {a['status']} reward={a.get('reward')} {a.get('trial_dir') or ''}"
+                             for a in t["attempts"])  # fmt: skip
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    suite.set("time", f"{total_time:.3f}")
+    suites = ET.Element("testsuites", name="glm5 bench", tests=suite.get("tests"), failures=str(failures),
+                        errors=str(errors), time=f"{total_time:.3f}")  # fmt: skip
+    suites.append(suite)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """A summary for $GITHUB_STEP_SUMMARY (GitHub-flavoured markdown)."""
+    s, k = report["summary"], report["k"]
+    agent = report.get("agent") or {}
+    ci = s.get("resolved_rate_ci95")
+    lines = [
+        f"## glm5 bench {report.get('kind')}: {agent.get('agent')}" + (f" ({agent['model']})" if agent.get("model") else ""),
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| resolved | {s['resolved']} / {s['graded']} graded trials ({_pct(s['resolved_rate'])}"
+        + (f", 95% CI {_pct(ci[0])} to {_pct(ci[1])}" if ci else "") + ") |",
+        f"| pass@1 | {_pct(s['pass@1'])} |",
+    ]  # fmt: skip
+    if k > 1:
+        lines += [f"| pass@{k} | {_pct(s.get(f'pass@{k}'))} |", f"| pass^{k} | {_pct(s.get(f'pass^{k}'))} |"]
+    lines += [
+        f"| infra errors (not scored) | {s['infra_errors']} |",
+        f"| tasks | {s['tasks']} ({s['not_run']} not run) |",
+        f"| tokens (prompt / completion) | {s['prompt_tokens']} / {s['completion_tokens']} |",
+        f"| cost | ${s['cost_usd']:.4f} |",
+        f"| time per trial | {s['seconds_per_trial']} s |" if s["seconds_per_trial"] is not None else "| time | n/a |",
+        "",
+    ]
+    bad = [(tid, t) for tid, t in report["tasks"].items() if t["status"] != "resolved"]
+    if bad:
+        lines += ["| task | status | why |", "|---|---|---|"]
+        for tid, t in bad[:200]:
+            why = next((a.get("reason") for a in reversed(t["attempts"]) if a.get("reason")), "") or ""
+            lines.append(f"| `{tid}` | {t['status']} | {why.replace('|', '/')[:160]} |")
+        lines.append("")
+    if not report.get("complete"):
+        lines.append(f"_Incomplete: shards present {', '.join(report['shards'])}; {s['not_run']} task(s) not run._\n")
+    return "\n".join(lines)
+
+
+def write_reports(folder: Path, report: dict[str, Any], junit: Path | None = None) -> None:
+    write_json(Path(folder) / "report.json", report)
+    (Path(folder) / "junit.xml").write_text(junit_xml(report), encoding="utf-8")
+    (Path(folder) / "summary.md").write_text(markdown(report), encoding="utf-8")
+    if junit is not None:
+        Path(junit).parent.mkdir(parents=True, exist_ok=True)
+        Path(junit).write_text(junit_xml(report), encoding="utf-8")
+
+
+def compare(a: list[Path], b: list[Path]) -> dict[str, Any]:
+    ra, rb = build_report(a), build_report(b)
+    ta = per_task([{**x, "instance_id": tid} for tid, t in ra["tasks"].items() for x in t["attempts"]])
+    tb = per_task([{**x, "instance_id": tid} for tid, t in rb["tasks"].items() for x in t["attempts"]])
+    return {"a": {"runs": ra["runs"], "agent": ra["agent"], "summary": ra["summary"]},
+            "b": {"runs": rb["runs"], "agent": rb["agent"], "summary": rb["summary"]},
+            "difference": paired_difference(ta, tb)}  # fmt: skip

@@ -1,0 +1,119 @@
+"""`glm5 bench` through its CLI: runs, resume and its refusals, exit codes, JUnit read back, shards, compare."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.sandbox import probe
+from glm5cli.app import app
+from tests.agent.bench.conftest import calc_repo, calc_row, calc_tasks, sh  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.skipif(probe(False) is not None, reason="bubblewrap cannot run here")
+runner = CliRunner()
+
+
+def bench(*args: str):
+    return runner.invoke(app, ["bench", *map(str, args)], catch_exceptions=False)
+
+
+def test_oracle_run_writes_the_record_and_a_junit_a_parser_reads(tmp_path, calc_tasks, monkeypatch):  # noqa: F811 (the imported fixtures)
+    junitparser = pytest.importorskip("junitparser")
+    summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = tmp_path / "run"
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle", "-n", "2", "--junit", tmp_path / "j.xml", "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)["summary"]
+    assert s["resolved"] == 2 and s["resolved_rate"] == 1.0 and s["infra_errors"] == 0
+    for f in ("config.json", "results.jsonl", "report.json", "junit.xml", "summary.md"):
+        assert (out / f).is_file(), f
+    for tid in ("acme__calc-1", "acme__calc-2"):
+        for f in ("trajectory.jsonl", "patch.diff", "test_output.txt", "report.json"):
+            assert (out / "trials" / tid / "0" / f).is_file()
+    xml = junitparser.JUnitXml.fromfile(str(tmp_path / "j.xml"))
+    cases = [c for suite in xml for c in suite]
+    assert sorted(c.name for c in cases) == ["acme__calc-1", "acme__calc-2"] and all(c.is_passed for c in cases)
+    assert "glm5 bench swe: oracle" in summary.read_text()
+
+
+def test_nop_run_completes_with_failures_named_and_min_resolved_fails_the_pipeline(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    junitparser = pytest.importorskip("junitparser")
+    out = tmp_path / "nop"
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "nop")
+    assert r.exit_code == 0, r.output  # the run completed, whatever the score
+    xml = junitparser.JUnitXml.fromfile(str(out / "junit.xml"))
+    case = next(c for suite in xml for c in suite)
+    failure = case.result[0]
+    assert isinstance(failure, junitparser.Failure) and "test_add.py::test_add" in failure.message
+    r = bench("report", out, "--min-resolved", "0.5")
+    assert r.exit_code == 1
+    r = bench("report", out, "--markdown")
+    assert r.exit_code == 0 and "| `acme__calc-1` | unresolved |" in r.stdout
+
+
+def test_resume_keeps_finished_trials_and_refuses_a_changed_config(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    out = tmp_path / "run"
+    assert bench("swe", calc_tasks, "--out", out, "--agent", "oracle").exit_code == 0
+    lines = (out / "results.jsonl").read_text()
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle", "-n", "3")  # concurrency: no effect on results
+    assert r.exit_code == 0 and (out / "results.jsonl").read_text() == lines
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "nop")
+    assert r.exit_code == 2 and "different agent" in r.output and "--force" in r.output
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle", "-k", "2")
+    assert r.exit_code == 2 and "different k" in r.output
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle", "-k", "2", "--force")
+    assert r.exit_code == 0
+    keys = [(x["instance_id"], x["attempt"]) for x in map(json.loads, (out / "results.jsonl").read_text().splitlines())]
+    assert sorted(keys) == sorted({*keys}) and len(keys) == 4  # attempt 1 of each task added, nothing doubled
+
+
+def test_bad_input_exits_2_and_names_the_line(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(calc_tasks.read_text().splitlines()[0] + "\n{oops\n")
+    r = bench("swe", bad, "--out", tmp_path / "r", "--agent", "oracle")
+    assert r.exit_code == 2 and f"{bad}:2" in r.output.replace("\n", "")
+    assert bench("swe", calc_tasks, "--out", tmp_path / "r", "--shard", "3/2").exit_code == 2
+    assert bench("swe", calc_tasks, "--out", tmp_path / "r", "--agent", "gpt").exit_code == 2
+    assert bench("swe", "--out", tmp_path / "r").exit_code == 2  # no tasks at all
+
+
+def test_two_shards_merged_equal_one_run(tmp_path, calc_repo):  # noqa: F811 (the imported fixtures)
+    tasks = tmp_path / "t.jsonl"
+    rows = [calc_row(calc_repo, f"acme__calc-{i}") for i in range(3)]
+    rows[1]["patch"] = ""  # one the oracle cannot solve, so the merge has both kinds
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for shard, out in (("1/2", "s1"), ("2/2", "s2"), ("1/1", "all")):
+        assert bench("swe", tasks, "--out", tmp_path / out, "--agent", "oracle", "--shard", shard).exit_code == 0
+    one = json.loads(bench("report", tmp_path / "all", "--json").stdout)
+    merged = json.loads(bench("report", tmp_path / "s1", tmp_path / "s2", "--json").stdout)
+    part = json.loads(bench("report", tmp_path / "s1", "--json").stdout)
+    assert part["complete"] is False and part["summary"]["not_run"] == 1
+    assert merged["complete"] is True and merged["shards"] == ["1/2", "2/2"]
+    timing = ("seconds_total", "seconds_per_trial")
+    assert {k: v for k, v in merged["summary"].items() if k not in timing} == {
+        k: v for k, v in one["summary"].items() if k not in timing
+    }
+    assert {t: v["status"] for t, v in merged["tasks"].items()} == {t: v["status"] for t, v in one["tasks"].items()}
+    assert one["tasks"]["acme__calc-1"]["status"] == "infra_error"  # no gold patch: the oracle cannot run
+
+
+def test_compare_names_the_flips(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    assert bench("swe", calc_tasks, "--out", tmp_path / "a", "--agent", "nop").exit_code == 0
+    assert bench("swe", calc_tasks, "--out", tmp_path / "b", "--agent", "oracle").exit_code == 0
+    c = json.loads(bench("compare", tmp_path / "a", tmp_path / "b", "--json").stdout)["difference"]
+    assert c["mean_difference"] == 1.0 and c["gained"] == ["acme__calc-1", "acme__calc-2"] and c["lost"] == []
+
+
+def test_validate_finds_a_broken_task(tmp_path, calc_repo):  # noqa: F811 (the imported fixtures)
+    tasks = tmp_path / "t.jsonl"
+    good = calc_row(calc_repo, "good")
+    broken = calc_row(calc_repo, "broken", FAIL_TO_PASS=json.dumps(["test_mul.py::test_mul"]), PASS_TO_PASS="[]")
+    tasks.write_text(json.dumps(good) + "\n" + json.dumps(broken) + "\n")
+    r = bench("validate", tasks, "--work", tmp_path / "w", "--json")
+    assert r.exit_code == 1, r.output
+    found = json.loads(r.stdout)["broken"]
+    assert list(found) == ["broken"]
+    assert any("FAIL_TO_PASS test test_mul.py::test_mul passes before the gold patch" in p for p in found["broken"])
