@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from serve.engine.sampling_params import SamplingParams
-from serve.http import chat, completions, native, tokenize
+from serve.http import chat, completions, native, tokenize, weight_updates
 from serve.http.auth import BearerAuth
 from serve.http.engine_protocol import AsyncEngine, EngineBusy
 from serve.http.errors import APIError, install_error_handlers
@@ -91,6 +91,22 @@ def create_app(
     @app.post("/generate")
     async def _generate(request: Request):
         return await native.generate(state, request)
+
+    @app.post("/update_weights_from_disk")
+    async def _update_from_disk(request: Request):
+        return await weight_updates.update_weights_from_disk(state, request)
+
+    @app.post("/load_lora_adapter")
+    async def _load_lora(request: Request):
+        return await weight_updates.load_lora_adapter(state, request)
+
+    @app.post("/unload_lora_adapter")
+    async def _unload_lora(request: Request):
+        return await weight_updates.unload_lora_adapter(state, request)
+
+    @app.get("/get_weight_version")
+    async def _weight_version():
+        return await weight_updates.get_weight_version(state)
 
     @app.post("/v1/tokenize")
     async def _tokenize(request: Request):

@@ -2,7 +2,8 @@
 
 AsyncLLM already has the shape the app needs (an async generator of cumulative outputs per request, abort,
 metrics); this adds what the app reads off the engine itself (context length, weights version, block counts)
-and turns its metrics dataclass into the dict of gauges /metrics exposes.
+and turns its metrics dataclass into the dict of gauges /metrics exposes; and the two calls the weight-update
+routes use (`named_weights`, `update_weights`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ class EmbeddedEngine:
         """False once the engine thread has died (every request would fail): /health turns 503."""
         thread = getattr(self.llm, "_thread", None)
         return getattr(self.llm, "_error", None) is None and (thread is None or thread.is_alive())
+
+    def named_weights(self) -> dict:
+        """name -> the served tensor (parameters and buffers), for the weight-update routes to read."""
+        return dict(self.core.model.state_dict())
+
+    async def update_weights(self, state_dict: dict) -> int:
+        """Load `state_dict` in place between two engine steps; -> the new weights version."""
+        return await self.llm.update_weights(state_dict)
 
     def generate(self, prompt_token_ids: list[int], params, request_id: str) -> AsyncIterator:
         return self.llm.generate(list(prompt_token_ids), params, request_id)

@@ -39,6 +39,10 @@ class Result:
     stop_reason: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    # The engine's weights version when the first and the last token were sampled (they differ when a weight
+    # update landed mid-request); None from an engine whose outputs do not say.
+    first_weights_version: int | str | None = None
+    weights_version: int | str | None = None
 
 
 class Generation:
@@ -81,6 +85,11 @@ class Generation:
                 new_ids = list(out.token_ids[len(res.token_ids) :])
                 new_lps = list((out.logprobs or [])[len(res.logprobs) :]) if self.params.logprobs is not None else []
                 res.cached_tokens = getattr(out, "num_cached_tokens", res.cached_tokens) or res.cached_tokens
+                version = getattr(out, "weights_version", None)
+                if version is not None and new_ids:
+                    if res.first_weights_version is None:
+                        res.first_weights_version = version
+                    res.weights_version = version
                 if new_ids:
                     if ttft is None:
                         ttft = now - self.arrival

@@ -2,8 +2,9 @@
 
 In: `input_ids`, `sampling_params` (`max_new_tokens`, temperature, top_p, top_k, min_p, stop_token_ids, ignore_eos,
 seed), `return_logprob`, `top_logprobs_num`, `stream`. Out: `output_ids`, `text`, and `meta_info` with the finish
-reason, token counts, `output_token_logprobs` as `[logprob, token_id]` pairs, and `weight_version`, so a trainer
-can tell which policy produced a rollout (IcePop-style off-policy corrections need it). Streaming sends cumulative
+reason, token counts, `output_token_logprobs` as `[logprob, token_id]` pairs, and `weight_version` (the weights
+that sampled the last token; `weight_version_first`: the first token's, which differs when an update landed
+mid-request), so a trainer can tell which policy produced a rollout (IcePop-style off-policy corrections need it). Streaming sends cumulative
 objects, as sglang does.
 """
 
@@ -18,6 +19,7 @@ from serve.http.generation import Generation
 from serve.http.protocol import GenerateRequest, parse_body
 from serve.http.state import ServerState, new_id
 from serve.http.streaming import drain, event_stream, merged, sse
+from serve.http.weight_updates import weight_version
 
 
 def response_body(state: ServerState, gen: Generation, req: GenerateRequest) -> dict:
@@ -28,7 +30,9 @@ def response_body(state: ServerState, gen: Generation, req: GenerateRequest) -> 
         "prompt_tokens": len(gen.prompt_ids),
         "completion_tokens": len(res.token_ids),
         "cached_tokens": res.cached_tokens,
-        "weight_version": str(state.engine.weights_version),
+        # sglang's field: the weights that sampled the last token; and those of the first (a push mid-request)
+        "weight_version": weight_version(state, res.weights_version),
+        "weight_version_first": weight_version(state, res.first_weights_version),
     }
     if req.return_logprob:
         meta["output_token_logprobs"] = [[float(e.logprob), int(e.token_id)] for e in res.logprobs]

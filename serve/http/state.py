@@ -40,6 +40,7 @@ class ServerState:
     ready: bool = False
     warmup_error: str | None = None
     grammars: object | None = None  # serve.engine.grammar.Grammars, made at the first constrained request
+    weight_updater: object | None = None  # serve.http.weight_updates.WeightUpdater, made at the first update
     eos_ids: frozenset[int] = field(init=False)
 
     def __post_init__(self) -> None:

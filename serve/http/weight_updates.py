@@ -1,0 +1,223 @@
+"""Weight updates without a restart, with sglang's routes and shapes (an RL trainer's weight push):
+
+- POST /update_weights_from_disk `{"model_path", "load_format"?, "weight_version"?}` -> `{"success", "message",
+  "num_paused_requests", "weight_version"}`: every tensor of the checkpoint at `model_path` (same architecture)
+  replaces the served one.
+- POST /load_lora_adapter `{"lora_name", "lora_path"}` / POST /unload_lora_adapter `{"lora_name"}` ->
+  `{"success", "error_message", "loaded_adapters": {name: path}}`: a peft adapter (adapter_config.json +
+  adapter_model.safetensors, as `glm5 finetune` writes) is merged into the served weights, W + s*B@A with
+  s = lora_alpha/r (alpha/sqrt(r) with rslora); unloading puts the original tensors back. One adapter is active
+  at a time and applies to every request (the embedded engine has no per-request adapters); loading another,
+  or the same name again with new weights (what a trainer pushes after each step), replaces it.
+- GET /get_weight_version -> `{"weight_version"}`.
+
+Each update is applied by the engine thread between two steps (`AsyncLLM.update_weights`): no step sees half
+of it, the prefix cache is dropped, and the weights version that /generate reports goes up by one (or takes
+the `weight_version` the caller names). Requests already running continue on the new weights. Failures answer
+400 with `success: false` and leave the served weights as they were. These routes sit behind the API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import anyio
+import torch
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import Field
+
+from serve.http.protocol import _Body, parse_body
+
+
+class UpdateFromDiskRequest(_Body):
+    model_path: str
+    load_format: str | None = None
+    weight_version: str | None = None
+    abort_all_requests: bool = False
+    flush_cache: bool = True
+
+
+class LoadLoraRequest(_Body):
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+    pinned: bool = False
+
+
+class UnloadLoraRequest(_Body):
+    lora_name: str = Field(min_length=1)
+
+
+class UpdateError(ValueError):
+    pass
+
+
+def read_lora_deltas(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """name of a served weight -> the adapter's s*B@A for it (float32, CPU), from peft's files at `path`."""
+    from safetensors.torch import load_file
+
+    cfg_file, tensors_file = path / "adapter_config.json", path / "adapter_model.safetensors"
+    if not cfg_file.is_file() or not tensors_file.is_file():
+        raise UpdateError(
+            f"{path} is not a peft LoRA adapter (needs adapter_config.json and adapter_model.safetensors)"
+        )
+    cfg = json.loads(cfg_file.read_text())
+    if cfg.get("peft_type", "LORA") != "LORA" or cfg.get("use_dora") or cfg.get("fan_in_fan_out"):
+        raise UpdateError(f"{path}: only plain LoRA adapters can be merged (no DoRA, no fan_in_fan_out)")
+    r, alpha = int(cfg["r"]), float(cfg.get("lora_alpha", cfg["r"]))
+    scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+    state = load_file(str(tensors_file))
+    deltas = {}
+    for key, a in state.items():
+        if ".lora_A." not in key:
+            continue
+        b = state.get(key.replace(".lora_A.", ".lora_B."))
+        if b is None:
+            raise UpdateError(f"{path}: {key} has no lora_B beside it")
+        name = key.removeprefix("base_model.model.").replace(".lora_A.weight", ".weight")
+        if name not in weights:
+            raise UpdateError(f"{path}: the adapter targets {name}, which this model does not have")
+        delta = scale * (b.float() @ a.float())
+        if delta.shape != weights[name].shape:
+            raise UpdateError(
+                f"{path}: {name} is {tuple(weights[name].shape)} here, the adapter's delta {tuple(delta.shape)}"
+            )
+        deltas[name] = delta
+    if not deltas:
+        raise UpdateError(f"{path}: the adapter has no LoRA weights")
+    return deltas
+
+
+class WeightUpdater:
+    """The served weights' history the routes need: the tensors an adapter replaced, and the adapter loaded."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.lock = asyncio.Lock()  # one update at a time
+        self.originals: dict[str, torch.Tensor] = {}  # weights the loaded adapter changed, as they were
+        self.adapter: tuple[str, str] | None = None  # (lora_name, lora_path)
+        self.labels: dict[int, str] = {}  # engine version -> the weight_version its caller named
+
+    def loaded(self) -> dict[str, str]:
+        return {self.adapter[0]: self.adapter[1]} if self.adapter else {}
+
+    def _weights(self) -> dict[str, torch.Tensor]:
+        weights = getattr(self.engine, "named_weights", None)
+        if weights is None or not hasattr(self.engine, "update_weights"):
+            raise UpdateError("this engine cannot update its weights in place")
+        return weights()
+
+    async def _apply(self, state_dict: dict, label: str | None) -> str:
+        weights = self._weights()
+        # Checked whole before anything is written: load_state_dict would copy what fits and then complain.
+        for name, t in state_dict.items():
+            if name not in weights:
+                raise UpdateError(f"the new weights do not fit the served model: it has no {name}")
+            if tuple(t.shape) != tuple(weights[name].shape):
+                raise UpdateError(
+                    f"the new weights do not fit the served model: {name} is {tuple(t.shape)}, "
+                    f"served {tuple(weights[name].shape)}"
+                )
+        version = await self.engine.update_weights(state_dict)
+        if label is not None:
+            self.labels[version] = label
+        return self.label(version)
+
+    def label(self, version) -> str:
+        return self.labels.get(version, str(version))
+
+    async def from_disk(self, req: UpdateFromDiskRequest) -> str:
+        if req.load_format not in (None, "auto", "safetensors"):
+            raise UpdateError(f"load_format {req.load_format!r}: only safetensors checkpoints are read")
+        path = Path(req.model_path)
+        if not path.is_dir() or not any(path.glob("*.safetensors")):
+            raise UpdateError(f"{path} is not a checkpoint directory (no *.safetensors)")
+        weights = self._weights()
+        dtype = next(iter(weights.values())).dtype
+
+        def load() -> dict:
+            from model.modeling import GLM5ForCausalLM
+
+            return GLM5ForCausalLM.from_pretrained(path, dtype=dtype, device="cpu").state_dict()
+
+        try:
+            state = await anyio.to_thread.run_sync(load)
+        except (OSError, ValueError, KeyError) as e:
+            raise UpdateError(f"cannot read {path}: {e}") from None
+        state = {k: v for k, v in state.items() if k in weights}  # e.g. no MTP layer in a transformers checkpoint
+        version = await self._apply(state, req.weight_version)
+        self.originals, self.adapter = {}, None  # the new checkpoint is the base now
+        return version
+
+    async def load_lora(self, req: LoadLoraRequest) -> str:
+        weights = self._weights()
+        deltas = await anyio.to_thread.run_sync(read_lora_deltas, Path(req.lora_path), weights)
+        originals = dict(self.originals)
+        for name in deltas:
+            originals.setdefault(name, weights[name].detach().to("cpu", copy=True))
+        update = {n: originals[n] for n in originals if n not in deltas}  # the previous adapter's other tensors
+        for name, delta in deltas.items():
+            base = originals[name]
+            update[name] = (base.float() + delta).to(base.dtype)
+        version = await self._apply(update, None)
+        self.originals, self.adapter = originals, (req.lora_name, req.lora_path)
+        return version
+
+    async def unload_lora(self, req: UnloadLoraRequest) -> str:
+        if self.adapter is None or self.adapter[0] != req.lora_name:
+            raise UpdateError(f"no adapter named {req.lora_name!r} is loaded (loaded: {list(self.loaded()) or 'none'})")
+        version = await self._apply(dict(self.originals), None)
+        self.originals, self.adapter = {}, None
+        return version
+
+
+def _updater(state) -> WeightUpdater:
+    if state.weight_updater is None:
+        state.weight_updater = WeightUpdater(state.engine)
+    return state.weight_updater
+
+
+async def update_weights_from_disk(state, request: Request):
+    req = parse_body(UpdateFromDiskRequest, await request.body())
+    up = _updater(state)
+    async with up.lock:
+        try:
+            version = await up.from_disk(req)
+        except UpdateError as e:
+            return JSONResponse({"success": False, "message": str(e), "num_paused_requests": 0}, status_code=400)
+    body = {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+    return JSONResponse({**body, "weight_version": version})
+
+
+async def load_lora_adapter(state, request: Request):
+    return await _lora(state, parse_body(LoadLoraRequest, await request.body()), load=True)
+
+
+async def unload_lora_adapter(state, request: Request):
+    return await _lora(state, parse_body(UnloadLoraRequest, await request.body()), load=False)
+
+
+async def _lora(state, req, load: bool):
+    up = _updater(state)
+    async with up.lock:
+        try:
+            version = await (up.load_lora(req) if load else up.unload_lora(req))
+        except UpdateError as e:
+            body = {"success": False, "error_message": str(e), "loaded_adapters": up.loaded()}
+            return JSONResponse(body, status_code=400)
+    return {"success": True, "error_message": "", "loaded_adapters": up.loaded(), "weight_version": version}
+
+
+def weight_version(state, version=None) -> str:
+    """How a weights version is reported (/generate, /get_weight_version): the label its update named, or the
+    engine's count. None: the version served now."""
+    version = state.engine.weights_version if version is None else version
+    up = state.weight_updater
+    return up.label(version) if up is not None else str(version)
+
+
+async def get_weight_version(state):
+    return {"weight_version": weight_version(state)}
