@@ -19,7 +19,8 @@ token's logprob under the distribution it sampled from (pi_infer). Then, per tok
 beta = 2, eps_low = 0.2, eps_high = 0.28 are GLM-5's. The log-probabilities use the sampling temperature, as the
 engine's do. A completion whose reward is None (the checker itself failed) is left out of its group; a group
 with fewer than two scored completions, or whose rewards are all equal, has no signal and adds nothing (it is
-counted). `updates_per_batch` > 1 reuses a batch for several optimizer steps, where the clip matters.
+counted). A step in which no completion could be scored stops the run (`RewardUnavailable`, with the checker's
+error where it gave one): training on nothing would look like a run that worked. `updates_per_batch` > 1 reuses a batch for several optimizer steps, where the clip matters.
 
 The indexer is never trained (GLM-5 §3.2 freezes it in RL; LoRA does not target it), and `RL_TARGETS` leaves
 out kv_b_proj: the engine's absorbed attention reads kv_b_proj's dense weight, which a LoRA wrapper would
@@ -99,7 +100,10 @@ class StepStats:
     groups_with_signal: int
     groups: int
     failed: int  # completions whose checker failed (left out)
-    loss: float
+    # What moves (the surrogate's value is 0 by construction on-policy, its gradient is not): the policy
+    # gradient's norm before clipping, and KL(pi_rollout || pi_train) by the k3 estimator r - 1 - log r.
+    pg_grad_norm: float
+    kl_rollout: float
     icepop_masked: float  # fraction of tokens IcePop dropped
     mismatch: float  # mean |log pi_train - log pi_infer| over the tokens: the train/serve logprob gap
     clipped: float  # fraction of tokens whose ratio was clipped (only with updates_per_batch > 1)
@@ -107,6 +111,10 @@ class StepStats:
 
     def as_dict(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+class RewardUnavailable(RuntimeError):
+    """No completion of a step could be scored: the reward itself is broken (a command that cannot run)."""
 
 
 def advantages(rewards: list[float | None]) -> list[float | None]:
@@ -198,7 +206,7 @@ def grpo_backward(
             if a is not None and a != 0.0 and r.ids:
                 batch.append(r)
                 adv.append(a)
-    stats = {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0}
+    stats = {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0, "kl_rollout": 0.0}
     if not batch:
         return None, stats, old
     scale = 1.0 / (cfg.group_size * len(groups))  # 1/G per group, averaged over the step's groups
@@ -206,7 +214,7 @@ def grpo_backward(
     old = list(old) if reused else []
     total = 0.0
     masked = clipped = n_tok = 0
-    mismatch = 0.0
+    mismatch = kl = 0.0
     for i in range(0, len(batch), micro_batch):
         rows, coef = batch[i : i + micro_batch], adv[i : i + micro_batch]
         new = _token_logprobs(model, rows, cfg.temperature)
@@ -225,10 +233,13 @@ def grpo_backward(
             masked += int((~keep).sum())
             clipped += int(((ratio < 1 - cfg.eps_low) | (ratio > 1 + cfg.eps_high)).sum())
             mismatch += float((lp_old - infer).abs().sum())
+            log_r = (lp.detach() - infer).double()
+            kl += float((log_r.exp() - 1 - log_r).sum())
             n_tok += len(r.ids)
         loss.backward()
         total += float(loss.detach())
     stats = {"icepop_masked": masked / n_tok, "mismatch": mismatch / n_tok, "clipped": clipped / n_tok}
+    stats["kl_rollout"] = kl / n_tok
     return total, stats, old
 
 
@@ -285,17 +296,23 @@ def train_grpo(
         which = task_order(len(tasks), step, cfg.prompts_per_step, cfg.seed)
         groups = rollout(engine, tasks, which, cfg, step, tokenizer)
         rewards = [r.reward for g in groups for r in g if r.reward is not None]
+        if not rewards:
+            errors = {getattr(tasks[t].score, "last_error", None) for t in which} - {None}
+            raise RewardUnavailable(
+                f"step {step + 1}: no completion could be scored (the reward returned None for all "
+                f"{sum(len(g) for g in groups)})" + (f": {sorted(errors)[0]}" if errors else "")
+            )
         signal = sum(1 for g in groups if any(a for a in advantages([r.reward for r in g]) if a))
-        loss_value, stats, old = 0.0, {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0}, None
+        grad_norm, stats, old = 0.0, {"icepop_masked": 0.0, "mismatch": 0.0, "clipped": 0.0, "kl_rollout": 0.0}, None
         for u in range(cfg.updates_per_batch):
             opt.zero_grad(set_to_none=True)
             loss, st, old = grpo_backward(model, groups, cfg, old)
             if loss is None:
                 break
-            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
             opt.step()
             if u == 0:
-                loss_value, stats = loss, st
+                grad_norm, stats = norm, st
             else:
                 stats["clipped"] = max(stats["clipped"], st["clipped"])
         if signal:
@@ -309,7 +326,7 @@ def train_grpo(
                 groups_with_signal=signal,
                 groups=len(groups),
                 failed=sum(1 for g in groups for r in g if r.reward is None),
-                loss=loss_value,
+                pg_grad_norm=grad_norm,
                 completion_tokens=sum(len(r.ids) for g in groups for r in g) / sum(len(g) for g in groups),
                 **stats,
             )

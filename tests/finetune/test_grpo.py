@@ -12,6 +12,7 @@ import torch
 from finetune.grpo import (
     RL_TARGETS,
     GRPOConfig,
+    RewardUnavailable,
     RLTask,
     Rollout,
     advantages,
@@ -60,9 +61,11 @@ def test_advantages_are_normalised_per_group():
 
 
 def test_task_order_is_seeded_and_covers_every_task_each_epoch():
-    first_epoch = [t for s in range(2) for t in task_order(4, s, 2, seed=3)]
-    assert sorted(first_epoch) == [0, 1, 2, 3]
-    assert task_order(4, 5, 2, seed=3) == task_order(4, 5, 2, seed=3)
+    for epoch in range(3):
+        assert sorted(t for s in range(2 * epoch, 2 * epoch + 2) for t in task_order(4, s, 2, seed=3)) == [0, 1, 2, 3]
+    # Pinned: a resumed run (another process, maybe another Python) must read the tasks the killed one read.
+    assert [task_order(4, s, 2, seed=3) for s in range(4)] == [[2, 3], [1, 0], [3, 0], [1, 2]]
+    assert task_order(5, 7, 3, seed=1) == [4, 1, 3]  # a step that straddles two epochs
     assert [task_order(4, s, 2, seed=3) for s in range(4)] != [task_order(4, s, 2, seed=4) for s in range(4)]
 
 
@@ -74,6 +77,27 @@ def _rollout(model, prompt, ids, reward, shift=0.0):
     return Rollout(0, prompt, ids, infer, reward)
 
 
+def test_the_engine_samples_with_the_probabilities_the_trainer_computes(tok):
+    # The rollouts' logprobs come from the engine (its paged cache, absorbed attention, sampler), the trainer's
+    # from the model's training forward: on the same weights they agree, so IcePop masks nothing.
+    from serve.engine import EngineConfig, LLMEngine, SamplingParams
+
+    model = peaky_model()
+    engine = LLMEngine(model, tokenizer=tok, config=EngineConfig(max_num_seqs=4, max_model_len=64))
+    prompt = tok.encode("def f(x):")
+    for i in range(4):
+        engine.add_request(prompt, SamplingParams(temperature=1.0, max_tokens=8, seed=i), request_id=str(i))
+    outs = {}
+    while engine.has_unfinished:
+        outs.update({o.request_id: o for o in engine.step() if o.finished})
+    group = [Rollout(0, prompt, list(o.token_ids), [lp.logprob for lp in o.logprobs], float(i % 2))
+             for i, o in enumerate(outs[str(i)] for i in range(4))]  # fmt: skip
+    assert len({tuple(r.ids) for r in group}) > 1  # sampled, not greedy: the comparison covers several paths
+    _, stats, _ = grpo_backward(model, [group], GRPOConfig(group_size=4))
+    assert stats["icepop_masked"] == 0.0 and stats["mismatch"] < 1e-4, stats
+    assert stats["kl_rollout"] < 1e-6
+
+
 def test_the_update_raises_the_rewarded_completion_and_icepop_drops_mismatched_tokens(tok):
     model = peaky_model()
     cfg = GRPOConfig(group_size=2, lr=1e-2)
@@ -83,8 +107,8 @@ def test_the_update_raises_the_rewarded_completion_and_icepop_drops_mismatched_t
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=0.05)
     before = [_rollout(model, prompt, ids, 0).infer_logprobs for ids in (good, bad)]
-    _, stats, _ = grpo_backward(model, [group], cfg)
-    assert stats["icepop_masked"] == 0.0 and stats["mismatch"] < 1e-4  # same weights: the engine agrees
+    grpo_backward(model, [group], cfg)
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in params)  # a gradient, though the loss is 0
     opt.step()
     after = [_rollout(model, prompt, ids, 0).infer_logprobs for ids in (good, bad)]
     assert sum(after[0]) > sum(before[0]) and sum(after[1]) < sum(before[1])
@@ -108,6 +132,14 @@ def test_grpo_learns_a_checkable_reward_with_on_policy_engine_rollouts(tok):
     assert first < 0.5 and last > 0.85, [round(h.reward_mean, 2) for h in hist]
     assert all(h.icepop_masked < 0.01 for h in hist)  # engine and trainer compute the same probabilities
     assert hist[-1].step == 24 and all(h.groups == 2 for h in hist)
+    assert all(h.pg_grad_norm > 0 for h in hist if h.groups_with_signal)  # what moves is reported, not a 0 loss
+
+
+def test_a_reward_that_cannot_run_stops_the_run_with_its_error(tok):
+    broken = REWARDS["command"]({"type": "command", "run": "no-such-checker --strict"})
+    cfg = GRPOConfig(steps=3, prompts_per_step=2, group_size=2, max_new_tokens=3)
+    with pytest.raises(RewardUnavailable, match=r"step 1: no completion could be scored.*no-such-checker.*not found"):
+        train_grpo(peaky_model(), tasks(tok, score=broken), cfg, tokenizer=tok)
 
 
 def test_micro_batches_give_the_gradient_of_the_whole_batch(tok):

@@ -1,0 +1,32 @@
+"""Agentic RL (`glm5 finetune rl --env swe|terminal|scripted`): a pipeline of plain roles, each tested alone with
+fakes of its neighbours; the asynchronous and the synchronous run are the same roles wired differently.
+
+Module map:
+- config.py         RLConfig: every knob of a run, GLM-5's defaults (IS band, IcePop beta, staleness, ...)
+- rollout.py        the data: ModelCall (ids in/out, rollout logprobs, weight versions), TokenSample (ids, loss
+                    mask, logprobs of one branch), Rollout (a session: calls, samples, grade), Grade
+- tito.py           TitoSession: token in, token out; later prompts appended by our chat format, a new branch
+                    where GLM-5's template rewrites earlier turns
+- session_model.py  SessionModel: the agent loop's Model over a rollout server, recording every call via TITO
+- server.py         RolloutServer protocol; InProcessServer: our engine on a thread, weights swapped between steps
+- remote.py         HttpServer (`glm5 serve` / sglang: /generate, /load_lora_adapter, /update_weights_from_disk)
+                    and Router (session-affine consistent hashing over several)
+- env.py            RolloutEnv / EnvSession protocol: reset(task) -> session; run(model); grade() -> Grade
+- scripted.py       ScriptedFamily: in-process task families (tests, benchmarks, `--env scripted`)
+- bench_env.py      BenchEnv: the bench's SWE / terminal tasks in its per-trial sandboxes, `glm5 code`'s agent
+                    loop, graded by the bench (one definition of "solved")
+- rewards.py        hybrid reward specs: rules (tests), an outcome reward model, a generative judge; weighted
+- orchestrator.py   Orchestrator: many sessions at once, group by group, gated by staleness; yields Rollouts
+- buffer.py         RolloutBuffer: finished rollouts on disk; staleness drop and the crash-group rule at take
+- objective.py      the loss: direct double-sided importance sampling on pi_theta / pi_rollout (IcePop's band
+                    on-policy), KL and mismatch statistics
+- trainer.py        Trainer: the explicit optimizer step over a batch of groups; optional optimizer reset
+- weight_push.py    WeightPush: the trainer's weights to the rollout server after each step, no restart
+- run.py            run_rl: the wiring (sync or async), resume from the run folder, rl_log rows; summary
+
+Life of a run: run_rl -> Orchestrator runs sessions (env.reset -> the agent queries a SessionModel ->
+TitoSession builds prompt ids -> the server samples ids + logprobs + version -> env.grade) -> RolloutBuffer
+stores each Rollout -> the trainer takes the next complete groups (stale samples dropped, crashed groups padded
+or dropped) -> Trainer.step (IS-masked policy gradient on exactly the sampled tokens) -> state.pt -> WeightPush
+(the server's version moves; the orchestrator's gate admits the next groups) -> a row of rl_log.jsonl.
+"""

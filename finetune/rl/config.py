@@ -1,0 +1,68 @@
+"""The run configuration of agentic RL: one frozen dataclass, each field a flag of `glm5 finetune rl`.
+
+Defaults are GLM-5's where the report gives them (finetuning-rl.md §1.2-1.3): the kept importance-ratio band
+[1 - 0.2, 1 + 0.28] (the report's eps_low / eps_high; for the direct double-sided IS of §4.1.2 it names no
+other values), IcePop's beta = 2 for on-policy runs, crash groups padded when more than half is valid, and an
+optimizer reset at each weight push off unless asked for (the report resets; with one update per push and
+LoRA at our scale a reset throws Adam's moments away every step, so it is a flag). The report gives no value
+for the staleness bound tau; 2 versions (between TRL's 4 and SkyRL/AReaL's "0 = sync") is ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OBJECTIVES = ("auto", "icepop", "double-is")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    steps: int = 50
+    groups_per_step: int = 2  # tasks per optimizer step
+    group_size: int = 8  # sessions per task (GRPO's group)
+    max_new_tokens: int = 256  # per model call
+    max_turns: int = 8  # model calls per session
+    temperature: float = 1.0
+    lr: float = 2e-5
+    max_grad_norm: float = 1.0
+    objective: str = "auto"  # auto: icepop with --sync, double-is otherwise
+    is_low: float = 0.2  # double-sided IS keeps r = pi_theta / pi_rollout inside [1 - is_low, 1 + is_high]
+    is_high: float = 0.28
+    icepop_beta: float = 2.0  # IcePop keeps [1 / beta, beta]
+    max_staleness: int = 2  # tau: drop a sample whose oldest call lags the trainer by more than tau versions
+    reset_optimizer: bool = False  # reset AdamW's state at each weight push (GLM-5 §3.3)
+    sync: bool = False  # the synchronous baseline: roll out, then train, then push, on the same roles
+    concurrency: int = 8  # sessions at once
+    keep_reasoning: bool = False  # True: never re-render a turn; False: branch where the template rewrites one
+    partial_credit: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError("group_size must be >= 2: GRPO's advantage compares sessions of one task")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0: RL samples (greedy rollouts have no spread to learn from)")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+        if not 0 <= self.is_low < 1 or self.is_high <= 0:
+            raise ValueError("is_low must be in [0, 1) and is_high > 0 (the kept band is [1 - is_low, 1 + is_high])")
+        if self.icepop_beta <= 1:
+            raise ValueError("icepop_beta must be > 1 (the kept band is [1/beta, beta])")
+        if self.max_staleness < 0:
+            raise ValueError("max_staleness must be >= 0 (0: every sample comes from the trainer's weights)")
+        for name in ("steps", "groups_per_step", "max_new_tokens", "max_turns", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The kept interval of the importance ratio r = pi_theta / pi_rollout."""
+        objective = self.objective if self.objective != "auto" else ("icepop" if self.sync else "double-is")
+        if objective == "icepop":
+            return 1.0 / self.icepop_beta, self.icepop_beta
+        return 1.0 - self.is_low, 1.0 + self.is_high
+
+    @property
+    def staleness(self) -> int:
+        """The bound the orchestrator's admission gate and the buffer enforce: 0 in a synchronous run."""
+        return 0 if self.sync else self.max_staleness

@@ -1,0 +1,75 @@
+"""The policy-gradient objective on token samples: GLM-5's direct double-sided importance sampling
+(finetuning-rl.md §1.3, Eqs. 3-5), with IcePop as the same rule on another band.
+
+Per sampled token t of a sample with group-normalised advantage A (no pi_old: a trajectory whose calls span
+weight versions has no single behaviour policy, so the rollout engine's own logprobs stand in for it):
+
+    r_t   = exp(log pi_theta(y_t) - log pi_rollout(y_t))
+    f(r)  = r inside the band [lo, hi], else 0
+    loss  = -(1/G) sum_samples 1/|y| sum_t f(r_t) A            (mean over the step's groups)
+
+With r carrying the gradient, d loss = -A r grad log pi_theta inside the band and nothing outside: PPO with
+pi_old := pi_rollout and a hard two-sided mask instead of min/clip. The double-sided band is [1 - eps_l,
+1 + eps_h] (defaults 0.2 / 0.28); IcePop keeps [1/beta, beta] (beta = 2), which on-policy (one update per
+batch, where pi_train_old = pi_theta) is exactly finetune/grpo.py's IcePop term. Reported per step: the
+masked fraction, the mean |log pi_theta - log pi_rollout| (train/rollout mismatch) and KL(pi_rollout ||
+pi_theta) by the k3 estimator r - 1 - log r, which is >= 0 per token.
+
+Shapes: lp_N, rollout_N are one sample's N sampled tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TokenStats:
+    tokens: int = 0
+    masked: int = 0
+    mismatch: float = 0.0  # sum |log r|
+    kl: float = 0.0  # sum of k3
+
+    def add(self, other: TokenStats) -> None:
+        self.tokens += other.tokens
+        self.masked += other.masked
+        self.mismatch += other.mismatch
+        self.kl += other.kl
+
+    def as_dict(self) -> dict:
+        n = max(1, self.tokens)
+        return {"is_masked": self.masked / n, "mismatch": self.mismatch / n, "kl_rollout": self.kl / n}
+
+
+def sample_loss(
+    lp_N: torch.Tensor, rollout_N: torch.Tensor, advantage: float, band: tuple[float, float]
+) -> tuple[torch.Tensor, TokenStats]:
+    """This sample's term (before the 1/G and group averaging): -(1/N) sum_t f(r_t) A."""
+    log_r = lp_N - rollout_N
+    r = torch.exp(log_r)
+    keep = (r >= band[0]) & (r <= band[1])
+    loss = -(torch.where(keep, r, torch.zeros_like(r)) * advantage).mean()
+    with torch.no_grad():
+        lr = log_r.detach()
+        st = TokenStats(
+            tokens=lp_N.numel(),
+            masked=int((~keep).sum()),
+            mismatch=float(lr.abs().sum()),
+            kl=float((torch.exp(lr) - 1 - lr).sum()),
+        )
+    return loss, st
+
+
+def token_logprobs(model, samples: list, temperature: float) -> list[torch.Tensor]:
+    """log pi_theta of each sample's sampled (mask 1) tokens, with gradient, at the sampling temperature. The
+    lm_head runs only on the rows that predict sampled tokens (never a [B, T, V] logits tensor)."""
+    T = max(len(s.ids) for s in samples)
+    ids_BT = torch.tensor([s.ids + [0] * (T - len(s.ids)) for s in samples])  # right padding: no one sees a pad
+    hidden_BTD = model.model(ids_BT, torch.arange(T).expand(len(samples), -1))
+    where = [[t for t, m in enumerate(s.mask) if m] for s in samples]
+    rows = torch.cat([hidden_BTD[b, torch.tensor(w) - 1] for b, w in enumerate(where)])
+    lp = torch.log_softmax(model.lm_head(rows).float() / temperature, -1)
+    lp = lp.gather(-1, torch.tensor([samples[b].ids[t] for b, w in enumerate(where) for t in w])[:, None])[:, 0]
+    return list(lp.split([len(w) for w in where]))

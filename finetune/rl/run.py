@@ -1,0 +1,200 @@
+"""One RL run: the roles wired together, synchronously or asynchronously, resumable from its folder.
+
+    orchestrator (sessions -> rollouts) -> buffer (staleness, crash groups) -> trainer (one optimizer step)
+    -> weight push (the server's version moves) -> checkpoint -> rl_log.jsonl row
+
+- `sync=True`: each step runs its groups (sessions in parallel), waits for all of them, trains, pushes. The
+  engine serves the trainer's model itself (no copy); nothing samples while the trainer steps.
+- `sync=False`: the orchestrator's feeder runs sessions in the background the whole time, gated so that no
+  group starts that would be more than tau versions stale when trained; the trainer takes the next complete
+  groups as soon as there are enough. The engine serves its own copy, updated in place at each push. With
+  tau = 0 the gate admits exactly the synchronous schedule, and the run gives the synchronous result.
+
+The run folder WORK holds state.pt (trainer: version, trained tensors, optimizer; consumed and dropped groups;
+the log so far), written whole after each optimizer step, and rollouts/ (the buffer). Killed at any moment, a
+rerun continues from the last optimizer step with the finished rollouts it had buffered, judging their
+staleness against the restored version; sessions that were in flight run again with the same seeds.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from finetune.rl.buffer import RolloutBuffer, TakeReport
+from finetune.rl.config import RLConfig
+from finetune.rl.orchestrator import Orchestrator
+from finetune.rl.server import InProcessServer
+from finetune.rl.trainer import Trainer
+from finetune.rl.weight_push import WeightPush
+
+
+def _save(path: Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def step_row(step: int, version: int, groups, rep: TakeReport, train: dict, extra: dict) -> dict:
+    """One rl_log.jsonl row: rewards over the distinct valid sessions of the kept groups (padding left out)."""
+    seen = {(r.group, r.index): r for g in groups for r in g}.values()
+    rewards = [r.reward for r in seen if r.reward is not None]
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    solved = [r.solved for r in seen if r.solved is not None]
+    row = {
+        "step": step,
+        "version": version,
+        "reward_mean": mean,
+        "reward_std": math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards)) if rewards else 0.0,
+        "solved_rate": sum(solved) / len(solved) if solved else None,
+        "sessions": len(seen),
+        "groups_kept": len(rep.kept),
+        "groups_dropped": len(rep.dropped),
+        "dropped_by_reason": rep.dropped_by_reason(),
+        "dropped_groups": {str(g): why for g, why in rep.dropped.items()},
+        "padded_samples": rep.padded,
+        "stale_samples": rep.stale_samples,
+        "crashed_samples": rep.crashed_samples,
+        "staleness_hist": {str(k): v for k, v in sorted(rep.lags.items())},
+        "model_calls": sum(len(r.calls) for r in seen),
+        **train,
+        **extra,
+    }
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}
+
+
+def run_rl(
+    model,
+    tokenizer,
+    env,
+    tasks: list,
+    cfg: RLConfig,
+    work: Path,
+    server=None,
+    max_model_len: int = 4096,
+    log: Callable[[dict], None] | None = None,
+    push_dir: Path | None = None,
+) -> list[dict]:
+    """Train `model`'s trainable parameters (LoRA's after `add_lora`) on sessions in `env` -> the log rows.
+    `server`: a RolloutServer (default: an in-process engine). Reruns with the same WORK resume."""
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(model, cfg)
+    state_path = work / "state.pt"
+    state = torch.load(state_path, weights_only=False) if state_path.is_file() else None
+    history: list[dict] = []
+    consumed: set[int] = set()
+    dropped: set[int] = set()
+    if state is not None:
+        trainer.restore(state["trainer"])
+        history, consumed, dropped = state["history"], set(state["consumed"]), set(state["dropped"])
+    buffer = RolloutBuffer(work / "rollouts", cfg.group_size, cfg.staleness)
+    resumed_rollouts = buffer.load(consumed | dropped)
+    own_server = server is None
+    if own_server:
+        served = model if cfg.sync else copy.deepcopy(model)
+        server = InProcessServer(served, tokenizer, max_model_len, cfg.concurrency, cfg.seed)
+    shared = own_server and cfg.sync
+    pusher = WeightPush(server, model, shared=shared, push_dir=push_dir or work / "pushes")
+    if state is not None or not own_server:
+        pusher.push(trainer.version)  # the server serves the restored weights, at the restored version
+    B = cfg.groups_per_step
+    orch = Orchestrator(
+        env, tasks, server, tokenizer, cfg, work / "sessions", buffer.add,
+        skip=buffer.has, skip_group=lambda g: g in consumed or g in dropped, max_model_len=max_model_len,
+    )  # fmt: skip
+    n_prior = len(consumed)
+    n_dropped = [0]
+    pushed = [trainer.version]  # the version the server serves (the trainer's is ahead until the push lands)
+
+    def live() -> int:
+        return orch.started + n_prior - n_dropped[0]
+
+    def gate(_g: int) -> bool:
+        return live() < (pushed[0] + cfg.staleness + 1) * B
+
+    def on_dropped(rep: TakeReport, seen: set) -> None:
+        new = [g for g in rep.dropped if g not in seen]
+        seen.update(new)
+        n_dropped[0] += len(new)
+
+    if not cfg.sync:
+        orch.start(gate, buffer.changed)
+    prev = {"gen": server.stats()["generated_tokens"], "idle": server.stats()["idle_s"], "t": time.monotonic()}
+    start = trainer.version
+    try:
+        for step in range(start, cfg.steps):
+            t_wait = time.monotonic()
+            seen_drops: set = set()
+
+            def wait(rep: TakeReport, seen_drops=seen_drops) -> None:
+                on_dropped(rep, seen_drops)
+                if cfg.sync:
+                    n = (trainer.version + 1) * B - live()
+                    orch.run_groups(orch.next_ids(max(n, 1)))
+                else:
+                    orch.check()
+                    with buffer.changed:
+                        buffer.changed.notify_all()  # a drop frees the gate
+                        buffer.changed.wait(0.2)
+
+            groups, rep = buffer.take(trainer.version, B, wait)
+            on_dropped(rep, seen_drops)
+            trainer_idle = time.monotonic() - t_wait
+            train = trainer.step(groups)
+            consumed.update(rep.kept)
+            dropped.update(rep.dropped)
+            now, st = time.monotonic(), server.stats()
+            extra = {
+                "rollout_tokens_per_s": (st["generated_tokens"] - prev["gen"]) / max(1e-9, now - prev["t"]),
+                "server_idle_s": st["idle_s"] - prev["idle"],
+                "trainer_idle_s": trainer_idle,
+                "resumed_rollouts": resumed_rollouts if step == start else 0,
+                "seconds": now - prev["t"],
+            }
+            prev = {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": now}
+            row = step_row(step + 1, trainer.version, groups, rep, train, extra)
+            history.append(row)
+            _save(state_path, {"trainer": trainer.state(), "history": history,
+                               "consumed": sorted(consumed), "dropped": sorted(dropped)})  # fmt: skip
+            buffer.forget(rep.kept)
+            if cfg.reset_optimizer:
+                trainer.reset_optimizer()
+            version = pusher.push(trainer.version)
+            with buffer.changed:
+                pushed[0] = version
+                buffer.changed.notify_all()  # the gate opens for the next version's groups
+            if log is not None:
+                log(row)
+    finally:
+        orch.close()
+        if own_server:
+            server.close()
+    return history
+
+
+def summary(history: list[dict]) -> dict:
+    """First and last parts of the run, never overlapping: the first and last k = min(5, n // 2) steps (one
+    step: that step alone, with nothing to compare)."""
+    n = len(history)
+    if n == 0:
+        return {}
+    k = max(1, min(5, n // 2))
+
+    def mean(rows, key):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return round(sum(vals) / len(vals), 4) if vals else None
+
+    out = {"steps": n, "window": k, "reward_first": mean(history[:k], "reward_mean")}
+    out["reward_last"] = mean(history[-k:], "reward_mean") if n > 1 else None
+    out["solved_first"] = mean(history[:k], "solved_rate")
+    out["solved_last"] = mean(history[-k:], "solved_rate") if n > 1 else None
+    out["groups_dropped"] = sum(r["groups_dropped"] for r in history)
+    out["is_masked"] = mean(history, "is_masked")
+    return out

@@ -1,0 +1,39 @@
+"""The weight push: after each optimizer step, the trainer's new weights reach the rollout server, which keeps
+serving (no restart), and later calls report the new version.
+
+- in-process, own copy (the asynchronous default): the trained tensors (LoRA's, or every trainable one) are
+  copied into the engine's model between two engine steps;
+- in-process, shared model (the synchronous run): the engine serves the trainer's model itself, so the push
+  only tells it the weights changed (its version moves);
+- over HTTP (`--rollout-url`): the LoRA adapter is written in peft's format to PUSH_DIR/v{version} and loaded
+  with sglang's `/load_lora_adapter` (`glm5 serve` speaks the same), or, for full-weight training, the
+  checkpoint is written there and loaded with `/update_weights_from_disk`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class WeightPush:
+    def __init__(self, server, model, shared: bool = False, push_dir: Path | None = None, lora: bool = True):
+        self.server, self.model, self.shared = server, model, shared
+        self.push_dir, self.lora = push_dir, lora
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.pushes = 0
+
+    def push(self, version: int) -> int:
+        """Send the trainer's weights (now at `version`) -> the version the server reports afterwards."""
+        self.pushes += 1
+        if hasattr(self.server, "update_tensors"):
+            self.server.update_tensors(None if self.shared else {n: p.detach().clone() for n, p in self.named})
+            self.server.set_version(version)
+            return self.server.version
+        path = Path(self.push_dir) / f"v{version}"
+        if self.lora:
+            from finetune.sft import save_adapter
+
+            save_adapter(self.model, path)
+            return self.server.load_lora_adapter(f"rl-v{version}", str(path), version)
+        self.model.save_pretrained(path)
+        return self.server.update_weights_from_disk(str(path), version)

@@ -1,0 +1,353 @@
+"""`glm5 finetune rl`: RL on single completions (`--env completion`, GRPO + IcePop on a tasks file with checkable
+rewards) or on whole agent sessions (`--env swe` / `terminal`: the bench's tasks, sandboxes and grading, with
+`glm5 code`'s agent loop; `--env scripted`: a built-in toy family to check a setup). Parses and shows; the run
+is finetune.grpo (completion) and finetune.rl (agentic)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+
+ENVS = ("completion", "swe", "terminal", "scripted")
+
+
+def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:
+    """The tasks file -> [{"ids", "reward", "name"}]; a bad line or reward is a usage error naming FILE:LINE.
+    `makers`: the registered rewards by type."""
+    from glm5cli.finetune_cmd import _prompt_rows
+
+    tasks = []
+    for ids, row, where in _prompt_rows(path, tokenizer):
+        spec = row.get("reward", default_reward)
+        if spec is None:
+            fail(f'{where}: no "reward" (and no --reward default)', code=EXIT_USAGE)
+        if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
+            fail(f'{where}: "reward" must be an object with a "type" (one of: {", ".join(makers)})', code=EXIT_USAGE)
+        if spec["type"] not in makers:
+            fail(f"{where}: unknown reward type {spec['type']!r} (known: {', '.join(makers)})", code=EXIT_USAGE)
+        try:
+            makers[spec["type"]](spec)  # checked now, before any training
+        except ValueError as e:
+            fail(f"{where}: bad reward: {e}", code=EXIT_USAGE)
+        tasks.append({"ids": ids, "reward": spec, "name": str(row.get("name", where))})
+    return tasks
+
+
+def rl(
+    model: Path = typer.Argument(..., help="Checkpoint directory (full precision)."),
+    task_dirs: list[Path] = typer.Argument(None, help="--env terminal: Harbor task folders.", show_default=False),
+    out: Path = typer.Option(
+        ..., "--out", help="New directory: the adapter in OUT/adapter, per-step stats in OUT/rl_log.jsonl."
+    ),
+    env: str = typer.Option(
+        "completion",
+        "--env",
+        help="completion: one completion per task, scored by its reward (--tasks, a prompts file). swe: agent "
+        "sessions on SWE-bench-format tasks (--tasks TASKS.jsonl), graded by the bench. terminal: agent sessions "
+        "on Harbor task folders (TASK_DIR...). scripted: a built-in toy family (answers must hold a digit).",
+    ),
+    tasks_file: Path | None = typer.Option(
+        None,
+        "--tasks",
+        help='completion: JSONL, one task per line: {"prompt": text} or {"messages": [...]}, and "reward": '
+        '{"type": "regex", "pattern": ...} or {"type": "command", "run": "pytest -q", "timeout": 60} '
+        "(or a type a plugin registers). swe: the SWE-bench JSONL / JSON / parquet the bench reads.",
+    ),
+    reward: str | None = typer.Option(
+        None,
+        "--reward",
+        help='completion: JSON reward spec for the tasks that have none, e.g. \'{"type": "command", "run": '
+        "\"make check\"}'. Agentic: a hybrid reward spec (see finetune/rl/rewards.py) combining the bench's "
+        "tests with an outcome reward model and a judge, with weights.",
+    ),
+    steps: int = typer.Option(100, min=1, help="Optimizer steps (one batch of groups each)."),
+    prompts_per_step: int = typer.Option(4, "--prompts-per-step", "--groups-per-step", min=1, help="Tasks per step."),
+    group_size: int = typer.Option(8, min=2, help="Completions or sessions per task (GRPO's group)."),
+    max_new_tokens: int = typer.Option(256, min=1, help="Longest completion (agentic: per model call)."),
+    max_turns: int = typer.Option(30, min=1, help="Agentic: model calls per session."),
+    max_model_len: int = typer.Option(16384, min=64, help="Agentic: the rollout engine's context (prompt + reply)."),
+    temperature: float = typer.Option(1.0, min=0.01, help="Sampling temperature of the rollouts."),
+    lr: float = typer.Option(2e-5, help="Learning rate (AdamW)."),
+    rank: int = typer.Option(16, min=1, help="LoRA rank."),
+    alpha: int = typer.Option(32, min=1, help="LoRA alpha (the update is scaled by alpha / rank)."),
+    updates_per_batch: int = typer.Option(
+        1, min=1, help="completion: optimizer steps per rollout batch (PPO clip applies)."
+    ),
+    max_staleness: int = typer.Option(
+        2, min=0, help="Agentic: drop a session whose oldest model call lags the trainer by more than N versions."
+    ),
+    is_low: float = typer.Option(0.2, help="Agentic: keep tokens with pi/pi_rollout >= 1 - IS_LOW (GLM-5: 0.2)."),
+    is_high: float = typer.Option(0.28, help="Agentic: keep tokens with pi/pi_rollout <= 1 + IS_HIGH (GLM-5: 0.28)."),
+    objective: str = typer.Option(
+        "auto", help="Agentic: double-is (GLM-5's off-policy rule), icepop ([1/2, 2]), auto (icepop with --sync)."
+    ),
+    reset_optimizer: bool = typer.Option(False, help="Agentic: reset AdamW at each weight push (GLM-5 does)."),
+    sync: bool = typer.Option(False, "--sync", help="Agentic: the synchronous baseline (roll out, then train)."),
+    concurrency: int = typer.Option(8, min=1, help="Agentic: sessions run at once."),
+    rollout_url: list[str] = typer.Option(
+        [],
+        "--rollout-url",
+        help="Agentic: a rollout server (`glm5 serve` or sglang: /generate + /load_lora_adapter) instead of the "
+        "in-process engine; repeat for several (each session sticks to one, by consistent hashing).",
+    ),
+    keep_reasoning: bool = typer.Option(
+        False, help="Agentic: never re-render old turns (the model sees its old reasoning) instead of branching."
+    ),
+    partial_credit: bool = typer.Option(False, help="swe: reward the fraction of FAIL_TO_PASS tests that pass."),
+    seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
+    save_every: int = typer.Option(
+        10, min=0, help="completion: checkpoint every N steps (agentic runs checkpoint every step); rerun resumes."
+    ),
+    merge: bool = typer.Option(
+        False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+) -> None:
+    """Reinforcement learning with GLM-5's objectives, on single completions or on whole agent sessions.
+
+    --env completion: each step samples --group-size completions of --prompts-per-step tasks from the embedded
+    engine, which serves the very model being trained (on-policy). Each is scored by its task's reward, and the
+    LoRA adapters take a GRPO + IcePop step. A reward that cannot run for any completion of a step fails the run.
+
+    --env swe / terminal / scripted: agentic RL. An orchestrator runs --concurrency agent sessions at once (the
+    loop, tools and prompts of `glm5 code`, each in its own sandbox), token in, token out, against a rollout
+    engine; the trainer trains on finished groups while sessions go on, pushes its weights after each step,
+    and applies GLM-5's rules: --max-staleness, double-sided importance sampling (--is-low / --is-high),
+    crashed-environment groups padded or dropped, optional optimizer reset; --sync is the synchronous baseline.
+
+    Resumable: rerun the same command after a kill. OUT/rl_log.jsonl holds each step's rewards, solved rate,
+    groups kept and dropped (and why), staleness, IS-masked fraction, logprob mismatch, KL, gradient norm,
+    tokens/s and idle times. Serve the result with `glm5 serve MODEL --lora OUT/adapter` (or --merge).
+    """
+    if env not in ENVS:
+        fail(f"--env must be one of {', '.join(ENVS)}, not {env!r}", code=EXIT_USAGE)
+    if env == "completion":
+        if task_dirs:
+            fail("task folders are for --env terminal; --env completion reads --tasks", code=EXIT_USAGE)
+        if tasks_file is None:
+            fail("--env completion needs --tasks (a prompts file with rewards)", code=EXIT_USAGE)
+        return _completion(model, out, tasks_file, reward, steps, prompts_per_step, group_size, max_new_tokens,
+                           temperature, lr, rank, alpha, updates_per_batch, seed, save_every, merge, json_out)  # fmt: skip
+    from finetune.rl.config import RLConfig
+
+    try:
+        cfg = RLConfig(
+            steps=steps, groups_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
+            max_turns=max_turns, temperature=temperature, lr=lr, objective=objective, is_low=is_low,
+            is_high=is_high, max_staleness=max_staleness, reset_optimizer=reset_optimizer, sync=sync,
+            concurrency=concurrency, keep_reasoning=keep_reasoning, partial_credit=partial_credit, seed=seed,
+        )  # fmt: skip
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+    _agentic(model, out, env, tasks_file, task_dirs or [], reward, cfg, rank, alpha, max_model_len, rollout_url,
+             merge, json_out)  # fmt: skip
+
+
+def _environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg, reward: str | None):
+    """-> (RolloutEnv, tasks, a description for the settings)."""
+    if env == "scripted":
+        from finetune.rl.scripted import ScriptedFamily, digit_tasks
+
+        return ScriptedFamily(turns=min(cfg.max_turns, 3)), digit_tasks(8), {"family": "digit"}
+    from finetune.rl.bench_env import BenchEnv, load_bench_tasks
+    from finetune.rl.rewards import RewardSpecError, parse_reward_spec
+
+    try:
+        spec = parse_reward_spec(json.loads(reward)) if reward else None
+    except json.JSONDecodeError as e:
+        fail(f"--reward is not JSON: {e.msg}", code=EXIT_USAGE)
+    except RewardSpecError as e:
+        fail(f"--reward: {e}", code=EXIT_USAGE)
+    if env == "swe" and tasks_file is None:
+        fail("--env swe needs --tasks TASKS.jsonl (SWE-bench format)", code=EXIT_USAGE)
+    if env == "terminal" and not task_dirs:
+        fail(
+            "--env terminal needs task folders: glm5 finetune rl CKPT --out OUT --env terminal DIR...", code=EXIT_USAGE
+        )
+    try:
+        tasks = load_bench_tasks(env, tasks_file, task_dirs)
+    except (ValueError, OSError) as e:
+        fail(str(e), code=EXIT_USAGE)
+    if not tasks:
+        fail("no tasks to train on", code=EXIT_USAGE)
+    bench = BenchEnv(env, max_turns=cfg.max_turns, partial_credit=cfg.partial_credit, reward=spec)
+    where = str(tasks_file.resolve()) if tasks_file else [str(d.resolve()) for d in task_dirs]
+    return bench, tasks, {"tasks": where, "reward": reward}
+
+
+def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, max_model_len, urls, merge, json_out):
+    import dataclasses
+    import shutil
+
+    from glm5cli.finetune_cmd import _checkpoint_tokenizer, _load_for_training, _progress, _Run, _write_adapter
+
+    tok = _checkpoint_tokenizer(model)
+    rl_env, tasks, described = _environment(env, tasks_file, task_dirs, cfg, reward)
+    settings = {"model": str(model.resolve()), "env": env, **described, "config": dataclasses.asdict(cfg)}
+    settings |= {"rank": rank, "alpha": alpha, "merge": merge, "max_model_len": max_model_len, "rollout_url": urls}
+    run = _Run(out, settings)
+    from finetune.grpo import RL_TARGETS
+    from finetune.rl.run import run_rl, summary
+    from finetune.sft import LoraSettings, add_lora
+
+    server = None
+    if urls:
+        from finetune.rl.remote import HttpServer, Router
+
+        server = Router([HttpServer(u) for u in urls])
+    t0 = time.monotonic()
+    net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
+    net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=cfg.seed)
+    state = run.start({"tasks": len(tasks)})
+    del state  # the agentic run keeps its own state in the work folder (finetune/rl/run.py)
+    log_path = run.work / "rl_log.jsonl"
+    done = len(log_path.read_text().splitlines()) if log_path.is_file() else 0
+    if done:
+        err_console.print(f"resuming {run.work} from step {done} of {cfg.steps}")
+    with _progress() as bar:
+        task = bar.add_task(f"RL ({env})", total=cfg.steps, completed=done)
+
+        def log(row: dict) -> None:
+            with open(log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            solved = "" if row["solved_rate"] is None else f", solved {row['solved_rate']:.0%}"
+            drop = f", dropped {row['groups_dropped']}" if row["groups_dropped"] else ""
+            bar.update(task, advance=1, description=f"RL ({env}), reward {row['reward_mean']:.3f}{solved}{drop}")
+
+        try:
+            hist = run_rl(net, tok, rl_env, tasks, cfg, run.work, server=server, max_model_len=max_model_len, log=log)
+        except Exception as e:  # noqa: BLE001 - the run folder is kept; rerunning resumes
+            fail(
+                f"the RL run stopped: {type(e).__name__}: {e}",
+                hint=f"fix it and rerun the same command ({run.work} resumes)",
+            )
+    # rl_log.jsonl is rewritten from the state's history: the rows of killed runs' last steps appear once.
+    (run.work / "rl_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
+    _write_adapter(model, net, run.work, merge)
+    for name in ("rollouts", "sessions", "pushes"):
+        shutil.rmtree(run.work / name, ignore_errors=True)
+    result = {"out": str(out), "adapter": str(out / "adapter"), "merged_checkpoint": str(out) if merge else None}
+    result |= {"env": env, "tasks": len(tasks), **summary(hist), "seconds": round(time.monotonic() - t0, 1)}
+    run.finish()
+    if json_out:
+        print_json(result)
+        return
+    last = "" if result.get("reward_last") is None else f" -> {result['reward_last']:.3f} (last {result['window']})"
+    console.print(
+        f"[green]trained[/] {model} with agentic RL on {len(tasks)} {env} tasks for {cfg.steps} steps: mean reward "
+        f"{result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups dropped, "
+        f"in {result['seconds']:.0f}s; adapter: {out / 'adapter'}"
+    )
+    console.print(f"serve it with: glm5 serve {model} --lora {out / 'adapter'}")
+
+
+def _completion(model, out, tasks_file, reward, steps, prompts_per_step, group_size, max_new_tokens, temperature,
+                lr, rank, alpha, updates_per_batch, seed, save_every, merge, json_out):  # fmt: skip
+    from glm5cli.finetune_cmd import (
+        _checkpoint_tokenizer,
+        _load_for_training,
+        _progress,
+        _Run,
+        _write_adapter,
+        _write_atomic,
+    )
+
+    tok = _checkpoint_tokenizer(model)
+    default_reward = None
+    if reward is not None:
+        try:
+            default_reward = json.loads(reward)
+        except json.JSONDecodeError as e:
+            fail(f"--reward is not JSON: {e.msg}", code=EXIT_USAGE)
+    from finetune.grpo import RL_TARGETS, GRPOConfig, RewardUnavailable, RLTask, train_grpo
+    from finetune.sft import LoraSettings, add_lora
+    from plugins.registry import PluginManager
+
+    try:
+        cfg = GRPOConfig(
+            steps=steps,
+            prompts_per_step=prompts_per_step,
+            group_size=group_size,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            lr=lr,
+            updates_per_batch=updates_per_batch,
+            seed=seed,
+        )
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+    settings = {"model": str(model.resolve()), "tasks": str(tasks_file.resolve()), "reward": default_reward}
+    settings |= {"steps": steps, "config": cfg.__dict__, "rank": rank, "alpha": alpha, "merge": merge}
+    run = _Run(out, settings)
+    makers = PluginManager().rewards()
+    saved = run.saved_sequences()
+    rows = saved["tasks"] if saved is not None else _rl_tasks(tasks_file, tok, default_reward, makers)
+    tasks = [RLTask(t["ids"], makers[t["reward"]["type"]](t["reward"]), t["name"]) for t in rows]
+    t0 = time.monotonic()
+    net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
+    net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=seed)
+    state = run.start({"tasks": rows})
+    with _progress() as bar:
+        task = bar.add_task("RL (GRPO)", total=steps, completed=state["step"] if state else 0)
+
+        def log(st) -> None:
+            bar.update(
+                task,
+                advance=1,
+                description=f"RL (GRPO), reward {st.reward_mean:.3f}, KL {st.kl_rollout:.2g}, |g| {st.pg_grad_norm:.2g}",
+            )
+
+        try:
+            hist = train_grpo(
+                net, tasks, cfg, tokenizer=tok, log=log, resume=state, save=run.save, save_every=save_every
+            )
+        except RewardUnavailable as e:
+            fail(str(e), hint="fix the reward (run its command by hand) and rerun; nothing was written to OUT")
+    _write_atomic(run.work / "rl_log.jsonl", "".join(json.dumps(h.as_dict()) + "\n" for h in hist))
+    _write_adapter(model, net, run.work, merge)
+    # Two windows that never overlap: the first and last k steps, k = min(5, steps // 2) (one step: itself).
+    k = max(1, min(5, len(hist) // 2))
+    summary = {
+        "out": str(out),
+        "adapter": str(out / "adapter"),
+        "merged_checkpoint": str(out) if merge else None,
+        "tasks": len(tasks),
+        "steps": steps,
+        "completions": steps * prompts_per_step * group_size,
+        "window": k,
+        "reward_first": round(sum(h.reward_mean for h in hist[:k]) / k, 4),
+        "reward_last": round(sum(h.reward_mean for h in hist[-k:]) / k, 4) if len(hist) > 1 else None,
+        "kl_rollout_last": round(hist[-1].kl_rollout, 6),
+        "pg_grad_norm_mean": round(sum(h.pg_grad_norm for h in hist) / len(hist), 6),
+        "failed_checks": sum(h.failed for h in hist),
+        "steps_without_signal": sum(1 for h in hist if h.groups_with_signal == 0),
+        "icepop_masked": round(sum(h.icepop_masked for h in hist) / len(hist), 6),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    run.finish()
+    if json_out:
+        print_json(summary)
+        return
+    trend = (
+        f"mean reward {summary['reward_first']:.3f} (first {k} steps) -> {summary['reward_last']:.3f} (last {k})"
+        if summary["reward_last"] is not None
+        else f"mean reward {summary['reward_first']:.3f} (one step)"
+    )
+    console.print(
+        f"[green]trained[/] {model} with GRPO on {len(tasks)} tasks ({summary['completions']} completions): {trend}, "
+        f"policy-gradient norm {summary['pg_grad_norm_mean']:.3g} on average, in {summary['seconds']:.0f}s; "
+        f"adapter: {out / 'adapter'}"
+    )
+    if summary["failed_checks"]:
+        err_console.print(
+            f"[yellow]{summary['failed_checks']} completions were left out: their reward check could not run"
+        )
+    if merge:
+        console.print(f"serve it with: glm5 serve {out}")
+    else:
+        console.print(f"serve it with: glm5 serve {model} --lora {out / 'adapter'}")
