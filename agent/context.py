@@ -55,7 +55,9 @@ def instruction_files(root: Path, cwd: Path) -> list[Path]:
         found.append(glob)
     for d in folders:
         for name in NAMES:
-            if (d / name).is_file():
+            # a repository's link to a file outside it (`AGENTS.md -> ~/.aws/credentials`) would send that file
+            # to the model: only files that really lie in the repository count
+            if (d / name).is_file() and (d / name).resolve().is_relative_to(root):
                 found.append(d / name)
                 break
     return found

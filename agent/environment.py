@@ -152,7 +152,8 @@ class Environment:
         self._n_outputs += 1
         path = self.scratch_dir / f"output-{self._n_outputs}.txt"
         # redacted like the trajectory: nothing glm5 writes to disk holds a key the output happened to print
-        path.write_text(self.redactor.text(res.output), encoding="utf-8")
+        with _create(path) as f:
+            f.write(self.redactor.text(res.output).encode("utf-8"))
         half = self.inline_chars // 2
         elided = len(res.output) - 2 * half
         res.output = (
@@ -178,7 +179,7 @@ class Environment:
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         job_id = len(self.jobs) + 1
         log = self.scratch_dir / f"job-{job_id}.log"
-        with open(log, "wb") as f:
+        with _create(log) as f:
             proc = self._spawn(command, f)
         job = BackgroundJob(job_id, command, proc, log)
         self.jobs[job_id] = job
@@ -189,6 +190,15 @@ class Environment:
         for job in self.jobs.values():
             if job.proc.poll() is None:
                 _kill_group(job.proc)
+
+
+def _create(path: Path):
+    """A new file the host writes in the scratch folder, which commands can write too: whatever a command left
+    at that name (a link to ~/.bashrc, say) is removed, never followed."""
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    return os.fdopen(fd, "wb")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -144,4 +144,12 @@ def toplevel(path: Path) -> Path | None:
         r = git(path, "rev-parse", "--show-toplevel", check=False, timeout=30)
     except (GitError, subprocess.TimeoutExpired):
         return None
-    return Path(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip() else None
+    if r.returncode != 0 or not r.stdout.strip():
+        return None
+    top = Path(r.stdout.strip())
+    # `core.worktree = /etc` in a hostile .git/config would make /etc the repository (writable in the sandbox):
+    # a real working tree holds the folder we started from.
+    real = Path(os.path.realpath(path))
+    if not (real == Path(os.path.realpath(top)) or Path(os.path.realpath(top)) in real.parents):
+        return None
+    return top

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.shell import Parsed, SimpleCommand, parse
+from agent.shell import HARMLESS_TARGETS, Parsed, SimpleCommand, parse
 from agent.tools.base import EDIT, EXECUTE, READ
 
 ALLOW, ASK, DENY = "allow", "ask", "deny"
@@ -208,6 +208,8 @@ def _name(argv: list[str]) -> str:
 
 
 def _is_read_only(argv: list[str]) -> bool:
+    if not argv or "/" in argv[0]:
+        return False  # `./cat`, `bin/git`: a program from the repository, whatever its name
     name = _name(argv)
     if name not in READ_ONLY_COMMANDS:
         return False
@@ -231,7 +233,7 @@ def _path_args(c: SimpleCommand) -> list[tuple[str, bool, bool]]:
     if name.startswith("git") and "--no-index" not in argv:
         out = []
         for i, w in enumerate(words):
-            if i and words[i - 1].text in ("-C", "--output", "-o"):
+            if i and words[i - 1].text in ("-C", "--output", "-o", "--contents", "--git-dir", "--work-tree"):
                 out.append((w.text, w.glob, w.tilde))
             elif w.text.startswith("--") and "=" in w.text:
                 out.append((w.text.split("=", 1)[1], w.glob, False))
@@ -266,7 +268,12 @@ def analyze(command: str, env: Any = None) -> Analysis:
         for r in c.redirects:
             if r.writes:
                 writes.append(r.target)
-            if r.reads and env is not None and not _inside(r.target, False, False, cwd, env):
+            if (
+                r.reads
+                and env is not None
+                and r.target not in HARMLESS_TARGETS
+                and not _inside(r.target, False, False, cwd, env)
+            ):
                 outside.append(r.target)
         if env is not None and cwd is not None:
             for text, is_glob, tilde in _path_args(c):

@@ -225,3 +225,11 @@ def test_a_rule_never_allows_a_line_with_hidden_parts(env, a, b):
     rule, whatever operators and words surround it."""
     line = f"git status {a}$(x){b}"
     assert perms("ask", allow=["bash(git status:*)"]).check("bash", EXECUTE, line, env).action != ALLOW
+
+
+def test_a_repository_program_named_like_a_looking_command_asks(env, repo):
+    (repo / "bin").mkdir()
+    for command in ("./cat calc.py", "bin/git log", "./ls"):
+        assert perms("ask").check("bash", EXECUTE, command, env).action == ASK, command
+    assert perms("ask").check("bash", EXECUTE, "cat calc.py < /dev/null 2>/dev/null", env).action == ALLOW
+    assert perms("ask").check("bash", EXECUTE, "git blame --contents /etc/shadow calc.py", env).action == ASK

@@ -94,3 +94,32 @@ def test_symlinked_repository_root(tmp_path, repo):
     assert "def add" in ReadTool().run({"path": "calc.py"}, ctx).output
     WriteTool().run({"path": "new.txt", "content": "hi\n"}, ctx)
     assert (repo / "new.txt").read_text() == "hi\n" and Path(ctx.env.root) == repo.resolve()
+
+
+def test_host_writes_in_the_scratch_folder_do_not_follow_planted_links(repo, tmp_path):
+    """Commands can write the scratch folder; a link planted at the name of the next output or job log must not
+    make the host write through it."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    victim = tmp_path / f"victim-{uuid.uuid4().hex}"
+    victim.write_text("original\n")
+    (scratch / "output-1.txt").symlink_to(victim)
+    (scratch / "job-1.log").symlink_to(victim)
+    env = Environment(repo, scratch_dir=scratch, inline_chars=50)
+    assert env.execute("seq 1 100").full_output_path
+    job = env.start_background("echo from-job")
+    job.proc.wait(10)
+    assert victim.read_text() == "original\n"
+    assert "from-job" in job.log_path.read_text()
+
+
+def test_an_instruction_file_linked_out_of_the_repository_is_not_read(repo, tmp_path):
+    from agent.context import instructions_text
+
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = TOPSECRET123\n")
+    (repo / "AGENTS.md").symlink_to(secret)
+    assert "TOPSECRET" not in instructions_text(repo, repo)
+    (repo / "AGENTS.md").unlink()
+    (repo / "AGENTS.md").write_text("use tabs\n")
+    assert "use tabs" in instructions_text(repo, repo)

@@ -119,3 +119,12 @@ def test_root_inside_cannot_remount_writable(repo, tmp_path, marker):
     env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
     env.execute(f"mount -o remount,bind,rw / 2>/dev/null; mount -o remount,bind,rw /var/tmp; touch {marker}")
     assert not marker.exists()
+
+
+def test_a_hostile_core_worktree_does_not_move_the_repository(repo):
+    """`core.worktree = /etc` would make /etc the session's repository, writable inside the sandbox."""
+    from agent.checkpoints import git_root
+
+    with open(repo / ".git" / "config", "a") as f:
+        f.write("[core]\n\tworktree = /etc\n")
+    assert git_root(repo) is None
