@@ -272,3 +272,10 @@ def test_engine_counters_and_speculative_acceptance_in_metrics(server):
     assert 'glm5:num_preemptions_total{model_name="m"} 3' in text
     assert "# TYPE glm5:spec_draft_tokens_total counter" in text
     assert 'glm5:spec_accept_rate{model_name="m"} 0.75' in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names = {f.name for f in text_string_to_metric_families(text)}  # the text parses as Prometheus exposition
+    quoted = ServerMetrics('a "b"\\c').render({}, 0)  # a model name that needs escaping in a label
+    (ttft,) = [f for f in text_string_to_metric_families(quoted) if f.name == "glm5:time_to_first_token_seconds"]
+    assert ttft.samples[0].labels["model_name"] == 'a "b"\\c'
+    assert {"glm5:num_preemptions", "glm5:time_to_first_token_seconds", "glm5:requests_in_flight"} <= names
