@@ -39,10 +39,12 @@ class Verdict:
         return self.decision != DENIED
 
 
-def proposed_rule(name: str, kind: str, subject: str | None) -> str:
+def proposed_rule(name: str, kind: str, subject: str | None, rel_path: str | None = None) -> str:
     """The narrowest rule that allows this call: `bash(python -m pytest:*)` for `python -m pytest -q`."""
     if kind == EXECUTE and subject:
         return narrowest_rule(subject)
+    if kind == EDIT and rel_path:
+        return f"{name}({rel_path})"  # this file, not every edit (accept-edits mode is that)
     return suggest_rule(name, kind, subject)
 
 
@@ -80,7 +82,13 @@ def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[
     if d.action == ALLOW:
         return Verdict(ALLOWED, d.reason)
     assert d.action == ASK
-    rule = proposed_rule(name, tool.kind, subject)
+    rel = None
+    if tool.kind == EDIT and subject:
+        try:
+            rel = agent.env.display(agent.env.resolve(subject))
+        except (OSError, ValueError):
+            rel = None
+    rule = proposed_rule(name, tool.kind, subject, rel)
     req = ApprovalRequest(name, tool.kind, subject, args, d.reason, rule, preview(agent, name, tool.kind, args))
     answer = agent.ui.approve(req)
     if not isinstance(answer, Answer):

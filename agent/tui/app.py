@@ -40,6 +40,7 @@ from agent.tui.widgets import (
 from agent.ui import ALWAYS, NO, Answer, ApprovalRequest
 
 QUIT_WINDOW_S = 2.0  # a second Ctrl-C within this many seconds quits
+STATUS_EVERY_S = 0.1  # the status line's live token estimate is redrawn at most this often while streaming
 
 CSS = """
 #log { height: 1fr; padding: 0 1; }
@@ -83,6 +84,7 @@ class CodeApp(App):
         self._reasoning: Reasoning | None = None
         self._streamed_chars = 0  # of the reply streaming now: the status line's live token estimate
         self._last_ctrl_c = float("-inf")
+        self._status_at = float("-inf")
         self.exit_code = 0
 
     # -- layout ------------------------------------------------------------------------------------------------
@@ -151,7 +153,8 @@ class CodeApp(App):
         a = self.session.agent
         state = "working… (Esc / Ctrl-C interrupts)" if self.busy else "ready"
         live = f" · ↓ ~{(self._streamed_chars + 3) // 4:,} tokens" if self._streamed_chars else ""
-        line = f"{a.model.config.model} · {a.permissions.mode} · {commands.cost_line(a)}{live} · {state}"
+        line = f"{a.model.config.model} · {a.permissions.mode}{live} · {commands.cost_line(a)} · {state}"
+        self._status_at = time.monotonic()
         self.query_one("#status", Static).update(Text(line))
 
     # -- input -------------------------------------------------------------------------------------------------
@@ -246,7 +249,8 @@ class CodeApp(App):
 
     async def stream_delta(self, kind: str, text: str) -> None:
         self._streamed_chars += len(text)
-        self.refresh_status()
+        if time.monotonic() - self._status_at >= STATUS_EVERY_S:  # not once per token: it redraws the line
+            self.refresh_status()
         if kind == "reasoning":
             if self._reasoning is None:
                 self._reasoning = Reasoning()

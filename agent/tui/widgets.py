@@ -191,7 +191,7 @@ class ApprovalBar(Vertical, can_focus=True):
             self.rule = event.value.strip() or (self.request.suggested_rule if self.request else "")
             self.stage = "scope"
             self.query_one("#approval-input", Input).display = False
-            self._title(f"Allow {self.rule}: s this session only · r this repository (.glm5/settings.toml) · "
+            self._title(f"Allow {self.rule}: s this session only · r this repository (.glm5/settings.local.toml) · "
                         "u all your repositories (user settings)")  # fmt: skip
             self.focus()
 

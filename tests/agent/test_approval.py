@@ -33,6 +33,7 @@ def test_edit_request_carries_the_diff_and_bash_the_full_command(repo, fake_mode
     edit, bash = ui.requests
     assert "-    return a - b" in edit.preview and "+    return a + b" in edit.preview
     assert bash.preview == long_cmd
+    assert edit.suggested_rule == "edit(calc.py)"  # this file, not every edit
     assert (repo / "calc.py").read_text().endswith("a - b\n")  # the preview wrote nothing
 
 

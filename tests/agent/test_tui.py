@@ -174,6 +174,7 @@ async def test_token_count_moves_while_a_reply_streams(repo, fake_model):
         app.busy = True
         await app.stream_delta("content", "x" * 400)
         first = str(status.render())
+        await pilot.pause(0.15)  # the live estimate is redrawn at most every 0.1 s
         await app.stream_delta("content", "y" * 400)
         assert "~100 tokens" in first and "~200 tokens" in str(status.render())
         await app.end_stream({"role": "assistant", "content": "x"})
