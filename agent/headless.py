@@ -19,6 +19,7 @@ were refused (the answer may rest on work not done; `is_error` is true), 130 int
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, TextIO
 
@@ -144,6 +145,11 @@ class NoModel:
 
     def query(self, *a: Any, **k: Any) -> Any:
         raise APIError("this session was opened without a model endpoint")
+
+
+def is_session_command(text: str) -> bool:
+    """`/undo`, `/rewind [N]` or `/diff`: what `-p` runs as a command on the latest session, not as a task."""
+    return re.fullmatch(r"\s*/(undo|diff|rewind(\s+\d+)?)\s*", text) is not None
 
 
 def run_session_command(session: Any, line: str, output_format: str = "text", out: TextIO | None = None,

@@ -52,7 +52,7 @@ def code(
     tool calls were refused, 130 interrupted). Session commands without the model: `glm5 code --undo`,
     `--rewind N`, `--diff`, on the latest session or the one named by ID.
     """
-    from agent.headless import EXIT_BAD_INPUT, FORMATS, HeadlessUI, run_headless
+    from agent.headless import EXIT_BAD_INPUT, FORMATS, HeadlessUI, is_session_command, run_headless
     from agent.settings import SettingsError, load_settings
 
     if output_format not in FORMATS:
@@ -87,6 +87,8 @@ def code(
         fail(str(e), code=EXIT_BAD_INPUT)
     actions = [a for a, on in (("/undo", undo), (f"/rewind {rewind or ''}".strip(), rewind is not None),
                                 ("/diff", diff)) if on]  # fmt: skip
+    if not actions and prompt is not None and is_session_command(prompt):
+        actions, prompt = [prompt.strip()], None  # `-p "/undo"`: the command, not a task for the model
     if actions:
         if len(actions) > 1 or prompt is not None:
             fail("--undo, --rewind and --diff go alone (not with each other or -p)", code=EXIT_BAD_INPUT)

@@ -124,6 +124,16 @@ def test_diff_undo_and_rewind_work_headless_on_the_latest_or_a_named_session(env
     assert [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"] == ["again"]
 
 
+def test_print_slash_undo_runs_the_command_not_a_task(env):
+    repo, fake = env
+    fake.script = [reply(tools=[("write", {"path": "b.txt", "content": "beta\n"})]), reply("made b")]
+    assert code(repo, fake, "-p", "make b", "--approval", "auto").exit_code == 0
+    n = len(fake.requests)
+    r = code(repo, fake, "-p", "/undo")
+    assert r.exit_code == 0 and "undid turn 1" in r.stdout and not (repo / "b.txt").exists()
+    assert len(fake.requests) == n  # the model never saw "/undo"
+
+
 def test_rewind_out_of_range_and_mixed_flags_are_bad_input(env):
     repo, fake = env
     fake.script = [reply("hi")]
