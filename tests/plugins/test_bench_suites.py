@@ -240,20 +240,25 @@ def _bwrap_works() -> bool:
     return p.returncode == 0
 
 
-def _sandboxed(root: Path, script: str, mounts: dict[str, Path]) -> subprocess.CompletedProcess:
+def _sandboxed(
+    root: Path, script: str, mounts: dict[str, Path], path: str | None = None
+) -> subprocess.CompletedProcess:
     """Run `bash script` with the host's / read-only and `mounts` (path inside -> host folder) writable."""
     argv = ["bwrap", "--die-with-parent", "--unshare-net", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for entry in sorted(os.listdir("/")):
         if entry in ("proc", "dev", "tmp", "sys") or f"/{entry}" in mounts:
             continue
-        path = Path("/") / entry
-        if path.is_symlink():
-            argv += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            argv += ["--ro-bind", str(path), str(path)]
+        top = Path("/") / entry
+        if top.is_symlink():
+            argv += ["--symlink", os.readlink(top), str(top)]
+        elif top.is_dir():
+            argv += ["--ro-bind", str(top), str(top)]
     for inside, host in mounts.items():
         argv += ["--bind", str(host), inside]
-    argv += ["--chdir", "/app", "--setenv", "HOME", "/tmp", "bash", script]
+    argv += ["--chdir", "/app", "--setenv", "HOME", "/tmp"]
+    if path is not None:
+        argv += ["--setenv", "PATH", path]
+    argv += [shutil.which("bash"), script]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
@@ -261,7 +266,7 @@ def _sandboxed(root: Path, script: str, mounts: dict[str, Path]) -> subprocess.C
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_terminal_task_oracle_scores_1_and_nop_scores_0(terminal, tmp_path, name):
     task = terminal[1][name]
-    rewards = {}
+    rewards, statuses = {}, {}
     for agent in ("oracle", "nop"):
         trial = tmp_path / agent
         shutil.copytree(task / "environment", trial / "app", symlinks=True, ignore=shutil.ignore_patterns("Dockerfile"))
@@ -282,7 +287,25 @@ def test_terminal_task_oracle_scores_1_and_nop_scores_0(terminal, tmp_path, name
         reward = trial / "logs" / "verifier" / "reward.txt"
         assert reward.is_file(), p.stdout[-2000:] + p.stderr[-2000:]
         rewards[agent] = reward.read_text().strip()
+        checks = json.loads((trial / "logs" / "verifier" / "ctrf.json").read_text())["results"]["tests"]
+        statuses[agent] = {c["status"] for c in checks}
     assert rewards == {"oracle": "1", "nop": "0"}
+    assert statuses["oracle"] == {"passed"} and "failed" in statuses["nop"]
+
+
+@pytest.mark.skipif(not _bwrap_works(), reason="needs a working bubblewrap (bwrap)")
+def test_a_verifier_that_cannot_run_writes_no_reward(terminal, tmp_path):
+    """No python3 in the environment is an infrastructure failure: no reward at all, never a 0 that looks scored."""
+    task = terminal[1]["word-frequency"]
+    shutil.copytree(task / "environment", tmp_path / "app", ignore=shutil.ignore_patterns("Dockerfile"))
+    shutil.copytree(task / "tests", tmp_path / "tests")
+    (tmp_path / "logs").mkdir()
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "mkdir").symlink_to(shutil.which("mkdir"))
+    mounts = {"/app": tmp_path / "app", "/logs": tmp_path / "logs", "/tests": tmp_path / "tests", "/bare": bare}
+    p = _sandboxed(tmp_path, "/tests/test.sh", mounts, path="/bare")
+    assert p.returncode == 127 and not (tmp_path / "logs" / "verifier" / "reward.txt").exists(), p.stderr
 
 
 def test_a_bad_instance_file_is_named(tmp_path):

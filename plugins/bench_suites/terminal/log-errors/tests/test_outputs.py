@@ -1,21 +1,61 @@
 """Checks /app/errors.txt against the 5xx counts of the logs the task shipped."""
 
+import json
 import sys
+import time
 from pathlib import Path
 
+OUT = Path("/app/errors.txt")
 EXPECTED = ["11 /search", "8 /api/users", "7 /api/export"]
+CHECKS = []
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def lines() -> list[str]:
+    assert OUT.is_file(), "/app/errors.txt does not exist"
+    return [line.strip() for line in OUT.read_text().splitlines() if line.strip()]
+
+
+@check
+def test_three_paths():
+    assert len(lines()) == 3, f"{len(lines())} lines, expected 3"
+
+
+@check
+def test_paths_and_counts():
+    assert lines() == EXPECTED, f"expected {EXPECTED}, got {lines()[:5]}"
+
+
+# -- the runner: every check in order, a CTRF report beside the reward (as Harbor's template writes one) --------
 
 
 def main() -> int:
-    path = Path("/app/errors.txt")
-    if not path.is_file():
-        print("FAIL: /app/errors.txt does not exist")
-        return 1
-    lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    if lines != EXPECTED:
-        print("FAIL: expected", EXPECTED, "got", lines[:5])
-        return 1
-    return 0
+    results, start = [], int(time.time() * 1000)
+    for fn in CHECKS:
+        t0 = time.monotonic()
+        try:
+            fn()
+            status, message = "passed", ""
+        except AssertionError as e:
+            status, message = "failed", str(e)
+        except Exception as e:  # the agent left /app in a state no check expected: a failure, not a crash
+            status, message = "failed", f"{type(e).__name__}: {e}"
+        ms = int((time.monotonic() - t0) * 1000)
+        results.append(
+            {"name": fn.__name__, "status": status, "duration": ms, **({"message": message} if message else {})}
+        )
+        print(f"{status.upper()} {fn.__name__}" + (f": {message}" if message else ""))
+    passed = sum(r["status"] == "passed" for r in results)
+    summary = {"tests": len(results), "passed": passed, "failed": len(results) - passed, "pending": 0, "skipped": 0}
+    report = {"results": {"tool": {"name": "glm5-builtin-verifier"}, "summary": {**summary, "other": 0, "start": start,
+              "stop": int(time.time() * 1000)}, "tests": results}}  # fmt: skip
+    Path("/logs/verifier").mkdir(parents=True, exist_ok=True)
+    Path("/logs/verifier/ctrf.json").write_text(json.dumps(report, indent=1) + "\n")
+    return 0 if passed == len(results) else 1
 
 
 if __name__ == "__main__":
