@@ -46,7 +46,8 @@ def run_checks(repo: Path | None = None) -> list[Check]:
         if reason is None:
             out += _sandbox_checks(root)
         else:
-            for name in ("filesystem outside read-only", "network off", ".git and .glm5 read-only", "no capabilities"):
+            for name in ("filesystem outside read-only", "network off", ".git and .glm5 read-only",
+                         "host kernel settings read-only", "no capabilities"):  # fmt: skip
                 out.append(Check(name, None, "not checked: the sandbox cannot run here"))
         out.append(_git_check(root))
     out.append(_env_check())
@@ -90,6 +91,10 @@ def _sandbox_checks(root: Path) -> list[Check]:
     changed = (root / ".git" / "config").read_text() != before or (root / ".glm5" / "settings.toml").exists()
     out.append(Check(".git and .glm5 read-only", not changed, f"a command {'CHANGED' if changed else 'could not change'}"
                      " git's config or glm5's settings"))  # fmt: skip
+    r = env.execute('v=$(cat /proc/sys/kernel/printk) && echo "$v" > /proc/sys/kernel/printk && echo WROTE')
+    wrote = "WROTE" in r.output
+    out.append(Check("host kernel settings read-only", not wrote, f"a command {'COULD' if wrote else 'could not'} "
+                     "write /proc/sys"))  # fmt: skip
     r = env.execute("grep CapEff /proc/self/status")
     m = re.search(r"CapEff:\s*([0-9a-f]+)", r.output)
     caps = m.group(1) if m else ""

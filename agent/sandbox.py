@@ -132,6 +132,11 @@ class Sandbox:
     ) -> list[str]:
         root = Path(root)
         out = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        # The new /proc still reaches the host kernel's knobs, and uid 0 may write them without capabilities
+        # (kernel sysctls, /proc/sysrq-trigger): read-only.
+        out += ["--ro-bind", "/proc/sys", "/proc/sys"]
+        if os.path.exists("/proc/sysrq-trigger"):
+            out += ["--ro-bind", "/dev/null", "/proc/sysrq-trigger"]
         # Bind after the tmpfs so a repository or scratch folder under /tmp stays visible and writable.
         # Toolchains under /tmp (a virtual environment, PATH entries) stay visible, read-only, over the private /tmp.
         for tool_dir in _tmp_tool_dirs():

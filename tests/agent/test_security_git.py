@@ -109,6 +109,7 @@ def test_symlinked_git_dir_is_protected_at_its_real_path(tmp_path, marker):
     os.rename(repo / ".git", repo / "gitreal")
     os.symlink("gitreal", repo / ".git")
     env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+    assert env.execute("echo ok > inside.txt").returncode == 0  # the sandbox runs
     assert env.execute("echo '[core]' >> gitreal/config").returncode != 0
     assert env.execute("echo '[core]' >> .git/config").returncode != 0
 
@@ -117,8 +118,10 @@ def test_symlinked_git_dir_is_protected_at_its_real_path(tmp_path, marker):
 def test_root_inside_cannot_remount_writable(repo, tmp_path, marker):
     """As root, CAP_SYS_ADMIN inside the namespace would remount `/` read-write: capabilities are dropped."""
     env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
-    env.execute(f"mount -o remount,bind,rw / 2>/dev/null; mount -o remount,bind,rw /var/tmp; touch {marker}")
-    assert not marker.exists()
+    r = env.execute(
+        f"echo inside; mount -o remount,bind,rw / 2>/dev/null; mount -o remount,bind,rw /var/tmp; touch {marker}"
+    )
+    assert "inside" in r.output and not marker.exists(), r.output
 
 
 def test_a_hostile_core_worktree_does_not_move_the_repository(repo):
@@ -128,3 +131,14 @@ def test_a_hostile_core_worktree_does_not_move_the_repository(repo):
     with open(repo / ".git" / "config", "a") as f:
         f.write("[core]\n\tworktree = /etc\n")
     assert git_root(repo) is None
+
+
+@needs_bwrap
+def test_host_kernel_knobs_are_read_only_inside(repo, tmp_path):
+    """uid 0 without capabilities could still write host sysctls through the sandbox's /proc; writing back the
+    current value is a harmless probe."""
+    env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+    r = env.execute(
+        'echo inside; v=$(cat /proc/sys/kernel/printk) && echo "$v" > /proc/sys/kernel/printk && echo WROTE'
+    )
+    assert "inside" in r.output and "WROTE" not in r.output, r.output  # the sandbox ran, the write failed

@@ -36,8 +36,8 @@ def test_a_background_job_stays_in_the_sandbox_and_dies_at_close(repo, tmp_path,
 def test_a_command_cannot_create_glm5_settings(repo, tmp_path):
     assert not (repo / ".glm5").exists()
     env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
-    env.execute("mkdir -p .glm5 && echo 'mode = \"auto\"' > .glm5/settings.toml")
-    assert not (repo / ".glm5" / "settings.toml").exists()
+    r = env.execute("echo inside; mkdir -p .glm5 && echo 'mode = \"auto\"' > .glm5/settings.toml")
+    assert "inside" in r.output and not (repo / ".glm5" / "settings.toml").exists()
 
 
 def test_credentials_are_masked(repo, tmp_path, monkeypatch):
@@ -47,8 +47,8 @@ def test_credentials_are_masked(repo, tmp_path, monkeypatch):
     (home / ".netrc").write_text("machine x password hunter2\n")
     monkeypatch.setenv("HOME", str(home))
     env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
-    out = env.execute(f"cat {home}/.ssh/id_rsa {home}/.netrc").output
-    assert "PRIVATE KEY" not in out and "hunter2" not in out
+    out = env.execute(f"echo inside; cat {home}/.ssh/id_rsa {home}/.netrc").output
+    assert "inside" in out and "PRIVATE KEY" not in out and "hunter2" not in out
 
 
 def test_binds_keep_protected_paths_read_only(repo, tmp_path):
@@ -78,7 +78,9 @@ def test_binds_keep_protected_paths_read_only(repo, tmp_path):
 def test_limits(repo, tmp_path):
     env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch",
                       limits=SandboxLimits(memory_mb=256, file_mb=1))  # fmt: skip
-    r = env.execute("python3 -c 'x = bytearray(1 << 30)' && echo allocated")
-    assert "allocated" not in r.output
+    r = env.execute(
+        "python3 -c 'x = bytearray(1 << 20)' && echo small; python3 -c 'x = bytearray(1 << 30)' && echo big"
+    )
+    assert "small" in r.output and "big" not in r.output
     env.execute("head -c 5000000 /dev/zero > big.bin")
     assert (repo / "big.bin").stat().st_size <= 1024 * 1024
