@@ -74,6 +74,8 @@ class Orchestrator:
         try:
             session = self.env.reset(self.tasks[t], self.workdir / sid, index)
             session.run(model)
+            if model.failure is not None:  # the agent loop may have caught it: the run stops all the same
+                raise model.failure
             grade = session.grade()
             r.reward, r.solved, r.status, r.error, r.detail = (
                 grade.reward,
@@ -87,8 +89,8 @@ class Orchestrator:
         except ServerFailure:
             raise
         except Exception as e:  # noqa: BLE001 - an environment crash is data for the crash-group rule
-            if "rollout engine failed" in str(e):
-                raise ServerFailure(str(e)) from e
+            if model.failure is not None:
+                raise model.failure from e
             r.status, r.error = ENV_ERROR, f"{type(e).__name__}: {e}"
         finally:
             if session is not None:

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from agent.client import ContextLengthError, ModelResponse
+from finetune.rl.env import ServerFailure
 from finetune.rl.server import GenParams, RolloutServer
 from finetune.rl.tito import TitoSession
 from model.chat_parse import parse
@@ -42,6 +43,7 @@ class SessionModel:
         self.max_model_len = max_model_len
         self.tito = TitoSession(tokenizer, keep_reasoning=keep_reasoning)
         self.cancel_event = threading.Event()
+        self.failure: BaseException | None = None  # the server's error, kept: agent loops catch what they can
 
     def query(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, on_delta=None):
         branch, ids = self.tito.prompt(messages, tools or None)
@@ -51,7 +53,11 @@ class SessionModel:
         t0 = time.monotonic()
         key = f"{self.seed}:{self.session}:{len(self.tito.calls)}".encode()
         seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little") & 0x7FFFFFFF  # stable across processes
-        out = self.server.generate(ids, GenParams(self.max_new_tokens, self.temperature, seed), self.session)
+        try:
+            out = self.server.generate(ids, GenParams(self.max_new_tokens, self.temperature, seed), self.session)
+        except Exception as e:  # noqa: BLE001 - the run stops on it, whatever the agent loop does with it
+            self.failure = e if isinstance(e, ServerFailure) else ServerFailure(f"the rollout server failed: {e}")
+            raise self.failure from e
         text = self.tok.decode(out.ids, skip_special_tokens=False)
         msg = parse(text, tools, thinking=True).to_message()
         finish = "tool_calls" if msg.get("tool_calls") else out.finish_reason

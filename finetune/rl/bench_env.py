@@ -1,0 +1,114 @@
+"""The bench as the RL environment: the same tasks, per-trial sandboxes and grading as `glm5 bench`, so "solved"
+means one thing in evaluation and in training.
+
+A session is one bench trial (agent.bench.trial.run_trial): a fresh environment (a clone of the task's repository
+at base_commit behind /app, bubblewrap; or docker), `glm5 code`'s agent loop with its tools and prompts working in
+it, the working tree's diff graded by the bench in a fresh checkout (SWE) or the task's verifier (terminal). The
+agent's model is the session's SessionModel instead of an HTTP client; everything else is the bench's agent.
+
+Reward: resolved 1.0, else 0.0; with partial credit the fraction of FAIL_TO_PASS tests that pass; with a hybrid
+spec (rewards.py) the bench's reward is the "rules" part. An infra_error trial (no environment, a verifier that
+wrote nothing) is an environment failure for the crash-group rule, never a 0.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from finetune.rl.rollout import ENV_ERROR, OK, Grade
+
+
+def load_bench_tasks(env: str, tasks_file: Path | None, task_dirs: list[Path]) -> list:
+    from agent.bench.tasks import load_swe_tasks, load_terminal_tasks
+
+    return load_swe_tasks(tasks_file) if env == "swe" else load_terminal_tasks(task_dirs)
+
+
+class RLBenchAgent:
+    """The bench's glm5 agent with the RL session's model in place of the HTTP client."""
+
+    name = "glm5-rl"
+
+    def __init__(self, model, max_turns: int):
+        self.model, self.max_turns = model, max_turns
+
+    def describe(self) -> dict[str, Any]:
+        return {"agent": self.name}
+
+    def run(self, task, env, trial_dir: Path, limits):
+        from agent.bench.agents import AgentOutcome, BenchSandbox, Glm5Agent, task_prompt
+        from agent.bench.tasks import TerminalTask
+        from agent.builder import build_session
+        from agent.headless import HeadlessUI, run_headless
+
+        settings = Glm5Agent(max_turns=self.max_turns).settings(trial_dir, limits)
+        out, err = io.StringIO(), io.StringIO()
+        ui = HeadlessUI("json", "auto", out=out, err=err)
+        session = build_session(env.app_dir, settings, ui, model=self.model)
+        session.agent.env.sandbox = BenchSandbox(env)
+        session.agent.env.env = env.child_env() if hasattr(env, "child_env") else None
+        prompt = task_prompt(task)
+        if isinstance(task, TerminalTask):
+            prompt += f"\n\n(Your working folder {env.app_dir} is /app inside commands.)"
+        run_headless(session, prompt, ui)
+        (trial_dir / "agent.log").write_text(err.getvalue())
+        summary = json.loads(out.getvalue().strip().splitlines()[-1])
+        path = trial_dir / "trajectory.jsonl"
+        os.replace(summary["trajectory"], path)
+        infra = str(self.model.failure) if self.model.failure is not None else None
+        return AgentOutcome(summary["exit_status"], path, summary.get("stats") or {}, infra, summary.get("result", ""))
+
+
+class BenchSession:
+    def __init__(self, bench: BenchEnv, task, workdir: Path):
+        self.bench, self.task, self.workdir = bench, task, Path(workdir)
+        self.result = None
+
+    def run(self, model) -> None:
+        from agent.bench.agents import AgentLimits
+        from agent.bench.trial import TrialConfig, run_trial
+
+        cfg = TrialConfig(env=self.bench.environment, cache_dir=self.bench.cache_dir,
+                          limits=AgentLimits(max_turns=self.bench.max_turns))  # fmt: skip
+        self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns), self.workdir, cfg)
+
+    def grade(self) -> Grade:
+        r = self.result
+        if r is None or r.status == "infra_error":
+            return Grade(None, None, ENV_ERROR, r.reason if r else "the trial did not run")
+        reward = 1.0 if r.resolved else 0.0
+        f2p = getattr(self.task, "FAIL_TO_PASS", ())
+        if self.bench.partial_credit and f2p:
+            reward = sum(r.tests.get(t) in ("PASSED", "XFAIL") for t in f2p) / len(f2p)
+        elif r.rewards and not f2p:
+            reward = float(r.reward)  # a terminal task's own reward
+        detail = {"status": r.status, "tests": r.tests, "trial_dir": r.trial_dir, "steps": r.steps}
+        spec = self.bench.hybrid
+        if spec is None:
+            return Grade(reward, bool(r.resolved), OK, detail=detail)
+        patch = Path(r.trial_dir, "patch.diff")
+        result_text = (patch.read_text() if patch.is_file() else "")[:20000]
+        total, parts = spec.score(getattr(self.task, "text", ""), result_text, reward)
+        if total is None:
+            return Grade(None, bool(r.resolved), ENV_ERROR, "no part of the reward could score this session")
+        return Grade(total, bool(r.resolved), OK, detail={**detail, **parts})
+
+    def close(self) -> None:
+        pass
+
+
+class BenchEnv:
+    def __init__(self, kind: str, max_turns: int = 30, partial_credit: bool = False, reward=None,
+                 environment: str = "local", cache_dir: Path = Path(".glm5-bench-cache")):  # fmt: skip
+        from finetune.rl.rewards import HybridReward
+
+        self.name, self.max_turns, self.partial_credit = kind, max_turns, partial_credit
+        self.hybrid = HybridReward(reward) if reward is not None else None
+        self.environment, self.cache_dir = environment, Path(cache_dir).resolve()
+
+    def reset(self, task, workdir: Path, sample: int = 0) -> BenchSession:
+        return BenchSession(self, task, workdir)
