@@ -3,7 +3,8 @@
     [mcp_servers.files]            # stdio: the server is a subprocess
     command = "python"
     args = ["server.py"]
-    env = { "ROOT" = "." }
+    env = { "ROOT" = "." }           # added to the scrubbed environment (agent/child_env.py)
+    pass_env = ["GITHUB_TOKEN"]      # host variables the server may see (it gets no others that look secret)
     [mcp_servers.search]           # streamable HTTP
     url = "http://127.0.0.1:9000/mcp"
 
@@ -15,12 +16,12 @@ built-ins (plugins/mcp_tools.py). Permissions treat them as commands (they can d
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from agent.child_env import scrubbed_env
 from agent.tools.base import EXECUTE, ToolContext, ToolError, ToolResult
 
 
@@ -62,7 +63,11 @@ class MCPConnection:
         return StdioServerParameters(
             command=str(self.spec["command"]),
             args=[str(a) for a in self.spec.get("args", [])],
-            env={**os.environ, **{k: str(v) for k, v in (self.spec.get("env") or {}).items()}},
+            # not the agent's whole environment (its API key): the allowlist, what `pass_env` names, and `env`
+            env=scrubbed_env(
+                {k: str(v) for k, v in (self.spec.get("env") or {}).items()},
+                [str(n) for n in self.spec.get("pass_env") or ()],
+            ),
             cwd=self.cwd,
         )
 

@@ -90,3 +90,16 @@ def test_settings_add_to_the_environment(repo, isolated_config, monkeypatch, tmp
     s = load_settings(repo)
     env = scrubbed_env(s.env, s.pass_env)
     assert env["FEATURE_FLAG"] == "on" and env["MY_SERVICE_TOKEN"] == "needed-by-tests-123"
+
+
+def test_mcp_servers_get_a_scrubbed_environment(monkeypatch):
+    import types
+
+    from agent.mcp import MCPConnection
+
+    monkeypatch.setenv("GLM5_API_KEY", "glm5-key-0123456789")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "b" * 36)
+    spec = {"command": "server", "env": {"ROOT": "."}, "pass_env": ["GITHUB_TOKEN"]}
+    target = MCPConnection._target(types.SimpleNamespace(spec=spec, name="s", cwd=None))
+    assert "GLM5_API_KEY" not in target.env and target.env["GITHUB_TOKEN"].startswith("ghp_")
+    assert target.env["ROOT"] == "." and "PATH" in target.env
