@@ -1,6 +1,7 @@
 """/v1/chat/completions: GLM-5's chat format in, OpenAI chat completions out (whole or streamed).
 
-Prompt. Messages and tools are rendered with GLM-5's template (model/chat.py); `chat_template_kwargs`
+Prompt. Messages and tools are rendered with GLM-5's template (model/chat.py), or the checkpoint's own when it
+differs (serve/http/template.py); `chat_template_kwargs`
 `enable_thinking` (default on) and `clear_thinking` pass through. `tool_choice`:
 - "auto" (the default with tools): the model decides; its `<tool_call>` blocks become `tool_calls`.
 - "none": the tools are left out of the prompt and nothing is parsed as a call (vLLM's behaviour with
@@ -32,7 +33,6 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from model.chat import render
 from model.chat_parse import StreamParser, accumulate
 from serve.http.constraints import chat_constraint, forces_tool_call
 from serve.http.errors import bad_request
@@ -69,10 +69,7 @@ def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
         template_tools, parser_tools = tools, tools
         if forces_tool_call(req):
             thinking = False
-    try:
-        text = render(req.messages, template_tools, True, thinking, clear)
-    except (ValueError, TypeError, KeyError) as e:
-        raise bad_request(f"messages: {e}", param="messages") from None
+    text = state.render_chat(req.messages, template_tools, True, thinking, clear)
     constraint = chat_constraint(state, req, parser_tools, thinking)
     return ChatPrompt(state.tokenizer.encode(text), thinking, parser_tools, constraint, forces_tool_call(req))
 

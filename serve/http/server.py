@@ -136,10 +136,18 @@ def run_embedded(
 
     from serve.http.app import create_app
     from serve.http.settings import ServerSettings
+    from serve.http.template import TemplateUnusable, load_renderer
 
     console = Console(stderr=True)
     sock = bind(host, port)
     port = sock.getsockname()[1]
+    try:
+        chat_template = load_renderer(model_dir)
+    except TemplateUnusable as e:
+        sock.close()
+        raise SystemExit(f"{e}\nFix the template, or remove it to serve with GLM-5's built-in chat format.") from None
+    if chat_template is not None:
+        console.print(f"chat template: the checkpoint's own ({chat_template.origin}), not GLM-5's built-in one")
     engine, tokenizer = load_engine(
         model_dir,
         quant,
@@ -163,6 +171,7 @@ def run_embedded(
         max_in_flight=running + max_queue,
         max_body_bytes=int(max_body_mb * 2**20),
         access_log=access_log,
+        chat_template=chat_template,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     url = f"http://{host}:{port}"

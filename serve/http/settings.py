@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,4 +23,7 @@ class ServerSettings:
     max_body_bytes: int = 32 * 2**20
     # One line per request on the `glm5.access` logger (`glm5 serve --no-access-log` turns it off).
     access_log: bool = True
+    # The checkpoint's own chat template (serve/http/template.JinjaTemplate) when it is not GLM-5's shipped one;
+    # None renders with model/chat.py.
+    chat_template: Any = None
     max_top_logprobs: int = 20

@@ -51,6 +51,17 @@ class ServerState:
     def max_model_len(self) -> int:
         return int(self.engine.max_model_len)
 
+    def render_chat(self, messages, tools, add_generation_prompt: bool, thinking: bool, clear: bool = True) -> str:
+        """The prompt text: the checkpoint's own template when it has one, else GLM-5's (model/chat.py); what
+        either refuses is a 400 naming it."""
+        from model.chat import render
+
+        renderer = self.settings.chat_template.render if self.settings.chat_template is not None else render
+        try:
+            return renderer(messages, tools, add_generation_prompt, thinking, clear)
+        except (ValueError, TypeError, KeyError) as e:  # TemplateRenderError is a ValueError
+            raise bad_request(f"messages: {e}", param="messages") from None
+
     def check_model(self, name: str) -> None:
         if name != self.settings.served_model_name:
             raise APIError(

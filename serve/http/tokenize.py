@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from model.chat import render
 from serve.http.errors import bad_request
 from serve.http.protocol import DetokenizeRequest, TokenizeRequest, parse_body
 from serve.http.state import ServerState
@@ -19,10 +18,7 @@ async def tokenize(state: ServerState, request: Request) -> dict:
     if req.model is not None:
         state.check_model(req.model)
     if req.messages is not None:
-        try:
-            text = render(req.messages, None, req.add_generation_prompt, state.settings.enable_thinking)
-        except (ValueError, TypeError, KeyError) as e:
-            raise bad_request(f"messages: {e}", param="messages") from None
+        text = state.render_chat(req.messages, None, req.add_generation_prompt, state.settings.enable_thinking)
     else:
         text = req.prompt or ""
     ids = state.tokenizer.encode(text)
