@@ -1,4 +1,4 @@
-"""What glm5's fused CPU kernels (model/cpu_kernels.py) are worth: the same model, the same process, kernels on and
+"""What glm5's fused CPU kernels (model/kernels) are worth: the same model, the same process, kernels on and
 off (the torch references), interleaved.
 
     OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_cpu_kernels.py [--preset small] [--tokens 512] [--pairs 12]
@@ -29,7 +29,8 @@ def main() -> None:
 
     import torch
 
-    from model import GLM5ForCausalLM, cpu_kernels, preset
+    from model import GLM5ForCausalLM, kernels, preset
+    from model.kernels import build
     from serve.engine import EngineConfig, LLMEngine, SamplingParams
 
     torch.set_num_threads(args.threads)
@@ -52,13 +53,12 @@ def main() -> None:
         engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=5))
         return engine.step()[0].logprobs[0].top
 
-    print(cpu_kernels.status())
-    if cpu_kernels._load() is None:
+    print(kernels.status())
+    if build.load() is None:
         raise SystemExit("no kernels to compare")
-    enabled = set(cpu_kernels._state["enabled"])
 
     def use(on: bool) -> None:
-        cpu_kernels._state["enabled"] = enabled if on else set()
+        kernels.set_impl("fused" if on else "torch")
 
     print(f"{args.preset}, {args.tokens} tokens, fp32, {args.threads} thread(s), {args.pairs} pairs, CPU time")
     for name, run in (("forward", lambda: model(ids)), ("serving prefill", serve)):

@@ -24,7 +24,7 @@ disturbed estimate); and the median ratio within back-to-back pairs (each repeti
 order, so a pair saw the same machine: the estimate least moved by load that comes and goes during the run).
 Each timed run follows an untimed run of the same side (--warm 1), as a model runs in use: right after the
 other model, a side would first re-read its weights that the other's evicted from the shared cache.
-It also prints which of glm5's fused CPU kernels are in use (model/cpu_kernels.py).
+It also prints which of glm5's fused CPU kernels are in use (model/kernels).
 rms_norm_eps is set to 1e-6 so that both compute the same function (transformers hard-codes 1e-6 for
 q_a/kv_a_layernorm, we follow rms_norm_eps as vLLM does).
 """
@@ -88,9 +88,9 @@ def main() -> None:
     print(
         f"machine: {cpu_name()}, {args.threads} threads, torch {torch.__version__}, transformers {transformers.__version__}"
     )
-    from model import cpu_kernels
+    from model import kernels
 
-    print(cpu_kernels.status())
+    print(kernels.status())
     print(
         f"transformers experts implementation: {hf.config._experts_implementation}, attention: {hf.config._attn_implementation}"
     )

@@ -3,11 +3,9 @@
 Module map, in reading order (a forward goes top to bottom through the network part):
 - special_tokens.py  the GLM-5 special tokens and their ids in glm5's shipped tokenizer
 - config.py          GLM5Config (the keys of config.json), presets tiny / small / glm5, parameter and memory sums
-- cpu_kernels.py     fused CPU kernels for a prefill's element-wise passes (RMSNorm, RoPE, masks, top-k, softmax,
-                     SwiGLU) and, around torch's own BLAS calls, its MoE experts, attention heads and indexer
-                     scores: compiled on first use, checked bit for bit against the torch code they replace
-                     (cpu_kernels.c; cpu_kernels_vec.cpp on torch's vector math and BLAS; the checks in
-                     cpu_kernel_probes.py)
+- kernels/          fused CPU kernels behind one op each (`kernels.rms_norm`, `kernels.attend`, ...), each op with its
+                     plain-PyTorch reference and one choice impl="torch" | "fused" (see kernels/__init__.py); the
+                     network calls the ops and never a kernel
 - norms.py           RMSNorm
 - rope.py            interleaved RoPE (cos/sin from positions, rotation)
 - indexer.py         the DSA lightning indexer: index keys, scores, causal top-k
@@ -17,7 +15,9 @@ Module map, in reading order (a forward goes top to bottom through the network p
 - mtp.py             the MTP layer (a decoder layer + enorm / hnorm / eh_proj / shared_head.norm)
 - modeling.py        GLM5Model (trunk) and GLM5ForCausalLM (+ lm_head, mtp_forward, init, from/save_pretrained)
 - kv_cache.py        a simple contiguous per-layer cache (c_kv, k_pe, index keys) for incremental decoding
-- checkpoint.py      Hugging Face safetensors load (meta device, mmap, FP8 dequant, shards) and save
+- fp8.py             GLM-5-FP8's block format: dequantize / quantize float8_e4m3fn with 128 x 128 scales
+- checkpoint.py      Hugging Face safetensors load (meta device, mmap, FP8 dequant, shards; a checkpoint without its
+                     MTP layer loads without it) and save
 - quant_int4.py      INT4 weight-only: Int4Linear (torch's int4 kernel + a plain dequantise path), quantize_int4,
                      quantize / load compressed-tensors checkpoints
 - compressed_tensors.py  the compressed-tensors pack-quantized (W4A16) format: packing, quantization_config

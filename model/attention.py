@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model import cpu_kernels
+from model import kernels
 from model.config import GLM5Config
 from model.indexer import Indexer
 from model.norms import RMSNorm
@@ -82,13 +82,16 @@ class MLA(nn.Module):
         w = dense() if callable(dense) else self.kv_b_proj.weight
         return w.view(self.n_heads, self.dn + self.dv, self.kv_lora_rank)
 
-    def attend_expanded(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None, out=None) -> torch.Tensor:
+    def attend_expanded(
+        self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None, out=None, segment_ids=None
+    ) -> torch.Tensor:
         """Dense attention over expanded per-head keys; top-k (if any) applied as a mask. -> [B, T, H, Dv], written
         into `out` when given (a [B, T, H, Dv] view whose rows are contiguous [H, Dv], e.g. rows of a bigger batch).
 
         q_nope [B,T,H,Dn], q_pe [B,T,H,R], c_kv [B,S,C], k_pe [B,S,R], q_idx [T] or [B,T], topk_idx [B,T,K] or None;
         a row that sees fewer than K keys must select all it sees (indexer.select's rule, relied on to skip the
-        top-k mask where it would drop nothing).
+        top-k mask where it would drop nothing). segment_ids [B, T] (packed training rows, T == S): a key is visible
+        only to queries of its own segment.
         Written out (scores, mask, softmax, weighted sum) rather than through SDPA: with Dn+R != Dv and a mask,
         CPU SDPA takes its math fallback, which adds a bool->float mask, a NaN-safe softmax and a scaled copy of
         q and k per call (measured: ~2x the time of this loop on the `small` preset).
@@ -96,50 +99,26 @@ class MLA(nn.Module):
         B, S, _ = c_kv.shape
         H, T = self.n_heads, q_nope.shape[1]
         k_nope, v = self.kv_b_proj(c_kv).view(B, S, H, self.dn + self.dv).split([self.dn, self.dv], dim=-1)
-        # q pre-scaled [B, T, H, Dn+R] and k [B, S, H, Dn+R] (k_pe shared by the heads): one fused pass each on CPU.
-        q = cpu_kernels.concat_heads(q_nope, q_pe, self.scale)
-        q = q if q is not None else cpu_kernels.torch_concat_heads(q_nope, q_pe, self.scale)
-        k = cpu_kernels.concat_heads(k_nope, k_pe[:, :, None])
-        k = k if k is not None else cpu_kernels.torch_concat_heads(k_nope, k_pe[:, :, None])
-        q4, k4, v4 = q, k, v  # [B, T, H, Dn+R], [B, S, H, Dn+R], [B, S, H, Dv]: the fused kernel's layout
-        q, k = q.transpose(1, 2), k.permute(0, 2, 3, 1)  # [B, H, T, Dn+R], [B, H, Dn+R, S]
-        v = v.transpose(1, 2)  # [B, H, S, Dv]
-        # Query blocks only look at keys up to their last index (causality): ~40% fewer scores in a prefill.
-        q, k, v = q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)  # (B*H) batches: views when B == 1
+        # q pre-scaled [B, T, H, Dn+R] and k [B, S, H, Dn+R] (k_pe shared by the heads); v [B, S, H, Dv].
+        q = kernels.concat_heads(q_nope, q_pe, self.scale)
+        k = kernels.concat_heads(k_nope, k_pe[:, :, None])
         K = topk_idx.shape[-1] if topk_idx is not None else S
         if out is None:
             out = q.new_empty(B, T, H, self.dv)  # each block's output lands here: no concatenation, no copy back
+        # Query blocks only look at keys up to their last index (causality): ~40% fewer scores in a prefill.
         for t0 in range(0, T, _QUERY_BLOCK):
             t1 = min(t0 + _QUERY_BLOCK, T)
             last = int(q_idx[..., t1 - 1].max())
             s_end = min(S, last + 1)
-            # The mask as an additive 0 / -inf bias that the score GEMM accumulates onto (one pass, no fill).
             # If every row of the block sees at most K keys, top-k drops nothing (a row that sees fewer than K
-            # selects all of them: indexer.select's rule) and causality is the whole mask.
+            # selects all of them: indexer.select's rule) and causality is the whole mask. Every row keeps at
+            # least key 0 or its top-k picks, so no row is all -inf.
             picks = topk_idx[:, t0:t1] if last >= K else None
-            bias = None
-            if B == 1 and q_idx.dim() == 1 and q.dtype == torch.float32:  # one fused pass on CPU, same values
-                bias = cpu_kernels.attn_bias(None if picks is None else picks[0], q_idx[t0:t1], s_end)
-            if bias is None:  # [t, s] or [B, t, s]
-                bias = cpu_kernels.torch_attn_bias(picks, q_idx[..., t0:t1], s_end, n_keys=S, dtype=q.dtype)
-            # Every row keeps at least key 0 or its top-k picks, so no row is all -inf. The mask is added to the
-            # scores after the GEMM (the same bits as accumulating onto it: x + 0 = x, x - inf = -inf), on CPU
-            # in the softmax kernel's own pass.
-            if B == 1 and bias.dim() == 2:  # on CPU, head by head in one call: the same bits, scores in cache
-                o = out[0, t0:t1]
-                if cpu_kernels.attend_heads(q4[0, t0:t1], k4[0, :s_end], v4[0, :s_end], bias, o) is not None:
-                    continue
-            scores = torch.bmm(q[:, t0:t1], k[..., :s_end])  # [B*H, t, s]
-            probs = cpu_kernels.softmax_bias(scores, bias) if B == 1 and bias.dim() == 2 else None
-            if probs is None:
-                bias = bias if bias.dim() == 3 else bias[None]
-                # [1, t, s] broadcasts over the heads; with B > 1 each sequence's mask is repeated per head.
-                bias = bias if B == 1 else bias[:, None].expand(B, H, t1 - t0, s_end).flatten(0, 1)
-                probs = cpu_kernels.torch_softmax_bias(scores, bias)
-            if B == 1 and not torch.is_grad_enabled():  # straight into out's [t, H, Dv] rows: no copy, same bits
-                torch.bmm(probs, v[:, :s_end], out=out[0, t0:t1].transpose(0, 1))
-            else:
-                out[:, t0:t1] = torch.bmm(probs, v[:, :s_end]).unflatten(0, (B, H)).transpose(1, 2)
+            bias = kernels.attn_bias(picks, q_idx[..., t0:t1], s_end, n_keys=S, dtype=q.dtype)  # [(B,) t, s]
+            if segment_ids is not None:  # packed sequences: no attention across their boundaries
+                other = segment_ids[:, t0:t1, None] != segment_ids[:, None, :s_end]
+                bias = bias.masked_fill(other, float("-inf"))
+            kernels.attend(q[:, t0:t1], k[:, :s_end], v[:, :s_end], bias, out[:, t0:t1])
         return out
 
     def attend_absorbed(self, q_nope, q_pe, c_kv, k_pe, q_idx, topk_idx=None) -> torch.Tensor:
@@ -196,7 +175,18 @@ class MLA(nn.Module):
         return "absorbed" if 2 * absorbed < expanded else "expanded"
 
     # ---- the layer --------------------------------------------------------------------------------------
-    def forward(self, x_BTD, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl: str = "auto", keep_last: int = 0):
+    def forward(
+        self,
+        x_BTD,
+        cos,
+        sin,
+        q_idx,
+        layer_cache=None,
+        prev_topk=None,
+        impl="auto",
+        keep_last: int = 0,
+        segment_ids=None,
+    ):
         """x: post-input_layernorm hidden [B, T, D]. -> (output [B, T, D], topk_idx [B, T, K] or None).
 
         layer_cache: a `LayerCache` (model/kv_cache.py) that new entries are appended to, or None.
@@ -204,6 +194,8 @@ class MLA(nn.Module):
         impl: 'expanded', 'absorbed', or 'auto' (`cheaper_impl`: absorbed for decode, expanded for prefill).
         keep_last: if > 0, every token's cache entries (keys) are made, but only the last `keep_last` tokens'
         queries: the output (and topk_idx) cover those rows only, [B, keep_last, ...].
+        segment_ids: [B, T] ids of packed sequences (training: no cache, every row's output): attention and the
+        indexer's selection stay within each segment (the expanded path).
         """
         c_kv, k_pe = self.project_kv(x_BTD, cos, sin)
         idx_k = self.indexer.keys(x_BTD, cos, sin) if self.indexer is not None else None
@@ -219,11 +211,18 @@ class MLA(nn.Module):
             prev_topk = None if prev_topk is None else prev_topk[:, -keep_last:]
         q_nope, q_pe, qr = self.project_q(x_BTD, cos, sin)
         if self.indexer is not None:
-            topk = self.indexer.select_from_latent(qr, cos, sin, x_BTD, idx_k, q_idx)
+            # Without autograd: the selection is integer indices, through which no gradient flows (transformers'
+            # indexer is no_grad too), and in training its [T, heads, S] scores would be kept for a backward that
+            # never reads them (the main job's SFT and align-mtp spent most of their time there).
+            with torch.no_grad():
+                topk = self.indexer.select_from_latent(qr, cos, sin, x_BTD, idx_k, q_idx, segment_ids)
         else:
             topk = prev_topk
         if impl == "auto":
             impl = self.cheaper_impl(x_BTD.shape[1], c_kv.shape[1], None if topk is None else topk.shape[-1])
+        if segment_ids is not None:
+            o = self.attend_expanded(q_nope, q_pe, c_kv, k_pe, q_idx, topk, segment_ids=segment_ids)
+            return self.o_proj(o.flatten(2)), topk
         attend = {"expanded": self.attend_expanded, "absorbed": self.attend_absorbed}[impl]
         o = attend(q_nope, q_pe, c_kv, k_pe, q_idx, topk)
         return self.o_proj(o.flatten(2)), topk

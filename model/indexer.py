@@ -29,9 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import cpu_kernels
+from model import kernels
 from model.config import GLM5Config
-from model.rope import apply_rope
 
 # Query rows per chunk so that the [chunk, I, S] score tensor stays below ~64M floats.
 _SCORE_ELEMS = 1 << 26
@@ -52,9 +51,8 @@ class Indexer(nn.Module):
         self.weights_proj = nn.Linear(cfg.hidden_size, self.n_heads, bias=False)
 
     def _rope_front(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        r = self.rope_dim
-        fused = cpu_kernels.rope(x, cos, sin, rotary=r)  # the same, in one pass (inference on CPU)
-        return fused if fused is not None else torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
+        """[rope(x[..., :R]) | x[..., R:]]: the indexer's layout puts the rope dims first."""
+        return kernels.rope(x, cos, sin, rotary=self.rope_dim)
 
     def keys(self, x_BTD: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Index keys of new tokens, ready to cache: [B, T, Di] (post LayerNorm, post rope)."""
@@ -76,38 +74,39 @@ class Indexer(nn.Module):
         # w * ReLU(l * 2^-m) == (w * 2^-m) * ReLU(l) bit for bit (scaling by a power of two is exact, barring
         # underflow to subnormals), so without autograd the scale goes onto the [T, I] weights instead of the
         # [T*I, S] logits.
-        folded = _power_of_two(scale) and not torch.is_grad_enabled()
-        if folded:
-            w_BTI = w_BTI * scale
-            if B == 1:  # on CPU a block of queries at a time, their logits in cache: the same bits
-                fused = cpu_kernels.index_scores(q_BTID[0].float(), k_BSD[0].float(), w_BTI[0])
-                if fused is not None:
-                    return fused[None]
+        if _power_of_two(scale) and not torch.is_grad_enabled():
+            return kernels.index_scores(q_BTID.float(), k_BSD.float(), w_BTI * scale)
         # One GEMM over all (query, head) rows: [B, T*I, Di] @ [B, Di, S]; then in place, no new buffers.
         logits = torch.bmm(q_BTID.reshape(B, T * n_heads, Di).float(), k_BSD.float().transpose(1, 2))
-        logits = logits.relu_() if folded else logits.mul_(scale).relu_()
-        return torch.matmul(w_BTI[:, :, None, :], logits.view(B, T, n_heads, -1)).squeeze(2)
+        return torch.matmul(w_BTI[:, :, None, :], logits.mul_(scale).relu_().view(B, T, n_heads, -1)).squeeze(2)
 
     def first_scored(self, q_idx_T: torch.Tensor) -> int:
         """Rows before this one see fewer than K keys and select them all without scores (see `select`)."""
         return int(((q_idx_T if q_idx_T.dim() == 1 else q_idx_T.amax(0)) < self.topk).sum())
 
-    def select_from_latent(self, qr_BTQ, cos, sin, x_BTD, k_BSD, q_idx_T) -> torch.Tensor | None:
+    def select_from_latent(self, qr_BTQ, cos, sin, x_BTD, k_BSD, q_idx_T, segment_ids=None) -> torch.Tensor | None:
         """`select` with the queries made here from MLA's q-LoRA latent, only for the rows that get scores: in a
         prefill the first K rows select keys 0..K-1 whatever their queries (half the rows of a 2K prompt)."""
         if k_BSD.shape[1] <= self.topk:
             return None
         first = self.first_scored(q_idx_T)
         q = self.queries(qr_BTQ[:, first:], cos[:, first:], sin[:, first:])
-        return self.select(q, x_BTD, k_BSD, q_idx_T, q_offset=first)
+        return self.select(q, x_BTD, k_BSD, q_idx_T, q_offset=first, segment_ids=segment_ids)
 
     def select(
-        self, q_BTID: torch.Tensor, x_BTD: torch.Tensor, k_BSD: torch.Tensor, q_idx_T: torch.Tensor, q_offset: int = 0
+        self,
+        q_BTID: torch.Tensor,
+        x_BTD: torch.Tensor,
+        k_BSD: torch.Tensor,
+        q_idx_T: torch.Tensor,
+        q_offset: int = 0,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         """Top-k key indices [B, T, K] (int64, in no particular order) for each query, or None when all S keys fit.
 
         q_idx_T: each query's index in the sequence, [T] or [B, T] (key s is visible to query t iff s <= q_idx[t]).
         q_BTID holds the queries of rows q_offset..T-1 (rows before `first_scored` need none).
+        segment_ids [B, T] (packed training rows, S == T): only keys of a query's own segment are candidates.
         """
         B, T, n_heads = x_BTD.shape[0], x_BTD.shape[1], q_BTID.shape[2]
         S = k_BSD.shape[1]
@@ -128,9 +127,9 @@ class Indexer(nn.Module):
             if int(q_idx_T[..., sl].min()) < S - 1:  # some key lies in some query's future (not in a decode)
                 future = torch.arange(S, device=s.device) > q_idx_T[..., sl, None]  # [(B,) t, S]
                 s = s.masked_fill_(future, float("-inf"))
-            # The set of keys is what counts, not their order: on CPU a radix select that gives torch.topk's set
-            # (and leaves rows where that set is ambiguous to torch.topk); else sorted=False, ~3x faster than
-            # sorting for K ~ S/2.
-            picked = cpu_kernels.topk_indices(s, self.topk)
-            out.append(picked if picked is not None else s.topk(self.topk, dim=-1, sorted=False).indices)
+            if segment_ids is not None:
+                s = s.masked_fill_(segment_ids[:, sl, None] != segment_ids[:, None, :], float("-inf"))
+            # The set of keys is what counts, not their order: unsorted, ~3x faster than sorting for K ~ S/2 (on
+            # CPU a radix select that gives torch.topk's set, and leaves rows where that set is ambiguous to it).
+            out.append(kernels.topk_indices(s, self.topk))
         return torch.cat(out, dim=1) if len(out) > 1 else out[0]

@@ -10,15 +10,15 @@ Routing (DeepSeek-V3 `noaux_tc`, reference §4), in fp32:
     y = sum_k w_k * expert_{idx_k}(x) + shared_expert(x)
 
 Experts are stored one nn.Linear per projection per expert (`experts.{e}.gate_proj`, ...), as in the
-checkpoint, so peft and INT4 module swaps see ordinary Linear layers. Both fast paths sort the (token, slot)
-pairs by expert so that each expert's tokens are one contiguous slice:
-- `stacked`: the experts' weights are views into two stacked tensors (`tie_experts`), so two grouped GEMMs
-  (`torch._grouped_mm`) run every expert with no copy. Used for inference when the tie still holds; it checks
-  that on every call, so a replaced or swapped weight silently falls back to...
-- `grouped`: calls each expert module once on its slice: one Python iteration per expert that got tokens,
-  never per token. It caches nothing, so it is right whatever happened to the weights (training, LoRA, INT4).
-The plain path (`dense_loop`) runs every expert on every token and mixes with the dense [N, E] weight matrix:
-slow, obviously right, and what the fast paths are tested against.
+checkpoint, so peft and INT4 module swaps see ordinary Linear layers. The fast path (`routed`) sorts the
+(token, slot) pairs by expert so that each expert's tokens are one contiguous slice, then either
+- runs every expert in two grouped GEMMs over two stacked tensors that the experts' weights are views of
+  (`tie_experts`, `routed_stacked`), while the tie holds (checked on every call), or
+- calls each expert module once on its slice (`routed_per_expert`): one Python iteration per expert that got
+  tokens, never per token. It caches nothing, so it is right whatever happened to the weights (training,
+  LoRA, INT4).
+The reference (`impl="reference"`, `routed_dense_loop`) runs every expert on every token and mixes with the
+dense [N, E] weight matrix: slow, obviously right, and what the fast path is tested against.
 
 Shapes: N tokens (B*T flattened), D hidden, E routed experts, k experts per token.
 """
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import cpu_kernels
+from model import kernels
 from model.config import GLM5Config
 
 
@@ -39,11 +39,7 @@ def swiglu(g: torch.Tensor, u: torch.Tensor, w: torch.Tensor | None = None) -> t
     if torch.is_grad_enabled():
         act = F.silu(g) * u
         return act if w is None else act * w[:, None]
-    if cpu_kernels.silu_mul(g, u, w) is not None:
-        return g
-    act = F.silu(g, inplace=True)
-    fused = cpu_kernels.mul_rows(act, u, w)  # both products in one pass (CPU)
-    return fused if fused is not None else cpu_kernels.torch_mul_rows(act, u, w)
+    return kernels.silu_mul(g, u, w)
 
 
 class MLP(nn.Module):
@@ -94,8 +90,8 @@ class Router(nn.Module):
 class MoE(nn.Module):
     """Routed experts + shared expert.
 
-    `impl`: 'auto' (stacked when it applies, else grouped), 'stacked', 'grouped', or 'dense_loop' (the plain
-    reference). See the module docstring and `tie_experts` for the stacked path.
+    `impl`: 'fast' (the default: `routed`) or 'reference' (`routed_dense_loop`, the plain loop the fast path is
+    tested against). See the module docstring and `tie_experts` for the stacked weights.
     """
 
     def __init__(self, cfg: GLM5Config) -> None:
@@ -106,7 +102,7 @@ class MoE(nn.Module):
             [MLP(cfg.hidden_size, cfg.moe_intermediate_size) for _ in range(cfg.n_routed_experts)]
         )
         self.shared_experts = MLP(cfg.hidden_size, cfg.moe_intermediate_size * cfg.n_shared_experts)
-        self.impl = "auto"
+        self.impl = "fast"
         self._gate_up: torch.Tensor | None = None  # [E, D, 2I], the storage the experts' gate/up weights view
         self._down: torch.Tensor | None = None  # [E, I, D]
         self._tied_ptrs: list[tuple[int, int, int]] = []
@@ -176,28 +172,16 @@ class MoE(nn.Module):
         shape = x.shape
         x_ND = x.reshape(-1, shape[-1])
         w, idx = self.gate(x_ND)
-        impl = self.impl
-        if impl == "auto":
-            impl = "stacked" if self._stacked_ok() else "grouped"
-        if impl == "dense_loop":  # the plain reference: as written in the module docstring
+        if self.impl == "reference":  # the plain loop, as written in the module docstring
             return (self.routed_dense_loop(x_ND, w, idx) + self.shared_experts(x_ND)).view(shape)
-        # The fast paths add the routed experts' outputs straight into the shared expert's output.
-        if impl == "grouped" and x_ND.shape[0] <= 2 and not torch.is_grad_enabled():
-            # A decode step of one or two tokens (INT4, LoRA or otherwise unstacked experts): call its k experts
-            # directly; sorting, gathering and scattering k rows costs more than the experts' own calls.
-            return self.routed_few(x_ND, w, idx, out=self.shared_experts(x_ND)).view(shape)
-        routed = self.routed_stacked if impl == "stacked" else self.routed_grouped
-        return routed(x_ND, w, idx, out=self.shared_experts(x_ND)).view(shape)
+        # Fast: the routed experts' outputs go straight into the shared expert's output.
+        return self.routed(x_ND, w, idx, out=self.shared_experts(x_ND)).view(shape)
 
-    def routed_few(
-        self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor, out: torch.Tensor
-    ) -> torch.Tensor:
-        """Each token's experts called on that token alone, weighted and added into `out` [N, D] in place."""
-        for t, (experts, weights) in enumerate(zip(idx_Nk.tolist(), w_Nk.tolist(), strict=True)):
-            x = x_ND[t : t + 1]
-            for e, wt in zip(experts, weights, strict=True):
-                out[t].add_(self.experts[e](x)[0].mul_(wt))
-        return out
+    def routed(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The fast path: over the stacked weights while they are the experts' own, else through each expert."""
+        if self._stacked_ok():
+            return self.routed_stacked(x_ND, w_Nk, idx_Nk, out)
+        return self.routed_per_expert(x_ND, w_Nk, idx_Nk, out)
 
     def _sort(self, idx_Nk: torch.Tensor):
         """(token, slot) pairs sorted by expert -> (order into the flat pairs, token of each, count per expert)."""
@@ -214,16 +198,22 @@ class MoE(nn.Module):
         out = torch.zeros_like(x_ND) if out is None else out
         # The routing weight scales the [N*k, I] activation rather than the [N*k, D] output: down is linear.
         w = w_Nk.flatten()[order].to(x_ND.dtype)
-        # On CPU one fused call per layer, the same bits (model/cpu_kernels.py); else gather, grouped GEMM,
-        # SwiGLU (in place on the GEMM's own output when nothing trains), grouped GEMM, scatter-add.
-        if cpu_kernels.moe_experts(x_ND, token, w, counts, self._gate_up, self._down, out) is not None:
-            return out
-        return cpu_kernels.torch_moe_experts(x_ND, token, w, counts, self._gate_up, self._down, out, swiglu=swiglu)
+        # Gather, grouped GEMM, SwiGLU (in place on the GEMM's own output when nothing trains), grouped GEMM,
+        # scatter-add; on CPU one fused call per layer, the same bits (model/kernels).
+        return kernels.moe_experts(x_ND, token, w, counts, self._gate_up, self._down, out, swiglu=swiglu)
 
-    def routed_grouped(
+    def routed_per_expert(
         self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor, out: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Each expert module once, on its contiguous slice of the sorted tokens (added into `out` if given)."""
+        """Each expert module once, on its contiguous slice of the sorted tokens (added into `out` if given).
+        A decode step of one or two tokens without autograd calls each token's k experts on that token alone:
+        sorting, gathering and scattering k rows costs more than the experts' own calls (INT4, LoRA)."""
+        out = torch.zeros_like(x_ND) if out is None else out
+        if x_ND.shape[0] <= 2 and not torch.is_grad_enabled():
+            for t, (experts, weights) in enumerate(zip(idx_Nk.tolist(), w_Nk.tolist(), strict=True)):
+                for e, wt in zip(experts, weights, strict=True):
+                    out[t].add_(self.experts[e](x_ND[t : t + 1])[0].mul_(wt))
+            return out
         order, token, counts = self._sort(idx_Nk)
         xs = x_ND.index_select(0, token)
         outs, start = [], 0
@@ -232,7 +222,7 @@ class MoE(nn.Module):
                 outs.append(self.experts[e](xs[start : start + n]))
                 start += n
         ys = torch.cat(outs) * w_Nk.flatten()[order, None].to(x_ND.dtype)
-        return (torch.zeros_like(x_ND) if out is None else out).index_add_(0, token, ys)
+        return out.index_add_(0, token, ys)
 
     def routed_dense_loop(self, x_ND: torch.Tensor, w_Nk: torch.Tensor, idx_Nk: torch.Tensor) -> torch.Tensor:
         dense_w = torch.zeros(x_ND.shape[0], self.n_experts, dtype=w_Nk.dtype, device=x_ND.device)

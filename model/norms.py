@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from model import cpu_kernels
+from model import kernels
 
 
 class RMSNorm(nn.Module):
@@ -26,16 +26,14 @@ class RMSNorm(nn.Module):
             return self.weight * x32.to(x.dtype)
         # Inference: the same operations, in place where the tensor is this function's own (products commute
         # exactly, so `y * w` is `w * y` bit for bit); on CPU as one fused kernel (the same bits again).
-        y = cpu_kernels.rms_norm(x, self.weight, self.eps)
-        return y if y is not None else cpu_kernels.torch_rms_norm(x, self.weight, self.eps)
+        return kernels.rms_norm(x, self.weight, self.eps)
 
     def add_forward(self, a: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference: the residual sum `a + h`, written into `a`, and this norm of it (fused on CPU)."""
-        fused = cpu_kernels.add_rms_norm(a, h, self.weight, self.eps)
-        if fused is not None:
-            return fused
-        h = a.add_(h)
-        return h, self(h)
+        if self.weight.dtype != a.dtype:  # the norm's promoting path (forward)
+            h = a.add_(h)
+            return h, self(h)
+        return kernels.add_rms_norm(a, h, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from model import cpu_kernels
+from model import kernels
 
 
 def rope_cos_sin(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,7 +28,6 @@ def rope_cos_sin(positions: torch.Tensor, dim: int, theta: float) -> tuple[torch
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved pairs of x's last dim; cos/sin must broadcast to x[..., ::2]. Output de-interleaved.
-    In inference on CPU, one fused kernel (the same bits); else `cpu_kernels.torch_rope`, the reference."""
-    out = cpu_kernels.rope(x, cos, sin)
-    return out if out is not None else cpu_kernels.torch_rope(x, cos, sin)
+    """Rotate interleaved pairs of x's last dim; cos/sin must broadcast to x[..., ::2]. Output de-interleaved:
+    [x1 * cos - x2 * sin | x2 * cos + x1 * sin] for x1, x2 = x[..., 0::2], x[..., 1::2] (model/kernels)."""
+    return kernels.rope(x, cos, sin)

@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from model import cpu_kernels
+from model import kernels
+from model.kernels import fused as fused_kernels
 from model.moe import swiglu
 from model.rope import apply_rope
 from serve.engine.config import EngineConfig
@@ -50,13 +51,15 @@ _GATHER_VALUES = 1 << 24
 
 
 def rms_norm(norm, x: torch.Tensor) -> torch.Tensor:
-    """An RMSNorm module on the fast path. In fp32 on CPU: the fused kernel (model/cpu_kernels.py; 7 us for
+    """An RMSNorm module on the fast path. In fp32 on CPU: the fused kernel (model/kernels; 7 us for
     1 x 768, 0.15 ms for 512 x 768). Otherwise, up to ~64K values (decode steps): F.rms_norm, one call where the
     module makes six (9 vs 13 us for 1 x 768, 12 vs 16 us for 16 x 768); more (a prefill chunk): the module's
     in-place inference path, since torch's CPU rms_norm falls far behind there (0.93 vs 0.28 ms for 512 x 768;
     measured, 1 thread). F.rms_norm is taken only where it gives the module's bits on this machine (checked once:
     its reduction order is torch's per CPU build), so every path gives the same bits (tests check)."""
-    y = cpu_kernels.rms_norm(x, norm.weight, norm.eps)  # fp32 on CPU: one fused kernel, the same bits again
+    y = (
+        fused_kernels.rms_norm(x, norm.weight, norm.eps) if kernels.fused_on() else None
+    )  # fp32 on CPU: one fused kernel, the same bits again
     if y is not None:
         return y
     if x.numel() <= 65536 and _f_rms_norm_is_the_modules(x.dtype, x.device):

@@ -108,25 +108,37 @@ def test_absorbed_attention_gemms_give_einsums_bits(B, T, S):
         assert close(got, _absorbed_by_einsum(mla, q_nope, q_pe, c_kv, k_pe, q_idx), 1e-6)
 
 
-def test_moe_grouped_path_equals_plain_loop_and_bias_only_selects():
+def untie(moe: MoE) -> MoE:
+    """A copy of the MoE whose experts own their weights (the same values): the per-expert fast path."""
+    import copy
+
+    other = copy.deepcopy(moe)
+    for e in other.experts:
+        for lin in (e.gate_proj, e.up_proj, e.down_proj):
+            lin.weight = torch.nn.Parameter(lin.weight.detach().clone())
+    return other
+
+
+def test_moe_fast_path_equals_plain_loop_and_bias_only_selects():
     cfg = tiny(n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=3)
     moe = randomize(MoE(cfg))
     x = torch.randn(3, 10, cfg.hidden_size)
     out = {}
-    for impl in ("stacked", "grouped", "dense_loop"):
-        moe.impl = impl
-        with torch.no_grad():
-            out[impl] = moe(x)
-    assert close(out["stacked"], out["dense_loop"], 1e-5)
-    assert close(out["grouped"], out["dense_loop"], 1e-5)
-    # One or two tokens (a decode step) without autograd: the grouped path calls their experts directly.
+    with torch.no_grad():
+        assert moe._stacked_ok()
+        out["stacked"] = moe(x)  # the fast path over the stacked weights
+        moe.impl = "reference"
+        out["reference"] = moe(x)
+        untied = untie(moe)
+        untied.impl = "fast"
+        assert not untied._stacked_ok()
+        out["per_expert"] = untied(x)  # the fast path through each expert module
+    assert close(out["stacked"], out["reference"], 1e-5)
+    assert close(out["per_expert"], out["reference"], 1e-5)
+    # One or two tokens (a decode step) without autograd: the per-expert path calls their experts directly.
     for n in (1, 2):
-        few = {}
-        for impl in ("grouped", "dense_loop"):
-            moe.impl = impl
-            with torch.no_grad():
-                few[impl] = moe(x[:1, :n])
-        assert close(few["grouped"], few["dense_loop"], 1e-5)
+        with torch.no_grad():
+            assert close(untied(x[:1, :n]), moe(x[:1, :n]), 1e-5)
     w, idx = moe.gate(x.view(-1, cfg.hidden_size))
     assert ((idx // 4) == (idx[:, :1] // 4)).all()  # group-limited: all picks in one group of 4
     assert torch.allclose(w.sum(-1), torch.full((30,), cfg.routed_scaling_factor))
@@ -209,15 +221,15 @@ def test_stacked_experts_follow_weight_changes_or_step_aside():
         assert moe._stacked_ok()
         moe.experts[3].up_proj.weight.mul_(2.0)  # in place (as an optimizer step): the stack sees it
         assert moe._stacked_ok()
-        moe.impl = "auto"
+        moe.impl = "fast"
         fast = moe(x)
-        moe.impl = "dense_loop"
+        moe.impl = "reference"
         assert close(fast, moe(x), 1e-5)
         moe.experts[3].up_proj.weight = torch.nn.Parameter(torch.zeros(cfg.moe_intermediate_size, cfg.hidden_size))
         assert not moe._stacked_ok()  # a replaced weight breaks the tie: 'auto' takes the module path
-        moe.impl = "auto"
+        moe.impl = "fast"
         fast = moe(x)
-        moe.impl = "dense_loop"
+        moe.impl = "reference"
         assert close(fast, moe(x), 1e-5)
     assert not moe.double()._stacked_ok()  # .to(dtype) also breaks it
     moe.experts[0].gate_proj.weight.requires_grad_(True)

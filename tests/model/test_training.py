@@ -44,10 +44,14 @@ def test_inference_forward_equals_the_training_forward_bit_for_bit():
     torch.manual_seed(0)
     model = GLM5ForCausalLM.from_config(tiny(), seed=0)
     ids = torch.randint(0, model.config.vocab_size, (2, 40))
-    for impl in ("stacked", "grouped"):
+    for impl in ("stacked", "per_expert"):
         for layer in model.model.layers:
-            if hasattr(layer.mlp, "impl"):
-                layer.mlp.impl = impl
+            if hasattr(layer.mlp, "experts"):  # frozen experts keep the stacked path under autograd
+                layer.mlp.experts.requires_grad_(impl == "per_expert")
+                if impl == "per_expert":  # experts that own their weights (the same values): no stacked path
+                    for lin in (m for m in layer.mlp.experts.modules() if isinstance(m, torch.nn.Linear)):
+                        lin.weight = torch.nn.Parameter(lin.weight.detach().clone())
+                assert layer.mlp._stacked_ok() == (impl == "stacked")
         train = model(ids)
         with torch.inference_mode():
             infer = model(ids)
