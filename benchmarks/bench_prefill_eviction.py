@@ -1,6 +1,6 @@
 """Each side of bench_prefill's forward timed right after itself and right after the other (CPU time).
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/rerun_2026-11-30_s6/eviction.py
+    OMP_WAIT_POLICY=PASSIVE python benchmarks/bench_prefill_eviction.py
 
 Six rounds of [ours, ours, transformers, transformers]: the first run of each pair follows the other model, which
 has just streamed its own copy of the weights through the machine's shared cache; the second follows itself.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:
