@@ -142,3 +142,26 @@ def test_host_kernel_knobs_are_read_only_inside(repo, tmp_path):
         'echo inside; v=$(cat /proc/sys/kernel/printk) && echo "$v" > /proc/sys/kernel/printk && echo WROTE'
     )
     assert "inside" in r.output and "WROTE" not in r.output, r.output  # the sandbox ran, the write failed
+
+
+@needs_bwrap
+def test_the_attack_end_to_end_through_the_agent(repo, fake_model, marker):
+    """The issue's attack as a hostile model runs it: a bash call plants a filter, the checkpoint after the
+    call runs `git add -A` on the host. No process outside the sandbox may run the payload."""
+    from tests.agent.fake_model import reply
+    from tests.agent.helpers import make_session
+
+    (repo / "p.sh").write_text(f"echo ran > {marker}\ncat\n")
+    attack = (
+        "git config filter.evil.clean 'sh p.sh'; git config core.fsmonitor 'sh p.sh';"
+        " echo '* filter=evil' > .gitattributes; echo changed > calc.py"
+    )
+    fake_model.script = [reply(tools=[("bash", {"command": attack})]), reply("done")]
+    s = make_session(repo, fake_model, flags={"sandbox": True, "mode": "auto"})
+    try:
+        s.agent.run("do it")
+        assert s.agent.env.sandbox.active
+        assert s.agent.checkpoints.n >= 1  # the snapshot after the call was taken
+    finally:
+        s.close()
+    assert (repo / ".gitattributes").exists() and not marker.exists()
