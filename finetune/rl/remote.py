@@ -4,8 +4,10 @@
   ([logprob, id] pairs) and meta_info.weight_version;
 - `/load_lora_adapter` {lora_name, lora_path} and `/update_weights_from_disk` {model_path}: the weight push.
 
-A call's first version is the version this client last saw pushed when it sent the call, its last the one the
-response reports (a server that reports none: the last pushed). `Router` spreads sessions over several
+Versions are the trainer's (its optimizer steps). A server counts its own updates (`glm5 serve`: one per push;
+a label where the push names one): after each push the client notes the server's number for the trainer's
+version and translates what /generate reports (weight_version_first / weight_version: the first and last
+token's weights). A server that reports none gets the version last pushed. `Router` spreads sessions over several
 servers by consistent hashing (GLM-5's DP-aware routing): every call of a session goes to the same replica,
 whose prefix cache then holds the session's earlier turns; a push goes to all of them.
 """
@@ -29,6 +31,7 @@ class HttpServer:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s, headers=headers)
         self._version = 0
+        self._offset = 0  # the server's version number minus the trainer's
         self._lock = threading.Lock()
         self.generated_tokens = 0
         self.busy_s = 0.0
@@ -79,20 +82,29 @@ class HttpServer:
         meta = out.get("meta_info") or {}
         pairs = meta.get("output_token_logprobs") or []
         ids = list(out.get("output_ids") or [p[1] for p in pairs])
-        version = _int(meta.get("weight_version"), self._version)
+        last = _int(meta.get("weight_version"), None)
+        first = _int(meta.get("weight_version_first"), last)
+        v_end = last - self._offset if last is not None else self._version
+        v_start = min(v0, first - self._offset) if first is not None else v0
         self.generated_tokens += len(ids)
-        finish = (meta.get("finish_reason") or {}).get("type") if isinstance(meta.get("finish_reason"), dict) else None
-        return Generated(ids, [float(p[0]) for p in pairs], min(v0, version), version, finish)
+        reason = meta.get("finish_reason")
+        finish = reason.get("type") if isinstance(reason, dict) else None
+        return Generated(ids, [float(p[0]) for p in pairs], v_start, v_end, finish)
+
+    def _pushed(self, out, version: int) -> int:
+        reported = _int(out.get("weight_version"), None) if isinstance(out, dict) else None
+        self._offset = reported - version if reported is not None else 0
+        self._version = version
+        return version
 
     def load_lora_adapter(self, name: str, path: str, version: int) -> int:
+        # One name: the server replaces its adapter with the new weights (glm5 serve; sglang reloads by name).
         out = self._post("/load_lora_adapter", {"lora_name": name, "lora_path": path})
-        self._version = _int(out.get("weight_version"), version) if isinstance(out, dict) else version
-        return self._version
+        return self._pushed(out, version)
 
     def update_weights_from_disk(self, path: str, version: int) -> int:
-        out = self._post("/update_weights_from_disk", {"model_path": path})
-        self._version = _int(out.get("weight_version"), version) if isinstance(out, dict) else version
-        return self._version
+        out = self._post("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
+        return self._pushed(out, version)
 
     def stats(self) -> dict:
         idle = self.idle_s + (time.monotonic() - self._idle_since if self._inflight == 0 else 0.0)
@@ -102,7 +114,7 @@ class HttpServer:
         self._http.close()
 
 
-def _int(value, default: int) -> int:
+def _int(value, default):
     try:
         return int(value)
     except (TypeError, ValueError):

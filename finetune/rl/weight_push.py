@@ -21,6 +21,7 @@ class WeightPush:
         self.push_dir, self.lora = push_dir, lora
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.pushes = 0
+        self._last: Path | None = None  # the previous push's folder: the server has read it, it can go
 
     def push(self, version: int) -> int:
         """Send the trainer's weights (now at `version`) -> the version the server reports afterwards."""
@@ -29,11 +30,19 @@ class WeightPush:
             self.server.update_tensors(None if self.shared else {n: p.detach().clone() for n, p in self.named})
             self.server.set_version(version)
             return self.server.version
+        import shutil
+
         path = Path(self.push_dir) / f"v{version}"
+        shutil.rmtree(path, ignore_errors=True)
         if self.lora:
             from finetune.sft import save_adapter
 
             save_adapter(self.model, path)
-            return self.server.load_lora_adapter(f"rl-v{version}", str(path), version)
-        self.model.save_pretrained(path)
-        return self.server.update_weights_from_disk(str(path), version)
+            served = self.server.load_lora_adapter("glm5-rl", str(path), version)
+        else:
+            self.model.save_pretrained(path)
+            served = self.server.update_weights_from_disk(str(path), version)
+        if self._last is not None and self._last != path:
+            shutil.rmtree(self._last, ignore_errors=True)
+        self._last = path
+        return served
