@@ -146,6 +146,15 @@ def _unwrap(argv: list[str], problems: list[str], depth: int = 0) -> list[list[s
         return out
     cmd = os.path.basename(argv[0])
     rest = argv[1:]
+    # Spellings of the same program a deny rule must still catch: `/usr/bin/git push`, `git -C . push`.
+    if cmd != argv[0]:
+        out.append([cmd, *rest])
+    if cmd == "git":
+        i = 0
+        while i < len(rest) and rest[i].startswith("-"):
+            i += 2 if rest[i] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else 1
+        if i:
+            out.append(["git", *rest[i:]])
     if cmd in OPAQUE:
         problems.append(f"`{cmd}` runs a command this check cannot see")
         if cmd in ("sudo", "doas", "env", "command", "builtin", "exec", "nohup"):

@@ -194,7 +194,11 @@ _chars = st.sampled_from(list("ab ./-_=*?'\"\\$`;&|<>(){}[]~#!\t\n,:@%^+") + ["x
 _lines = st.lists(_chars, max_size=24).map("".join)
 
 
-@settings(max_examples=int(os.environ.get("GLM5_HYPOTHESIS_N", 300)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("GLM5_HYPOTHESIS_N", 300)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(_lines)
 def test_parser_never_crashes_and_static_lines_split_as_bash_does(tmp_path_factory, line):
     p = parse(line)
@@ -233,3 +237,8 @@ def test_a_repository_program_named_like_a_looking_command_asks(env, repo):
         assert perms("ask").check("bash", EXECUTE, command, env).action == ASK, command
     assert perms("ask").check("bash", EXECUTE, "cat calc.py < /dev/null 2>/dev/null", env).action == ALLOW
     assert perms("ask").check("bash", EXECUTE, "git blame --contents /etc/shadow calc.py", env).action == ASK
+
+
+@pytest.mark.parametrize("command", ["/usr/bin/git push", "git -C . push", "git --no-pager push origin", "\\git push"])
+def test_deny_catches_other_spellings_of_the_program(env, command):
+    assert perms("auto", deny=["bash(git push)"]).check("bash", EXECUTE, command, env).action == DENY
