@@ -160,3 +160,21 @@ def test_log_claiming_success_over_a_failing_exit_code_is_not_believed():
     statuses, problem = read_statuses("PASSED t.py::test_a\n==== 1 passed in 0.1s ====\n", 1, None, "pytest")
     assert statuses == {} and "exited 1" in problem
     assert INFRA_ERROR == "infra_error"
+
+
+def test_a_plugin_adds_a_log_parser(monkeypatch):
+    import plugins.registry as reg
+    from agent.bench.log_parsers import parser_for
+
+    class TapPlugin:
+        def register_benchmarks(self, register, context):
+            register(
+                "log_parser:tap", lambda log: {ln[5:]: "PASSED" for ln in log.splitlines() if ln.startswith("ok - ")}
+            )
+
+    real = reg.PluginManager
+    monkeypatch.setattr(reg, "PluginManager", lambda: real(entry_points=False, extra=(TapPlugin(),)))
+    name, parse = parser_for("tap", "prove -v")
+    assert name == "tap" and parse("ok - adds\nnot ok - subs\n") == {"adds": "PASSED"}
+    with pytest.raises(ValueError, match="unknown log_parser 'nope'"):
+        parser_for("nope", "x")

@@ -109,3 +109,15 @@ def test_terminal_task_oracle_and_nop(tmp_path):
     (t / "tests" / "test.sh").write_text("exit 3\n")  # a verifier that writes no reward: never a zero
     e = run_trial(load_terminal_task(t), make_agent("oracle"), tmp_path / "e", config(tmp_path))
     assert e.status == "infra_error" and "no /logs/verifier/reward.txt" in e.reason
+
+
+def test_endpoint_down_is_an_infra_error_not_a_failure(tmp_path, calc_tasks):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    task = load_swe_tasks(calc_tasks)[0]
+    agent = make_agent("glm5", base_url=f"http://127.0.0.1:{port}/v1", model="m")
+    r = run_trial(task, agent, tmp_path / "d", config(tmp_path))
+    assert r.status == "infra_error" and r.resolved is None and "model endpoint error" in r.reason
