@@ -1,8 +1,11 @@
 """Token ids -> text, incrementally, and stop strings cut out of that text.
 
-`IncrementalDetokenizer` decodes a sliding window (vLLM's prefix/read offsets) so each call costs O(window), and
-holds back text while the newest tokens end in an incomplete UTF-8 character (decoded as U+FFFD), so a
-multi-byte character split over two byte-level tokens reaches the client whole.
+Each served token is decoded here, once (the engine is asked for no text: `SamplingParams.detokenize=False`).
+`IncrementalDetokenizer` feeds the ids to `tokenizers`' `DecodeStream`, which keeps its own window and holds
+back text while the newest tokens end in an incomplete UTF-8 character, so a multi-byte character split over
+two byte-level tokens reaches the client whole. `WindowDetokenizer` is the plain reference it is tested against
+(vLLM's prefix/read offsets over `decode`, each call O(window)), and what a tokenizer without a `tokenizers`
+backend gets.
 
 `StopStrings` finds OpenAI `stop` sequences in the decoded text. The stop sequence itself is not returned, and a
 tail that could still become one is held back until the next tokens decide, so a streamed client never sees the
@@ -14,7 +17,52 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
-class IncrementalDetokenizer:
+def IncrementalDetokenizer(tokenizer, skip_ids: Iterable[int] = ()):  # noqa: N802 - a class to its callers
+    """A `StreamDetokenizer` over the tokenizer's `tokenizers` backend, or a `WindowDetokenizer` without one."""
+    backend = getattr(tokenizer, "_tok", None)  # model.tokenizer.Tokenizer keeps its tokenizers.Tokenizer there
+    if backend is not None and hasattr(backend, "decode_batch"):
+        return StreamDetokenizer(tokenizer, backend, skip_ids)
+    return WindowDetokenizer(tokenizer, skip_ids)
+
+
+# Ids kept from before the held-back ones, so `flush` decodes them in context (byte-level BPE joins freely).
+_FLUSH_CONTEXT = 8
+
+
+class StreamDetokenizer:
+    def __init__(self, tokenizer, backend, skip_ids: Iterable[int] = ()):
+        from tokenizers.decoders import DecodeStream
+
+        self.tokenizer, self.backend = tokenizer, backend
+        self.skip_ids = frozenset(skip_ids)
+        self.stream = DecodeStream(skip_special_tokens=False)
+        self.context: list[int] = []  # the last ids whose text has been returned
+        self.pending: list[int] = []  # ids fed since, whose text is held back
+
+    def add(self, token_ids: Iterable[int]) -> str:
+        """The text the new tokens complete (possibly empty while a character is still split)."""
+        ids = [int(t) for t in token_ids if t not in self.skip_ids]
+        if not ids:
+            return ""
+        text = self.stream.step(self.backend, ids)
+        if text is None:
+            self.pending += ids
+            return ""
+        self.context = (self.context + self.pending + ids)[-_FLUSH_CONTEXT:]
+        self.pending = []
+        return text
+
+    def flush(self) -> str:
+        """Whatever is still held back (an incomplete character at the very end comes out as U+FFFD)."""
+        if not self.pending:
+            return ""
+        prefix = self.tokenizer.decode(self.context)
+        full = self.tokenizer.decode(self.context + self.pending)
+        self.context, self.pending = (self.context + self.pending)[-_FLUSH_CONTEXT:], []
+        return full[len(prefix) :]
+
+
+class WindowDetokenizer:
     def __init__(self, tokenizer, skip_ids: Iterable[int] = ()):
         self.tokenizer = tokenizer
         self.skip_ids = frozenset(skip_ids)
