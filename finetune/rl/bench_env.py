@@ -72,7 +72,7 @@ class BenchSession:
         from agent.bench.agents import AgentLimits
         from agent.bench.trial import TrialConfig, run_trial
 
-        cfg = TrialConfig(env=self.bench.environment, cache_dir=self.bench.cache_dir,
+        cfg = TrialConfig(env=self.bench.environment, cache_dir=self.bench.cache_dir, repos=self.bench.repos,
                           limits=AgentLimits(max_turns=self.bench.max_turns))  # fmt: skip
         self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns), self.workdir, cfg)
 
@@ -108,7 +108,11 @@ class BenchEnv:
 
         self.name, self.max_turns, self.partial_credit = kind, max_turns, partial_credit
         self.hybrid = HybridReward(reward) if reward is not None else None
+        from agent.bench.repos import RepoCache
+
         self.environment, self.cache_dir = environment, Path(cache_dir).resolve()
+        # One cache for every session: its per-repository locks keep concurrent sessions from cloning at once.
+        self.repos = RepoCache(self.cache_dir)
 
     def reset(self, task, workdir: Path, sample: int = 0) -> BenchSession:
         return BenchSession(self, task, workdir)
