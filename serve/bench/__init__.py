@@ -3,8 +3,9 @@
 Module map:
 - dataset.py  the prompts: `random` (random words of a target length) and `shared-prefix` (groups of prompts that
               share a long system prompt, the agentic case: sglang's `generated-shared-prefix`).
-- client.py   one streamed request: records time to first token, every inter-token gap, end-to-end latency and
-              the server's token counts.
+- client.py   one streamed request (SSE read with httpx-sse): records time to first token, every inter-token
+              gap, end-to-end latency and the server's token counts; `api_url` takes a base URL with or
+              without `/v1`.
 - runner.py   the schedule: Poisson arrivals at `--request-rate` (inf = all at once) under an optional
               `--max-concurrency` cap, warm-up requests first, model discovered from /v1/models.
 - metrics.py  the summary: request / token throughput, concurrency, and mean / median / std / p90 / p95 / p99 of

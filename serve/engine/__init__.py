@@ -9,11 +9,14 @@ Module map:
 - model_runner.py     ModelRunner: one step over the paged cache (varlen prefill, batched sparse decode);
                       a plain path (the model's modules) and a fast path checked against it
 - fused_weights.py    fuse_layer: linears that read the same input share one weight tensor (fast path)
-- sampler.py          Sampler: penalties, temperature, top-k/p, min-p, per-request seeds, exact logprobs
+- sampler.py          Sampler: penalties, temperature, top-k/p, min-p, per-request seeds, exact logprobs,
+                      grammar masks for constrained requests
+- grammar.py          Grammars / Grammar / GrammarState: xgrammar grammars (JSON, JSON schema, GLM-5 tool calls)
+                      as per-request logits masks (optional dependency: glm5[grammar])
 - spec_decode.py      SpecModelRunner: MTP speculative decoding (paged MTP cache, chained drafts, verification)
 - rejection_sampler.py  the acceptance rule: greedy, and exact speculative sampling with target logprobs
 - spec_reference.py   plain-model greedy speculative decoding: the reference, and offline acceptance length
-- detokenizer.py      Detokenizer: incremental text and stop strings
+- detokenizer.py      Detokenizer: incremental text and stop strings (skipped with SamplingParams.detokenize=False)
 - request_output.py   RequestOutput: what a request produced so far
 - config.py           EngineConfig: batch and cache sizes, attention path
 - engine.py           LLMEngine: step() = schedule -> run -> postprocess; abort; metrics; update_weights

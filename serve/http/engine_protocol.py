@@ -42,6 +42,8 @@ class AsyncEngine(Protocol):
         ...
 
     # Optional: `healthy` (bool property); when present and False, /health answers 503.
+    # Optional: `named_weights() -> dict` and `async update_weights(state_dict) -> version`, for the weight-update
+    # routes (serve/http/weight_updates.py); without them those routes answer 400.
 
     def metrics(self) -> dict[str, float]:
         """Gauges and counters; the app reads the keys it knows: num_running, num_waiting, kv_cache_usage,

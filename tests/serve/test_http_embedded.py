@@ -226,3 +226,18 @@ def test_stop_token_ids_end_the_completion(client, server):
     )
     assert cut.choices[0].finish_reason == "stop" and cut.choices[0].model_extra["stop_reason"] == stop_id
     assert cut.usage.completion_tokens == out.index(stop_id) + 1
+
+
+def test_each_token_is_decoded_once_by_the_app_not_again_by_the_engine(client, server, monkeypatch):
+    """The engine keeps no text for the app's requests (SamplingParams.detokenize=False): its detokenizer is
+    never built, while the client still gets the text the app decoded."""
+    import serve.engine.engine as engine_module
+
+    built = []
+    real = engine_module.Detokenizer
+    monkeypatch.setattr(engine_module, "Detokenizer", lambda *a, **k: built.append(1) or real(*a, **k))
+    r = greedy_chat(client, "hello there", max_tokens=8)
+    assert built == [] and r.usage.completion_tokens == 8
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}
+    out = httpx.post(server.url + "/generate", json=body).json()
+    assert built == [] and out["text"] == server.tok.decode(out["output_ids"])
