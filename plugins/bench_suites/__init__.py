@@ -5,6 +5,8 @@
     swe_suite.py       SWESuite ("swe:builtin"): swe/repos/*.toml + swe/instances/*.toml -> git repos + SWE-bench JSONL
     terminal_suite.py  TerminalSuite ("terminal:builtin"): terminal/<task>/ Harbor folders, /app state built at materialize
 
+README.md says how to add an instance or a task and how to check it.
+
 A suite is any object with `kind`, `name`, `description`, `deterministic` and `materialize(dest) -> list[Path]`
 (the SWE suite returns [the JSONL]; the terminal suite its task folders). The data lives in text files beside the
 code, not in Python: swe/ and terminal/. Same data, same bytes and the same commit SHAs on every machine.

@@ -148,6 +148,16 @@ def test_materialize_reuses_refuses_and_recovers(swe, tmp_path):
     assert not list(killed.glob(".glm5-build-*")) and (killed / MARKER).is_file()
 
 
+def test_concurrent_materializations_build_once(tmp_path):
+    """Two bench processes starting at once on one folder: the lock lets one build and the other reuse it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda _: TerminalSuite().materialize(tmp_path), range(2))
+    assert a == b and sorted(p.name for p in a) == TASK_NAMES
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*TASK_NAMES, MARKER, ".glm5-suite.lock"])
+
+
 def _pytest_statuses(work: Path, files: list[str]) -> dict[str, str]:
     """Per-test statuses from pytest's -rA summary, as the SWE-bench log parser reads them."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
