@@ -99,3 +99,52 @@ def test_rl_resumes_exactly_after_a_kill(ckpt, tmp_path, monkeypatch):  # noqa: 
     opts += ["--max-new-tokens", "4", "--lr", "5e-3", "--rank", "4"]
     whole, out = kill_and_resume("rl", ckpt, opts, grpo, "train_grpo", 5, tmp_path, monkeypatch)
     assert (whole / "rl_log.jsonl").read_text() == (out / "rl_log.jsonl").read_text()
+
+
+def test_a_reward_command_that_cannot_run_fails_the_run_with_its_error(ckpt, tmp_path):  # noqa: F811
+    (tmp_path / "t.jsonl").write_text('{"prompt": "def f(x):"}\n')
+    args = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), "--tasks", str(tmp_path / "t.jsonl")]
+    args += ["--reward", '{"type": "command", "run": "no-such-checker-cmd"}', "--steps", "2", "--group-size", "2"]
+    r = runner.invoke(app, [*args, "--prompts-per-step", "1", "--max-new-tokens", "2"])
+    assert r.exit_code == 1, r.output
+    assert "no completion could be scored" in r.output and "no-such-checker-cmd" in r.output, r.output
+    assert "not found" in r.output and not (tmp_path / "o").exists()
+
+
+def test_agentic_rl_on_the_scripted_family_writes_an_adapter_and_a_log(ckpt, tmp_path):  # noqa: F811
+    out = tmp_path / "agentic"
+    args = ["finetune", "rl", str(ckpt), "--out", str(out), "--env", "scripted", "--steps", "3", "--group-size", "4"]
+    args += ["--groups-per-step", "2", "--max-new-tokens", "5", "--max-turns", "2", "--max-model-len", "512"]
+    r = runner.invoke(app, [*args, "--lr", "5e-3", "--rank", "4", "--max-staleness", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{") :])
+    assert summary["env"] == "scripted" and summary["steps"] == 3 and summary["window"] == 1
+    log = [json.loads(line) for line in (out / "rl_log.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in log] == [1, 2, 3]
+    want = {"reward_mean", "reward_std", "solved_rate", "groups_kept", "groups_dropped", "dropped_by_reason",
+            "staleness_hist", "is_masked", "mismatch", "kl_rollout", "pg_grad_norm", "rollout_tokens_per_s",
+            "train_tokens_per_s", "server_idle_s", "trainer_idle_s"}  # fmt: skip
+    assert want <= set(log[0]), want - set(log[0])
+    assert all(int(lag) <= 1 for row in log for lag in row["staleness_hist"])
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    assert not (out / "rollouts").exists() and not (out / "state.pt").exists()
+    load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), out / "adapter")  # it loads onto its base
+
+
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        (["--env", "nope"], "--env must be one of"),
+        (["--env", "swe"], "--env swe needs --tasks"),
+        (["--env", "terminal"], "--env terminal needs task folders"),
+        (["--env", "scripted", "--is-low", "1.5"], "is_low must be in [0, 1)"),
+        (["--env", "scripted", "--objective", "ppo"], "objective must be one of"),
+        (["--env", "swe", "--tasks", "t.jsonl", "--reward", '{"judge": {"rubric": "x"}}'], '"judge" needs'),
+    ],
+)
+def test_bad_agentic_options_are_usage_errors(ckpt, tmp_path, monkeypatch, extra, msg):  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.jsonl").write_text("")
+    r = runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), *extra])
+    assert r.exit_code == 2 and msg in r.output, r.output
+    assert not (tmp_path / "o").exists()
