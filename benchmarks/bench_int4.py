@@ -13,6 +13,9 @@
 3. Weight bytes: the quantized linears (int4 + scales) against the same weights in bf16, and the whole model.
 4. Decode tokens/s at batch 1 and 16 with a KV cache, fp32 vs int4 (fast kernels) vs int4 plain path,
    interleaved in rounds in the same process; best and median of the rounds (the machine may be shared).
+
+`--profile` instead profiles batch-1 decode steps of fp32 and int4 (torch.profiler, the top ops by self CPU time
+per token), to see what bounds INT4 on a given CPU; `--gemv-only` times single linears at fixed shapes.
 """
 
 from __future__ import annotations
@@ -192,6 +195,42 @@ def gemv_bench(batch: int, working_set: int = 256 * 2**20, calls: int = 64) -> l
     return rows
 
 
+@torch.inference_mode()
+def profile_decode(models: dict, prompt: int, steps: int = 8, top: int = 8) -> dict:
+    """Per model: the ops with the most self CPU time over `steps` batch-1 decode steps, per token."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    ids = torch.randint(0, 256, (1, prompt), generator=torch.Generator().manual_seed(0))
+    for name, m in models.items():
+        cache = KVCache.for_config(m.config)
+        tok = m(ids, cache=cache)[:, -1:].argmax(-1)
+        for _ in range(3):  # warm-up
+            tok = m(tok, cache=cache)[:, -1:].argmax(-1)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                tok = m(tok, cache=cache)[:, -1:].argmax(-1)
+        events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+        total = sum(e.self_cpu_time_total for e in events)
+        out[name] = {
+            "self_cpu_ms_per_token": total / steps / 1e3,
+            "top": [
+                {
+                    "op": e.key,
+                    "ms_per_token": e.self_cpu_time_total / steps / 1e3,
+                    "calls_per_token": e.count // steps,
+                    "share": e.self_cpu_time_total / total,
+                }
+                for e in events[:top]
+            ],  # fmt: skip
+        }
+        print(f"  {name}: {out[name]['self_cpu_ms_per_token']:.1f} ms self CPU per token", flush=True)
+        for row in out[name]["top"]:
+            print(f"    {row['op']:40s} {row['ms_per_token']:7.2f} ms  {row['calls_per_token']:4d} calls  "
+                  f"{100 * row['share']:4.1f}%", flush=True)  # fmt: skip
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=300)
@@ -208,6 +247,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "glm5-small-trained")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results_int4.json"))
     ap.add_argument("--gemv-only", action="store_true", help="only the per-layer linear timings")
+    ap.add_argument("--profile", action="store_true", help="only a profile of batch-1 decode, fp32 and int4")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -241,6 +281,13 @@ def main() -> None:
         marker.write_text(json.dumps({"steps": args.steps}))
         del model
     fp32 = GLM5ForCausalLM.from_pretrained(args.cache, dtype=torch.float32)
+    if args.profile:
+        int4 = quantize_int4(copy.deepcopy(fp32), group_size=128)
+        results["profile_batch1"] = profile_decode({"fp32": fp32, "int4": int4}, args.prompt)
+        out = args.out.with_name("results_int4_profile.json")
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {out}")
+        return
 
     # ---- accuracy
     targets = eval_ids[1:]
