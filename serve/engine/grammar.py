@@ -73,19 +73,20 @@ class GrammarState:
         self.consumed = len(output_token_ids)
 
     def mask_(self, logits_V: torch.Tensor, output_token_ids: Sequence[int]) -> None:
-        """Set the logits of every token the grammar does not allow next to -inf, in place (a CPU row)."""
+        """Set the logits of every token the grammar does not allow next to -inf, in place (a row on any
+        device: the engine's sampler gets CPU rows; xgrammar applies the bitmask with a CUDA kernel on a GPU)."""
         import xgrammar as xgr
 
         self.catch_up(output_token_ids)
         V = logits_V.shape[-1]
         if self.broken or self.matcher.is_terminated():
-            allowed = torch.zeros(V, dtype=torch.bool)
+            allowed = torch.zeros(V, dtype=torch.bool, device=logits_V.device)
             allowed[[t for t in self.grammar.stop_token_ids if t < V]] = True
             logits_V.masked_fill_(~allowed, float("-inf"))
             return
-        self.matcher.fill_next_token_bitmask(self.bitmask)
+        self.matcher.fill_next_token_bitmask(self.bitmask)  # the matcher runs on the CPU; the mask goes to the row
         n = min(V, self.grammar.vocab_size)
-        xgr.apply_token_bitmask_inplace(logits_V[None, :n], self.bitmask)
+        xgr.apply_token_bitmask_inplace(logits_V[None, :n], self.bitmask.to(logits_V.device, non_blocking=True))
         if V > n:  # ids past the tokenizer's vocabulary (padded lm_head rows) are never text
             logits_V[n:] = float("-inf")
 
