@@ -104,12 +104,12 @@ class _Progress:
             self.resolved = data["resolved"]
             self.p.update(self.task, total=data["total"], completed=data["done"], status=self._status())
         elif kind == "trial":
-            if data.status == "infra_error":
-                self.infra += 1
-            else:
-                self.resolved += 1 if data.resolved else 0
+            r = data["result"]
+            self.infra += 1 if r.status == "infra_error" else 0
+            self.resolved += 1 if r.resolved else 0
+            if data["final"]:
                 self.p.advance(self.task)
-            self.cost += data.cost_usd
+            self.cost += r.cost_usd
             self.p.update(self.task, status=self._status())
 
     def _status(self) -> str:
@@ -182,7 +182,10 @@ def swe(
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
 ) -> None:
-    """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does."""
+    """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does.
+
+    Example: glm5 bench swe --suite builtin --out runs/base --base-url http://127.0.0.1:8000/v1 -n 4
+    """
     _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
          base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
          temperature, keep_workdirs)  # fmt: skip
@@ -219,7 +222,10 @@ def terminal(
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's /app."),
 ) -> None:
-    """Run Harbor / Terminal-Bench 2.0 tasks with an agent; the verifier's reward file is the score."""
+    """Run Harbor / Terminal-Bench 2.0 tasks with an agent; the verifier's reward file is the score.
+
+    Example: glm5 bench terminal path/to/tasks/ --out runs/tb --agent oracle   (checks the tasks' solutions)
+    """
     _run("terminal", list(task_dirs or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit,
          as_json, base_url, model, provider, api_key_env, None, suite, force, min_resolved, 1800.0, max_cost,
          memory_mb, temperature, keep_workdirs)  # fmt: skip

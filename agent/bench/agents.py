@@ -147,11 +147,18 @@ class BenchSandbox:
 class Glm5Agent:
     name = "glm5"
 
-    def __init__(self, base_url: str | None = None, model: str | None = None, api_key_env: str | None = None,
-                 provider: str | None = None, max_turns: int | None = None, temperature: float | None = None,
-                 extra_body: dict[str, Any] | None = None):  # fmt: skip
-        self.base_url, self.model, self.api_key_env, self.provider = base_url, model, api_key_env, provider
-        self.max_turns, self.temperature, self.extra_body = max_turns, temperature, dict(extra_body or {})
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                 max_turns: int | None = None, *, api_key_env: str | None = None, provider: str | None = None,
+                 temperature: float | None = None, extra_body: dict[str, Any] | None = None,
+                 client: Any = None):  # fmt: skip
+        """Endpoint and model as `glm5 code` takes them (flags > GLM5_* > config > defaults). `api_key` is the key
+        itself; `api_key_env` names a variable holding it (the CLI's way). `max_turns` overrides the trial's
+        limit. `client` replaces the HTTP client with any object speaking the loop's Model protocol (the RL
+        orchestrator's in-process model); one whose `failure` attribute is set after the run failed as infra."""
+        self.base_url, self.model, self.api_key, self.api_key_env = base_url, model, api_key, api_key_env
+        self.provider, self.max_turns, self.temperature = provider, max_turns, temperature
+        self.extra_body = dict(extra_body or {})
+        self.client = client
 
     def settings(self, trial_dir: Path, limits: AgentLimits) -> Any:
         from agent.settings import Limits, load_settings
@@ -162,7 +169,7 @@ class Glm5Agent:
         p = s.provider
         if self.extra_body:
             p = dataclasses.replace(p, extra_body=tuple(sorted({**dict(p.extra_body), **self.extra_body}.items())))
-        lim = Limits(max_steps=limits.max_turns, max_tokens=s.limits.max_tokens,
+        lim = Limits(max_steps=self.max_turns or limits.max_turns, max_tokens=s.limits.max_tokens,
                      max_cost_usd=limits.max_cost_usd or s.limits.max_cost_usd, max_wall_s=limits.timeout_s)  # fmt: skip
         return dataclasses.replace(s, provider=p, limits=lim, mode="auto", sandbox=True, network=False, hooks={},
                                    mcp_servers={}, sessions_dir=str(trial_dir / "session"),
@@ -182,7 +189,15 @@ class Glm5Agent:
         settings = self.settings(trial_dir, limits)
         out, err = io.StringIO(), io.StringIO()
         ui = HeadlessUI("json", "auto", out=out, err=err)
-        session = build_session(env.app_dir, settings, ui)
+        client = self.client
+        if client is None and self.api_key is not None:
+            from agent.client import ChatClient, ClientConfig
+
+            p = settings.provider
+            client = ChatClient(ClientConfig(base_url=p.base_url, model=p.model, api_key=self.api_key,
+                                             stream=settings.stream, temperature=settings.temperature,
+                                             extra_body=dict(p.extra_body)))  # fmt: skip
+        session = build_session(env.app_dir, settings, ui, model=client)
         # the session's commands go through the trial's environment, with its child environment
         session.agent.env.sandbox = BenchSandbox(env)
         session.agent.env.env = env.child_env() if hasattr(env, "child_env") else None
@@ -199,6 +214,8 @@ class Glm5Agent:
         infra = None
         if summary["exit_status"] == "error" and final.startswith("model endpoint error"):
             infra = final  # headless's wording for an APIError after the client's retries
+        if getattr(self.client, "failure", None) is not None:
+            infra = str(self.client.failure)
         return AgentOutcome(summary["exit_status"], path, summary.get("stats") or {}, infra, final)
 
 

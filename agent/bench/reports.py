@@ -65,6 +65,9 @@ def build_report(folders: list[Path]) -> dict[str, Any]:
                   "attempts": [{k_: a.get(k_) for k_ in ATTEMPT_KEYS} for a in t["attempts"]]}  # fmt: skip
     summary = summarize(results, k, n_tasks=len(ids))
     summary["not_run"] = sum(1 for p in per.values() if p["status"] == "not_run")
+    # tries that hit an infra error and were retried (the retry's result is the one scored)
+    lines = [r for f in folders for r in RunFolder(f).lines()]
+    summary["infra_errors_retried"] = sum(1 for r in lines if r["status"] == "infra_error") - summary["infra_errors"]
     return {
         "schema": SCHEMA,
         "kind": config.get("kind"),

@@ -5,7 +5,8 @@
     run_bench(...)                -> claims the folder (config.json), skips what results.jsonl holds, runs the
                                      rest on a thread pool; each try's result is appended before the next starts;
                                      infra errors are retried up to `retries` more times in a new trial folder
-Events go to `on_event(kind, data)` ("start" {total, todo, done}, "trial" TrialResult) for the live progress.
+Events go to `on_event(kind, data)` for the live progress: "start" {total, todo, done, resolved}, then "trial"
+{result: TrialResult, final: False while an infra error will be retried}.
 """
 
 from __future__ import annotations
@@ -134,8 +135,9 @@ def run_bench(kind: str, all_tasks: list[Task], agent: BenchAgent, out: Path, o:
             for try_ in range(first, o.retries + 2):
                 result = run_trial(task, agent, folder.trial_dir(task.task_id, attempt, try_), config, attempt, try_)
                 folder.append(result.as_dict())
-                emit("trial", result)
-                if result.status != "infra_error":
+                final = result.status != "infra_error" or try_ == o.retries + 1
+                emit("trial", {"result": result, "final": final})
+                if final:
                     break
             assert result is not None
             return result

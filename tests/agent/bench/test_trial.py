@@ -121,3 +121,23 @@ def test_endpoint_down_is_an_infra_error_not_a_failure(tmp_path, calc_tasks):
     agent = make_agent("glm5", base_url=f"http://127.0.0.1:{port}/v1", model="m")
     r = run_trial(task, agent, tmp_path / "d", config(tmp_path))
     assert r.status == "infra_error" and r.resolved is None and "model endpoint error" in r.reason
+
+
+def test_glm5_agent_on_a_terminal_task_works_in_app(tmp_path, fake_model):
+    t = tmp_path / "task"
+    (t / "environment").mkdir(parents=True)
+    (t / "environment" / "names.txt").write_text("b\na\n")
+    (t / "tests").mkdir()
+    (t / "tests" / "test.sh").write_text(
+        'if [ "$(cat /app/sorted.txt)" = "$(printf "a\\nb")" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+    )
+    (t / "instruction.md").write_text("Sort /app/names.txt into /app/sorted.txt\n")
+    fake_model.script = [
+        reply("", tools=[("bash", {"command": "sort /app/names.txt > /app/sorted.txt && pwd"})]),
+        reply("Done."),
+    ]
+    agent = make_agent("glm5", base_url=fake_model.base_url, model="fake", api_key="k-123")
+    r = run_trial(load_terminal_task(t), agent, tmp_path / "g", config(tmp_path))
+    assert r.status == "resolved" and r.reward == 1.0, r.reason
+    assert fake_model.requests  # it went through the scripted endpoint, with the key given
+    assert "k-123" not in (tmp_path / "g" / "trajectory.jsonl").read_text()
