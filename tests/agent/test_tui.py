@@ -13,7 +13,7 @@ from tests.agent.fake_model import reply
 from tests.agent.helpers import make_session
 
 
-async def until(pilot, cond, timeout=15.0):
+async def until(pilot, cond, timeout=30.0):  # generous: the test machine may be shared and busy
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not cond():
@@ -101,7 +101,7 @@ def long_reply(tag: str, n: int = 60):
 async def test_new_output_keeps_the_view_at_the_bottom_unless_the_user_scrolled_up(repo, fake_model):
     fake_model.script = [long_reply("first"), long_reply("second")]
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=(80, 16)) as pilot:
         log = app.log_view
         marker = app.query_one("#new-output")
         await submit(pilot, app, "write a lot")
@@ -208,3 +208,22 @@ async def test_ctrl_c_when_idle_clears_the_prompt_then_quits(repo, fake_model):
         app._last_ctrl_c = float("-inf")  # as if a while has passed
         await pilot.press("ctrl+c")
         await until(pilot, lambda: not app.is_running, timeout=5)
+
+
+@pytest.mark.asyncio
+async def test_a_fast_stream_ends_with_its_last_line_in_view(repo, fake_model):
+    """The deltas as the bridge hands them over, faster than the markdown renders: the stream's last writes
+    land after it stopped. The old log scrolled after each write only and ended lines short of the bottom."""
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test(size=(80, 16)) as pilot:
+        log = app.log_view
+        for i in range(40):
+            app.add(Static(f"earlier line {i}"))
+        await pilot.pause(0.2)
+        text = "".join(f"answer {i}\n\n" for i in range(40))
+        for k in range(0, len(text), 7):
+            await app.stream_delta("content", text[k : k + 7])
+        await app.end_stream({"role": "assistant", "content": text})
+        await until(pilot, lambda: log.max_scroll_y > 100 and log.scroll_y == log.max_scroll_y)
+        await pilot.pause(0.5)
+        assert log.scroll_y == log.max_scroll_y
