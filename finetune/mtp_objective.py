@@ -39,25 +39,25 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from finetune.train_loop import LossTerms, OptimConfig, train
+from finetune.train_loop import LossTerms, OptimConfig, backward_micro, train
 
 
-def _masked_ce(logits_BTV: torch.Tensor, targets_BT: torch.Tensor, mask_BT: torch.Tensor | None) -> torch.Tensor:
+def _masked_ce(logits_BTV: torch.Tensor, targets_BT: torch.Tensor, mask_BT: torch.Tensor | None, denom=None):
     ce = F.cross_entropy(logits_BTV.flatten(0, 1).float(), targets_BT.flatten(), reduction="none")
     if mask_BT is None:
-        return ce.mean()
+        return ce.mean() if denom is None else ce.sum() / denom
     m = mask_BT.flatten().to(ce.dtype)
-    return (ce * m).sum() / m.sum().clamp(min=1.0)
+    return (ce * m).sum() / (m.sum().clamp(min=1.0) if denom is None else denom)
 
 
-def _masked_kl(teacher_logp_BTV: torch.Tensor, logits_BTV: torch.Tensor, mask_BT: torch.Tensor | None) -> torch.Tensor:
+def _masked_kl(teacher_logp_BTV: torch.Tensor, logits_BTV: torch.Tensor, mask_BT: torch.Tensor | None, denom=None):
     """KL(teacher || softmax(logits)) per position, averaged over the masked positions."""
     logq = F.log_softmax(logits_BTV.float(), dim=-1)
     kl = (teacher_logp_BTV.exp() * (teacher_logp_BTV - logq)).sum(-1).flatten()
     if mask_BT is None:
-        return kl.mean()
+        return kl.mean() if denom is None else kl.sum() / denom
     m = mask_BT.flatten().to(kl.dtype)
-    return (kl * m).sum() / m.sum().clamp(min=1.0)
+    return (kl * m).sum() / (m.sum().clamp(min=1.0) if denom is None else denom)
 
 
 def mtp_loss(
@@ -68,11 +68,14 @@ def mtp_loss(
     loss_mask: torch.Tensor | None = None,
     train_main: bool = True,
     targets: str = "tokens",
+    denoms: list | None = None,
 ) -> LossTerms:
     """LM loss + `mtp_weight` * the mean of the `num_steps` chained MTP losses (module docstring).
 
     input_ids [B, T] with T >= num_steps + 2 (every step needs at least one target). `targets`: "tokens" (the
-    text, GLM-5's MTP loss) or "model" (the main model's distribution, KL; module docstring).
+    text, GLM-5's MTP loss) or "model" (the main model's distribution, KL; module docstring). `denoms`: what
+    to divide each term's sum by, [lm, step 0, step 1, ...] (`loss_denominators` of the whole batch, for a
+    micro-batch of it); default this batch's own target counts.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [batch, tokens], got shape {tuple(input_ids.shape)}")
@@ -91,7 +94,8 @@ def mtp_loss(
 
     with contextlib.nullcontext() if train_main else torch.no_grad():
         logits, h = model(input_ids, return_hidden=True)
-    lm = _masked_ce(logits[:, :-1], input_ids[:, 1:], None if mask is None else mask[:, 1:])
+    den = denoms or [None] * (num_steps + 1)
+    lm = _masked_ce(logits[:, :-1], input_ids[:, 1:], None if mask is None else mask[:, 1:], den[0])
     if not train_main:
         h = h.detach()
 
@@ -104,9 +108,9 @@ def mtp_loss(
         draft, h = model.mtp_forward(h[:, :n], input_ids[:, 1 + k :], positions, step=k)
         target_mask = None if mask is None else mask[:, 2 + k :]
         if teacher is None:
-            steps.append(_masked_ce(draft[:, : n - 1], input_ids[:, 2 + k :], target_mask))
+            steps.append(_masked_ce(draft[:, : n - 1], input_ids[:, 2 + k :], target_mask, den[1 + k]))
         else:  # draft[:, t] and teacher[:, t+1+k] are both distributions over token t+2+k
-            steps.append(_masked_kl(teacher[:, 1 + k : T - 1], draft[:, : n - 1], target_mask))
+            steps.append(_masked_kl(teacher[:, 1 + k : T - 1], draft[:, : n - 1], target_mask, den[1 + k]))
     mtp = torch.stack(steps).mean() if steps else lm.new_zeros(())
     loss = (lm + mtp_weight * mtp) if train_main else mtp
     return LossTerms(loss, float(lm.detach()), [float(s.detach()) for s in steps], tokens=input_ids.numel())
@@ -125,6 +129,16 @@ class MTPTrainConfig:
     mtp_weight: float = 0.3
     train_main: bool = True
     targets: str = "tokens"  # or "model": self-distillation (mtp_loss)
+    micro_batch: int = 1  # rows per forward/backward, gradients accumulated (1: the CPU's batch-1 fast kernels)
+
+
+def loss_denominators(ids_BT: torch.Tensor, mask_BT: torch.Tensor | None, num_steps: int) -> list:
+    """Each term's target count in a batch: [lm, step 0, ...] (what `mtp_loss` divides by)."""
+    B, T = ids_BT.shape
+    if mask_BT is None:
+        return [B * (T - 1)] + [B * (T - 2 - k) for k in range(num_steps)]
+    m = mask_BT.bool()
+    return [m[:, 1:].sum().clamp(min=1)] + [m[:, 2 + k :].sum().clamp(min=1) for k in range(num_steps)]
 
 
 def train_mtp(
@@ -159,7 +173,13 @@ def train_mtp(
 
     def loss_fn(batch) -> LossTerms:
         ids, mask = batch if isinstance(batch, tuple) else (batch, None)  # (ids, loss mask) or ids
-        return mtp_loss(model, ids, cfg.num_mtp_steps, cfg.mtp_weight, mask, cfg.train_main, cfg.targets)
+        den = loss_denominators(ids, mask, cfg.num_mtp_steps)
+
+        def micro(b) -> LossTerms:
+            i, m = b if isinstance(b, tuple) else (b, None)
+            return mtp_loss(model, i, cfg.num_mtp_steps, cfg.mtp_weight, m, cfg.train_main, cfg.targets, den)
+
+        return backward_micro(batch, cfg.micro_batch, micro)
 
     optim = OptimConfig(cfg.steps, cfg.lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
     try:

@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from finetune.data.batches import padded_batches
+from finetune.data.packing import packed_batches
 from finetune.lora import DEFAULT_TARGETS, LoraSettings, add_lora, load_adapter, merge_lora, save_adapter
-from finetune.train_loop import LossTerms, OptimConfig, train
+from finetune.train_loop import LossTerms, OptimConfig, backward_micro, train
 
 __all__ = [  # the LoRA helpers are re-exported: `finetune.sft` was their home (serve_cmd, grpo import them here)
     "DEFAULT_TARGETS",
@@ -44,26 +45,39 @@ class SFTConfig:
     warmup: int = 10
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    batch_size: int = 4
+    micro_batch: int = 1  # rows per forward/backward (gradients accumulate over the batch); 1: CPU's fast kernels
+    batch_size: int = 4  # sequences per step; with `pack`, rows of `pack_len` tokens per step
     seed: int = 0
+    pack: bool = False
+    pack_len: int = 2048
 
     @property
     def optim(self) -> OptimConfig:
         return OptimConfig(self.steps, self.lr, self.warmup, self.weight_decay, self.grad_clip)
 
 
-def sft_loss(model, ids_BT: torch.Tensor, mask_BT: torch.Tensor) -> LossTerms:
-    """Mean next-token cross-entropy over the target tokens: logits at t score token t+1 where mask[t+1]."""
-    logits = model(ids_BT)
-    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids_BT[:, 1:].flatten(), reduction="none")
-    m = mask_BT[:, 1:].flatten().to(ce.dtype)
-    loss = (ce * m).sum() / m.sum().clamp(min=1.0)
+def sft_loss(
+    model, ids_BT: torch.Tensor, mask_BT: torch.Tensor, positions=None, segment_ids=None, denom=None
+) -> LossTerms:
+    """Mean next-token cross-entropy over the target tokens: the hidden at t scores token t+1 where mask[t+1].
+    Only the target rows go through the lm_head (TRL's chunked NLL does the same): with a 150k vocabulary the
+    logits of the context tokens would be most of the step's work and memory, for nothing.
+    `positions` / `segment_ids` [B, T]: packed rows (finetune/data/packing.py). `denom`: the number of targets
+    to divide by (a micro-batch's loss is normalised by its whole batch's count); default this batch's."""
+    if positions is None:
+        positions = torch.arange(ids_BT.shape[1], device=ids_BT.device).expand(ids_BT.shape[0], -1)
+    model._check_ids(ids_BT)
+    hidden = model.model(ids_BT, positions, segment_ids=segment_ids)  # [B, T, D] after the final norm
+    sel = mask_BT[:, 1:]
+    logits = model.lm_head(hidden[:, :-1][sel])  # [N, V], N target tokens
+    ce = F.cross_entropy(logits.float(), ids_BT[:, 1:][sel], reduction="sum")
+    loss = ce / (sel.sum().clamp(min=1) if denom is None else denom)
     return LossTerms(loss, float(loss.detach()), tokens=ids_BT.numel())
 
 
 def train_sft(
     model,
-    seqs: list[tuple[list[int], int]],
+    seqs: list[tuple[list[int], int | list[bool]]],
     cfg: SFTConfig = SFTConfig(),
     log_every: int = 0,
     log=print,
@@ -72,11 +86,20 @@ def train_sft(
     save_every: int = 0,
     on_step=None,
 ) -> list[LossTerms]:
-    """Masked next-token loss on the response tokens of (ids, prompt length) pairs; only what requires grad
+    """Masked next-token loss on the targets of (ids, prompt length or target mask) pairs; only what requires grad
     (the LoRA parameters after add_lora) trains. The loop's resume / save / save_every give exact resume."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not named:
         raise ValueError("nothing to train: add_lora first")
-    batches = padded_batches(seqs, cfg.batch_size, 2, cfg.seed)
+    if cfg.pack:
+        masked = [(s, m if isinstance(m, list) else [i >= m for i in range(len(s))]) for s, m in seqs]
+        batches = packed_batches(masked, cfg.pack_len, cfg.batch_size, cfg.seed)
+    else:
+        batches = padded_batches(seqs, cfg.batch_size, 2, cfg.seed)
     loop = {"log_every": log_every, "log": log, "resume": resume, "save": save, "save_every": save_every}
-    return train(model, named, batches, lambda b: sft_loss(model, *b), cfg.optim, on_step=on_step, **loop)
+
+    def step(batch) -> LossTerms:
+        denom = batch[1][:, 1:].sum().clamp(min=1)  # the whole batch's targets
+        return backward_micro(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, denom=denom))
+
+    return train(model, named, batches, step, cfg.optim, on_step=on_step, **loop)

@@ -19,10 +19,13 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MoE(cfg) if mlp_type == "sparse" else MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, h, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl="auto", keep_last: int = 0):
+    def forward(
+        self, h, cos, sin, q_idx, layer_cache=None, prev_topk=None, impl="auto", keep_last: int = 0, segment_ids=None
+    ):
         """h [B, T, D] -> (h [B, T, D], this layer's top-k indices or None). See MLA.forward for the rest.
         keep_last > 0: every token's cache entries, but the output only for the last `keep_last` tokens."""
-        a, topk = self.self_attn(self.input_layernorm(h), cos, sin, q_idx, layer_cache, prev_topk, impl, keep_last)
+        x = self.input_layernorm(h)
+        a, topk = self.self_attn(x, cos, sin, q_idx, layer_cache, prev_topk, impl, keep_last, segment_ids)
         h = h[:, -a.shape[1] :] if a.shape[1] != h.shape[1] else h
         if torch.is_grad_enabled() or a.dtype != h.dtype:
             h = h + a

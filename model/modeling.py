@@ -45,7 +45,13 @@ class GLM5Model(nn.Module):
         return rope_cos_sin(positions, self.cfg.qk_rope_head_dim, self.cfg.rope_base)
 
     def forward(
-        self, input_ids, positions, cache: KVCache | None = None, impl: str = "auto", keep_last: int = 0
+        self,
+        input_ids,
+        positions,
+        cache: KVCache | None = None,
+        impl: str = "auto",
+        keep_last: int = 0,
+        segment_ids=None,
     ) -> torch.Tensor:
         """ids [B, T], positions [B, T] -> hidden after model.norm [B, T, D] ([B, keep_last, D] if keep_last > 0:
         the last layer then makes every token's cache entries but runs only the last `keep_last` tokens)."""
@@ -56,7 +62,7 @@ class GLM5Model(nn.Module):
         n = self.cfg.num_hidden_layers
         for i in range(n):
             lc = cache.layers[i] if cache is not None else None
-            h, topk = self.layers[i](h, cos, sin, q_idx, lc, topk, impl, keep_last if i == n - 1 else 0)
+            h, topk = self.layers[i](h, cos, sin, q_idx, lc, topk, impl, keep_last if i == n - 1 else 0, segment_ids)
         return self.norm(h)
 
 
@@ -91,6 +97,7 @@ class GLM5ForCausalLM(nn.Module):
         return_hidden: bool = False,
         attn_impl: str = "auto",
         logits_to_keep: int = 0,
+        segment_ids: torch.Tensor | None = None,
     ):
         """input_ids [B, T] -> logits [B, T, V] (and the hidden after model.norm [B, T, D] if return_hidden).
 
@@ -101,12 +108,17 @@ class GLM5ForCausalLM(nn.Module):
         needs the next token: 1). Logits and hidden are then [B, n, ...]. Nothing reads the last layer's output
         at the other positions, so that layer runs only these n (its cache entries are still made for every
         token): a 512-token prefill with logits_to_keep=1 skips most of one layer and all but one lm_head row.
+        segment_ids: [B, T] for rows that pack several sequences (training; no cache): tokens attend only within
+        their own segment. Give each segment's positions from 0 as well, and each packed sequence is computed
+        as if it were alone.
         """
         self._check_ids(input_ids)
+        if segment_ids is not None and (cache is not None or segment_ids.shape != input_ids.shape):
+            raise ValueError("segment_ids must be [batch, tokens] like input_ids, and cannot be used with a cache")
         if logits_to_keep < 0:
             raise ValueError(f"logits_to_keep must be >= 0 (0 keeps every position), got {logits_to_keep}")
         positions = self._positions(input_ids, positions, cache.length if cache is not None else 0)
-        hidden = self.model(input_ids, positions, cache, attn_impl, keep_last=logits_to_keep)
+        hidden = self.model(input_ids, positions, cache, attn_impl, keep_last=logits_to_keep, segment_ids=segment_ids)
         logits = self.lm_head(hidden)
         return (logits, hidden) if return_hidden else logits
 

@@ -1,0 +1,58 @@
+"""The loop's micro-batches: the gradient of the whole batch (each micro-batch normalised by the batch's target
+count), padded rows cut after their last target."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from finetune.mtp_objective import loss_denominators, mtp_loss
+from finetune.sft import sft_loss
+from finetune.train_loop import backward_micro, micro_batches
+from model import GLM5ForCausalLM
+from model.config import preset
+
+torch.set_num_threads(1)
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _close(a, b):
+    assert a.keys() == b.keys() and a
+    for n in a:
+        scale = a[n].abs().max().clamp(min=1e-12)
+        assert ((a[n] - b[n]).abs().max() / scale) < 1e-4, n
+
+
+@pytest.mark.parametrize("objective", ["sft", "mtp"])
+def test_micro_batches_give_the_whole_batchs_loss_and_gradient(objective):
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=2)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (3, 24), generator=g)
+    mask = torch.rand(3, 24, generator=g) > 0.4
+    mask[1, 15:] = False  # a shorter (padded) row: cut after its last target
+    if objective == "sft":
+        whole = sft_loss(model, ids, mask)
+        den = mask[:, 1:].sum()
+        fn = lambda b: sft_loss(model, *b, denom=den)  # noqa: E731
+    else:
+        whole = mtp_loss(model, ids, 3, 0.3, mask)
+        den = loss_denominators(ids, mask, 3)
+        fn = lambda b: mtp_loss(model, b[0], 3, 0.3, b[1], denoms=den)  # noqa: E731
+    whole.loss.backward()
+    want = _grads(model)
+    model.zero_grad(set_to_none=True)
+    got = backward_micro((ids, mask), 1, fn)
+    assert got.lm == pytest.approx(whole.lm, rel=1e-5) and got.mtp == pytest.approx(whole.mtp, rel=1e-5)
+    _close(_grads(model), want)
+
+
+def test_micro_batches_cut_rows_after_their_last_target():
+    ids = torch.arange(12).view(2, 6)
+    mask = torch.tensor([[0, 1, 1, 0, 0, 0], [0, 0, 1, 1, 1, 1]], dtype=torch.bool)
+    (a_ids, a_mask), (b_ids, _) = micro_batches((ids, mask), 1)
+    assert a_ids.tolist() == [[0, 1, 2]] and a_mask.tolist() == [[False, True, True]]
+    assert b_ids.shape == (1, 6)
+    assert [m.shape for m in micro_batches(ids, 1)] == [(1, 6), (1, 6)]  # no mask: whole rows
