@@ -162,7 +162,7 @@ def test_kv_cache_default_is_sized_to_the_model():
     assert default_kv_cache_gib(preset("glm5"), torch.bfloat16, 16, None) == 1.0  # capped for a big one
 
 
-def test_glm5_serve_port_0_prints_the_real_port_and_logs_requests(tiny_checkpoint):
+def test_glm5_serve_port_0_prints_the_real_port_logs_requests_and_stays_small(tiny_checkpoint):
     cmd = [sys.executable, "-m", "glm5cli.app", "serve", str(tiny_checkpoint), "--port", "0", "--max-num-seqs", "2"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
@@ -176,6 +176,9 @@ def test_glm5_serve_port_0_prints_the_real_port_and_logs_requests(tiny_checkpoin
             url = f"http://127.0.0.1:{m.group(1)}" if m else None
         assert url is not None and not url.endswith(":0")
         assert httpx.get(url + "/health").status_code == 200
+        status = open(f"/proc/{proc.pid}/status").read()
+        rss_mib = int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+        assert rss_mib < 1024, f"{rss_mib:.0f} MiB resident for a 5 MB model"  # 1.5 GiB with the old 1 GiB KV cache
         assert httpx.get(url + "/v1/models").json()["data"][0]["id"] == tiny_checkpoint.name
         line = ""
         while "/v1/models" not in line:
