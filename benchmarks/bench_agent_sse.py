@@ -1,9 +1,9 @@
 """The agent client's SSE reading: its `data:` line loop (agent/client.py) against the same loop on httpx-sse's
 EventSource, on the same streamed chat completion (an in-memory transport, no network); prints the ratio.
 
-Issue 17 asked for httpx-sse unless it measured slower. It measured slower here (1.07-1.6x the whole streamed call over 7 runs,
-up to ~18 us more per event on the shared 2-core machine; see benchmarks/agent_sse.json), so the client keeps
-its loop. Each run streams one reply of N_CHUNKS content deltas (one token per event, as servers send them)
+Issue 17 asked for httpx-sse unless it measured slower. It measured slower here in six runs (1.07-1.6x the
+whole streamed call, up to ~18 us more per event, on the shared 2-core machine; see benchmarks/agent_sse.json),
+so the client keeps its loop. Each run streams one reply of N_CHUNKS content deltas (one token per event, as servers send them)
 through `ChatClient.query`; the httpx-sse variant is swapped in for `_post_stream`.
 
     python benchmarks/bench_agent_sse.py
