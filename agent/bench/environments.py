@@ -51,6 +51,7 @@ class EnvSpec:
     cpus: int | None = None
     network: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    workdir: str = APP  # a task's working folder other than /app (task.toml [environment] workdir) is /app too
     # SWE tasks: /app/.git read-only inside (the answer is the working tree's diff); terminal tasks may need git
     protect_git: bool = True
 

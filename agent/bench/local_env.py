@@ -41,7 +41,7 @@ def mountable_root(argv: list[str]) -> list[str]:
     entries: list[str] = []
     for e in sorted(os.listdir("/")):
         p = "/" + e
-        if e in ("proc", "dev", "tmp") or p in MOUNTS or p == LOGS:
+        if e in ("proc", "dev", "tmp") or p in MOUNTS:
             continue
         if os.path.islink(p):
             entries += ["--symlink", os.readlink(p), p]
@@ -103,6 +103,10 @@ class LocalEnvironment:
 
     def wrap(self, argv: list[str], cwd: str = APP, sandbox: Sandbox | None = None) -> list[str]:
         binds = [(self.app_dir, APP), (self.logs, LOGS)]
+        if self.spec.workdir not in (APP, "", "/") and not self.spec.workdir.startswith(
+            ("/logs", "/tests", "/solution")
+        ):
+            binds.append((self.app_dir, self.spec.workdir))  # the same folder under the task's own name
         ro = [(self.hosts[m], m) for m in (TESTS, SOLUTION) if self.hosts[m].is_dir()]
         if self.venv:
             ro.append((self.venv, self.venv))
@@ -125,6 +129,9 @@ class LocalEnvironment:
     # -- files -----------------------------------------------------------------------------------------------
 
     def host_path(self, inside: str) -> Path:
+        wd = self.spec.workdir
+        if wd not in (APP, "", "/") and (inside == wd or inside.startswith(wd.rstrip("/") + "/")):
+            inside = APP + inside[len(wd.rstrip("/")) :]
         for mount in (TESTS, SOLUTION, APP, LOGS):
             if inside == mount or inside.startswith(mount + "/"):
                 rest = inside[len(mount) :].lstrip("/")

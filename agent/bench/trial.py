@@ -102,7 +102,7 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
     return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
                    image=task.docker_image, dockerfile_dir=task.environment_dir if task.environment_dir.is_dir() else None,
                    memory_mb=task.memory_mb or config.limits.memory_mb, cpus=task.cpus, network=task.allow_internet,
-                   cache_dir=config.cache_dir, protect_git=False)  # fmt: skip
+                   cache_dir=config.cache_dir, protect_git=False, workdir=task.workdir)  # fmt: skip
 
 
 def _grade(

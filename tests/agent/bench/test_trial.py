@@ -141,3 +141,47 @@ def test_glm5_agent_on_a_terminal_task_works_in_app(tmp_path, fake_model):
     assert r.status == "resolved" and r.reward == 1.0, r.reason
     assert fake_model.requests  # it went through the scripted endpoint, with the key given
     assert "k-123" not in (tmp_path / "g" / "trajectory.jsonl").read_text()
+
+
+def _terminal_task(root, toml=""):
+    t = root / "task"
+    (t / "environment").mkdir(parents=True)
+    (t / "tests").mkdir()
+    (t / "tests" / "test.sh").write_text(
+        '[ "$(cat out.txt)" = ok ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'
+    )
+    (t / "instruction.md").write_text("Write ok to out.txt in your working folder.\n")
+    (t / "task.toml").write_text('schema_version = "1.4"\n' + toml)
+    return load_terminal_task(t)
+
+
+def test_a_task_workdir_other_than_app_is_the_same_folder(tmp_path):
+    task = _terminal_task(tmp_path, '[environment]\nworkdir = "/workspace"\n')
+    agent = make_agent("cmd:pwd > /logs/agent/pwd && echo ok > /workspace/out.txt")
+    r = run_trial(task, agent, tmp_path / "w", config(tmp_path))
+    assert r.status == "resolved", r.reason
+
+
+def test_glm5_agent_with_an_in_process_client(tmp_path):
+    """The RL orchestrator's way in: the agent loop with a model object instead of an HTTP endpoint."""
+    import threading
+
+    from agent.bench.agents import Glm5Agent
+    from agent.client import ModelResponse
+
+    class Scripted:
+        cancel_event = threading.Event()
+        failure = None
+
+        def __init__(self):
+            self.replies = [[{"id": "c1", "type": "function",
+                              "function": {"name": "bash", "arguments": '{"command": "echo ok > out.txt"}'}}], []]  # fmt: skip
+
+        def query(self, messages, tools=None, on_delta=None):
+            calls = self.replies.pop(0)
+            raw = {"choices": [{"message": {"role": "assistant", "content": "done", "tool_calls": calls or None}}]}
+            return ModelResponse("done" if not calls else "", None, calls, "tool_calls" if calls else "stop",
+                                 {"prompt_tokens": 7, "completion_tokens": 3}, raw)  # fmt: skip
+
+    r = run_trial(_terminal_task(tmp_path), Glm5Agent(client=Scripted()), tmp_path / "g", config(tmp_path))
+    assert r.status == "resolved" and r.steps == 2 and r.prompt_tokens == 14, r.reason
