@@ -15,9 +15,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-app.command("code", help="Run the coding agent in the current git repository (TUI, or headless with -p).")(
-    code_cmd.code
-)
+app.command("code", help="Run the coding agent in the current git repository (TUI, or headless with -p).",
+            epilog=code_cmd.EPILOG)(code_cmd.code)  # fmt: skip
 app.command("serve", help="Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API.")(serve_cmd.serve)
 app.add_typer(
     finetune_cmd.app,

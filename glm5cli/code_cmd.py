@@ -9,6 +9,12 @@ import typer
 
 from glm5cli.common import err_console, fail
 
+EPILOG = (
+    "Headless exit codes: 0 done, 1 error (endpoint, crash), 2 bad input, 3 a limit was reached, 4 done but some "
+    "tool calls were refused (listed in `denied`), 130 interrupted. --undo, --rewind N and --diff work on the latest "
+    "session, or on the one named by ID, without calling the model."
+)
+
 
 def code(
     prompt: str = typer.Option(None, "--print", "-p", help="Run headless on this task ('-' reads it from stdin)."),
@@ -46,12 +52,7 @@ def code(
     ),  # fmt: skip
     diff: bool = typer.Option(False, "--diff", help="Print what the latest (or given) session changed so far."),
 ) -> None:
-    """Run the coding agent in the current git repository.
-
-    Headless: `glm5 code -p "task"` (exit codes: 0 done, 1 error, 2 bad input, 3 limit reached, 4 done but some
-    tool calls were refused, 130 interrupted). Session commands without the model: `glm5 code --undo`,
-    `--rewind N`, `--diff`, on the latest session or the one named by ID.
-    """
+    """Run the coding agent in the current git repository (the help text and EPILOG are what --help shows)."""
     from agent.headless import EXIT_BAD_INPUT, FORMATS, HeadlessUI, is_session_command, run_headless
     from agent.settings import SettingsError, load_settings
 
