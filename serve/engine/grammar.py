@@ -181,5 +181,12 @@ class Grammars:
         think = {"type": "tag", "begin": "", "content": {"type": "any_text", "excludes": []}, "end": "</think>"}
         return {"type": "sequence", "elements": [think, fmt]}
 
+    def regex(self, pattern: str) -> Grammar:
+        return self._cached(["regex", pattern], "regex", lambda c: c.compile_regex(pattern))
+
+    def ebnf(self, source: str) -> Grammar:
+        """A grammar in xgrammar's EBNF (GBNF-like), starting at its `root` rule."""
+        return self._cached(["ebnf", source], "EBNF grammar", lambda c: c.compile_grammar(source))
+
     def compile(self, fmt: dict, description: str) -> Grammar:
         return self.structural_tag({"type": "structural_tag", "format": fmt}, description)

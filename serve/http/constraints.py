@@ -10,6 +10,8 @@
 A forced tool call turns thinking off (as before constrained decoding: the call is the whole turn). A forced call
 wins over `response_format` (the turn has no content to format). Everything else is unconstrained.
 
+/generate takes sglang's `sampling_params.json_schema` (a JSON string), `regex` and `ebnf` (`generate_constraint`).
+
 The grammars need xgrammar (`glm5[grammar]`); without it these requests get a 400 that says how to install it,
 never an unconstrained answer that pretends to follow the request.
 """
@@ -100,6 +102,31 @@ def chat_constraint(state, req: ChatCompletionRequest, tools: list[dict] | None,
     if thinking:
         fmt = grammars.after_reasoning(fmt)
     return _compile(grammars, fmt, "JSON" if schema is None else "JSON schema", "response_format")
+
+
+def generate_constraint(state, sp) -> Any:
+    """/generate's `sampling_params.json_schema` / `regex` / `ebnf` (sglang's names) as a grammar, or None."""
+    import json
+
+    kind = next((k for k in ("json_schema", "regex", "ebnf") if getattr(sp, k) is not None), None)
+    if kind is None:
+        return None
+    param = f"sampling_params.{kind}"
+    grammars = _grammars(state)
+    if grammars is None:
+        raise _unavailable(param, param)
+    try:
+        if kind == "json_schema":
+            try:
+                schema = json.loads(sp.json_schema)
+            except json.JSONDecodeError as e:
+                raise bad_request(f"{param} must be a JSON schema as a JSON string: {e}", param=param) from None
+            if not isinstance(schema, dict):
+                raise bad_request(f"{param} must be a JSON schema object", param=param)
+            return grammars.compile(grammars.json_format(schema), "JSON schema")
+        return grammars.regex(sp.regex) if kind == "regex" else grammars.ebnf(sp.ebnf)
+    except (RuntimeError, ValueError, TypeError) as e:  # xgrammar's word on what it cannot compile
+        raise bad_request(f"{param} cannot be compiled to a grammar: {e}", param=param) from None
 
 
 def _compile(grammars, fmt: dict, description: str, param: str):

@@ -1,7 +1,7 @@
 """/generate: sglang's native route, token ids only, for RL rollouts.
 
 In: `input_ids`, `sampling_params` (`max_new_tokens`, temperature, top_p, top_k, min_p, stop_token_ids, ignore_eos,
-seed), `return_logprob`, `top_logprobs_num`, `stream`. Out: `output_ids`, `text`, and `meta_info` with the finish
+seed; `json_schema` / `regex` / `ebnf` constrain the output, serve/http/constraints.py), `return_logprob`, `top_logprobs_num`, `stream`. Out: `output_ids`, `text`, and `meta_info` with the finish
 reason, token counts, `output_token_logprobs` as `[logprob, token_id]` pairs, and `weight_version` (the weights
 that sampled the last token; `weight_version_first`: the first token's, which differs when an update landed
 mid-request), so a trainer can tell which policy produced a rollout (IcePop-style off-policy corrections need it). Streaming sends cumulative
@@ -14,6 +14,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from serve.engine.sampling_params import SamplingParams
+from serve.http.constraints import generate_constraint
 from serve.http.errors import bad_request
 from serve.http.generation import Generation
 from serve.http.protocol import GenerateRequest, parse_body
@@ -67,6 +68,7 @@ async def generate(state: ServerState, request: Request):
             ignore_eos=sp.ignore_eos,
             logprobs=req.top_logprobs_num if want_lp else None,
             detokenize=False,  # the app decodes (generation.py)
+            constraint=generate_constraint(state, sp),
         )
     except ValueError as e:
         raise bad_request(str(e), param="sampling_params") from None

@@ -211,6 +211,17 @@ class GenerateSamplingParams(_Body):
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     seed: int | None = None
+    # sglang's constrained decoding: at most one of a JSON schema (as a JSON string), a regex, an EBNF grammar.
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+
+    @model_validator(mode="after")
+    def _one_constraint(self):
+        given = [k for k in ("json_schema", "regex", "ebnf") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of json_schema, regex and ebnf (got {', '.join(given)})")
+        return self
 
 
 class GenerateRequest(_Body):

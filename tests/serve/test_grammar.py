@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import httpx
 import jsonschema
@@ -185,6 +186,29 @@ def test_without_xgrammar_forced_calls_and_json_are_a_400_saying_what_to_install
         assert "xgrammar" in r.json()["error"]["message"] and "glm5[grammar]" in r.json()["error"]["message"]
     r = httpx.post(server.url + "/v1/chat/completions", json={"model": MODEL, "messages": ask("x"), "max_tokens": 2})
     assert r.status_code == 200  # unconstrained requests do not need it
+
+
+def test_generate_takes_sglangs_json_schema_regex_and_ebnf(server):
+    tok = Tokenizer.shipped()
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["n"]}
+    cases = [
+        ({"json_schema": json.dumps(schema)}, lambda t: jsonschema.validate(json.loads(t), schema)),
+        ({"regex": "(yes|no)-[0-9]{3}"}, lambda t: re.fullmatch("(yes|no)-[0-9]{3}", t) or pytest.fail(t)),
+        ({"ebnf": 'root ::= "a" ("b" | "c")* "."'}, lambda t: re.fullmatch("a[bc]*[.]", t) or pytest.fail(t)),
+    ]
+    for extra, check in cases:
+        sp = {"max_new_tokens": 40, "temperature": 0, **extra}
+        r = httpx.post(server.url + "/generate", json={"input_ids": tok.encode("x = "), "sampling_params": sp})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        if out["meta_info"]["finish_reason"]["type"] == "stop":
+            check(tok.decode([t for t in out["output_ids"] if t not in tok.eos_token_ids]))
+        else:  # a random model may stay inside `("b" | "c")*` until max_new_tokens
+            assert "ebnf" in extra and re.fullmatch("a[bc]*", out["text"]), out
+    bad = {"regex": "(", "json_schema": "{"}
+    for k, v in bad.items():
+        r = httpx.post(server.url + "/generate", json={"input_ids": [1, 2], "sampling_params": {k: v}})
+        assert r.status_code == 400 and f"sampling_params.{k}" in r.json()["error"]["message"], r.text
 
 
 def test_bad_response_format_is_a_400(server):
