@@ -13,6 +13,7 @@ Module map:
 - data/              readers of training data: batches.py (token windows, padded batches), prompts.py (prompt
                      JSONL), trajectories.py (glm5 trajectories -> sequences)
 - grpo.py            RL: GRPO + IcePop with on-policy rollouts from the embedded engine (train_grpo, grpo_backward)
+- rl/                agentic RL: orchestrator -> buffer -> trainer -> weight push, sync or async (see rl/__init__.py)
 
 The life of `glm5 finetune sft`: data/ reads the trajectories into (ids, target mask) sequences -> run_dir.py
 opens (or resumes) the run folder -> lora.py adds adapters -> sft.train_sft runs train_loop.train on sft_loss,

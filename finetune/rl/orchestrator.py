@@ -68,6 +68,7 @@ class Orchestrator:
             self.server, self.tok, sid, self.cfg.max_new_tokens, self.cfg.temperature, self.cfg.seed,
             self.cfg.keep_reasoning, self.max_model_len,
         )  # fmt: skip
+        model.cancel_event = self._stop  # set when the run stops: sessions in flight end at their next call
         r = Rollout(group, index, t)
         t0 = time.monotonic()
         session = None
@@ -106,8 +107,10 @@ class Orchestrator:
     def _one(self, group: int, index: int) -> None:
         try:
             if self.error is None and not self._stop.is_set():
-                self.sink(self.run_session(group, index))
-                self.sessions_done += 1
+                r = self.run_session(group, index)
+                if not self._stop.is_set():  # a session cut short by the stop is not a finished rollout
+                    self.sink(r)
+                    self.sessions_done += 1
         except BaseException as e:  # noqa: BLE001 - reported to the run, which stops
             self.error = e
         finally:

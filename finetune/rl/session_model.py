@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from agent.client import ContextLengthError, ModelResponse
+from agent.client import Cancelled, ContextLengthError, ModelResponse
 from finetune.rl.env import ServerFailure
 from finetune.rl.server import GenParams, RolloutServer
 from finetune.rl.tito import TitoSession
@@ -46,6 +46,8 @@ class SessionModel:
         self.failure: BaseException | None = None  # the server's error, kept: agent loops catch what they can
 
     def query(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, on_delta=None):
+        if self.cancel_event.is_set():  # the run is stopping: the agent loop ends the session as interrupted
+            raise Cancelled("the RL run is stopping")
         branch, ids = self.tito.prompt(messages, tools or None)
         if self.max_model_len is not None and len(ids) + 1 >= self.max_model_len:
             self.tito.branches[branch].messages = []  # nothing more extends this branch
