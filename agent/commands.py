@@ -32,6 +32,7 @@ class CommandResult:
     text: str
     exit: bool = False
     error: bool = False
+    diff: bool = False  # `text` is a unified diff (the TUI colours it)
 
 
 def help_text() -> str:
@@ -66,7 +67,8 @@ def handle(session: Any, line: str) -> CommandResult:
             rec = agent.rewind(int(arg))
             return CommandResult(f"rewound to before turn {rec['to_turn']}" + _saved(rec))
         if name == "/diff":
-            return CommandResult(session_diff(agent) or "this session has changed nothing")
+            d = session_diff(agent)
+            return CommandResult(d, diff=True) if d else CommandResult("this session has changed nothing")
         if name == "/compact":
             ok = agent.compact(focus=arg or None, reason="user")
             return CommandResult("compacted" if ok else "compaction was blocked by a hook", error=not ok)

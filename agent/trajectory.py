@@ -17,6 +17,7 @@ object per line, each with a `type` and a wall-clock `ts`:
                  prompt_token_ids when the server sent them, "usage", "latency_s", "cost_usd"}
     tool         {"step", "call_id", "name", "arguments", "decision" (allow | approved | denied | blocked |
                  format_error: unknown tool or unparsable arguments, then `arguments` is the raw string),
+                 "reason" and "user_message" (a refusal's why, and what the user said with their no),
                  "result" (text shown to the model), "is_error", "duration_s", "checkpoint" (hidden git ref
                  taken before the call), "commit_before", "commit_after" (snapshot commits of the working tree;
                  equal when the call changed nothing)}

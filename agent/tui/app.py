@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -173,7 +174,10 @@ class CodeApp(App):
             if res.exit:
                 self.exit(0)
                 return
-            self.notice(res.text, error=res.error)
+            if res.diff:
+                self.add(Static(Syntax(res.text[:100_000], "diff", theme="ansi_dark", word_wrap=True)))
+            else:
+                self.notice(res.text, error=res.error)
             self.refresh_status()
         elif text.startswith("!"):
             self.start(lambda: self._shell(text[1:].strip()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from rich.syntax import Syntax
 from textual.widgets import Input, Markdown, Static
 
 from agent.tui.app import CodeApp
@@ -33,7 +34,8 @@ def texts(app):
         if isinstance(w, Markdown):
             out.append(w.source)
         elif isinstance(w, Static):
-            out.append(str(w.render()))
+            content = w.content
+            out.append(content.code if isinstance(content, Syntax) else str(w.render()))
     return "\n".join(out)
 
 
@@ -60,6 +62,9 @@ async def test_tui_task_with_approval_diff_undo_and_shell(repo, fake_model):
         # the @mention attached the file to the task
         assert '<file path="calc.py">' in fake_model.requests[0]["messages"][1]["content"]
         assert "tokens" in str(app.query_one("#status", Static).render())
+
+        await submit(pilot, app, "/diff")
+        await until(pilot, lambda: "+    return a + b" in texts(app).split("/diff")[-1])
 
         await submit(pilot, app, "/undo")
         await pilot.pause(0.1)
