@@ -47,7 +47,7 @@ def run_checks(repo: Path | None = None) -> list[Check]:
             out += _sandbox_checks(root)
         else:
             for name in ("filesystem outside read-only", "network off", ".git and .glm5 read-only",
-                         "host kernel settings read-only", "no capabilities"):  # fmt: skip
+                         "host kernel settings read-only", "host daemon sockets hidden", "no capabilities"):  # fmt: skip
                 out.append(Check(name, None, "not checked: the sandbox cannot run here"))
         out.append(_git_check(root))
     out.append(_env_check())
@@ -95,6 +95,10 @@ def _sandbox_checks(root: Path) -> list[Check]:
     wrote = "WROTE" in r.output
     out.append(Check("host kernel settings read-only", not wrote, f"a command {'COULD' if wrote else 'could not'} "
                      "write /proc/sys"))  # fmt: skip
+    r = env.execute("ls /run")
+    visible = [n for n in r.output.split() if not n.startswith("[") and n != "systemd"]
+    out.append(Check("host daemon sockets hidden", not visible, "/run is empty inside" if not visible
+                     else f"/run shows {', '.join(visible[:5])}"))  # fmt: skip
     r = env.execute("grep CapEff /proc/self/status")
     m = re.search(r"CapEff:\s*([0-9a-f]+)", r.output)
     caps = m.group(1) if m else ""

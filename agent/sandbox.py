@@ -6,7 +6,9 @@ the process dies with the agent. Protected inside the writable repository, read-
 directory and common directory it points to: a command that could write git's config could make the host's git
 run a filter or hook), and `.glm5/` (the permission rules and settings). Bench environments add their own binds
 (`binds` / `ro_binds`); protected paths under a writable bind stay read-only there too. `limits` caps memory,
-CPU time and file size (rlimits set inside, so they hold for everything the command starts).
+CPU time and file size (rlimits set inside, so they hold for everything the command starts). Hidden or
+read-only as well: the user's credential files (~/.ssh, ~/.aws, .netrc, ...), /run (daemon sockets such as
+docker.sock, which a read-only bind does not stop), and the host kernel's knobs under /proc/sys.
 
 Where `bwrap` is missing or cannot create namespaces (some containers), commands run unsandboxed and `warning`
 says so; the probe runs once per process.
@@ -134,6 +136,9 @@ class Sandbox:
         out = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         # The new /proc still reaches the host kernel's knobs, and uid 0 may write them without capabilities
         # (kernel sysctls, /proc/sysrq-trigger): read-only.
+        # Daemons' sockets live under /run (docker.sock is root on the host, dbus, containerd, podman): a read-only
+        # bind does not stop connect(), so /run is an empty tmpfs, keeping only the resolver's files.
+        out += ["--tmpfs", "/run", "--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
         out += ["--ro-bind", "/proc/sys", "/proc/sys"]
         if os.path.exists("/proc/sysrq-trigger"):
             out += ["--ro-bind", "/dev/null", "/proc/sysrq-trigger"]

@@ -84,3 +84,26 @@ def test_limits(repo, tmp_path):
     assert "small" in r.output and "big" not in r.output
     env.execute("head -c 5000000 /dev/zero > big.bin")
     assert (repo / "big.bin").stat().st_size <= 1024 * 1024
+
+
+def test_host_daemon_sockets_are_out_of_reach(repo, tmp_path):
+    """A read-only bind does not stop connect(): a socket under /run (docker.sock, say) must not be visible."""
+    import socket
+
+    path = Path(f"/run/glm5-test-{uuid.uuid4().hex[:8]}.sock")
+    try:
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(str(path))
+    except OSError as e:
+        pytest.skip(f"cannot create a socket under /run here: {e}")
+    srv.listen(1)
+    try:
+        env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+        probe_cmd = (
+            f"python3 -c \"import socket; c = socket.socket(socket.AF_UNIX); c.connect('{path}'); print('CONNECTED')\""
+        )
+        r = env.execute(f"echo inside; {probe_cmd}")
+        assert "inside" in r.output and "CONNECTED" not in r.output, r.output
+    finally:
+        srv.close()
+        path.unlink(missing_ok=True)
