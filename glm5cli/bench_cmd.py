@@ -29,7 +29,8 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          env: str, max_turns: int, timeout: float | None, retries: int, junit: Path | None, as_json: bool,
          base_url: str | None, model: str | None, provider: str | None, api_key_env: str | None,
          repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
-         max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool) -> None:  # fmt: skip
+         max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool,
+         flaky_reruns: int = 1) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
     from agent.bench.job import below, load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
@@ -51,7 +52,7 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
         options = RunOptions(k=k, concurrency=n, shard=parse_shard(shard), filter=filter_, env=env, retries=retries,
                              limits=AgentLimits(max_turns, timeout, max_cost, memory_mb), test_timeout_s=test_timeout,
                              keep_workdirs=keep_workdirs, repos_dir=repos, base_dir=base_dir, force=force,
-                             source=source)  # fmt: skip
+                             flaky_reruns=flaky_reruns, source=source)  # fmt: skip
         with _Progress(kind) as progress:
             report = run_job(kind, tasks, bench_agent, out, options, junit, progress.event)
     except (TaskError, ValueError, RunFolderError, SettingsError, FileExistsError) as e:
@@ -181,6 +182,7 @@ def swe(
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
+    flaky_reruns: int = typer.Option(1, "--flaky-reruns", help="Reruns of a failing test run (flaky tests named)."),
 ) -> None:
     """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does.
 
@@ -188,7 +190,7 @@ def swe(
     """
     _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
          base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
-         temperature, keep_workdirs)  # fmt: skip
+         temperature, keep_workdirs, flaky_reruns)  # fmt: skip
 
 
 @app.command("terminal")

@@ -108,15 +108,17 @@ def junit_xml(report: dict[str, Any]) -> str:
             el.text = "\n".join(reasons)
         elif t["status"] == "infra_error":
             errors += 1
-            el = ET.SubElement(case, "error", message="infrastructure error: " + (t["attempts"][-1].get("reason") or ""),
-                               type="infra_error")  # fmt: skip
+            why = t["attempts"][-1].get("reason") or ""
+            el = ET.SubElement(case, "error", message=f"infrastructure error: {why}", type="infra_error")
             el.text = "\n".join(a.get("reason") or "" for a in t["attempts"])
         elif t["status"] == "not_run":
             skipped += 1
             ET.SubElement(case, "skipped", message="not run (another shard, or the run was interrupted)")
         out = ET.SubElement(case, "system-out")
-        out.text = "\n".join(f"attempt {a['attempt']}: {a['status']} reward={a.get('reward')} {a.get('trial_dir') or ''}"
-                             for a in t["attempts"])  # fmt: skip
+        out.text = "\n".join(
+            f"attempt {a['attempt']}: {a['status']} reward={a.get('reward')} {a.get('trial_dir') or ''}"
+            for a in t["attempts"]
+        )
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
@@ -138,7 +140,8 @@ def markdown(report: dict[str, Any]) -> str:
     agent = report.get("agent") or {}
     ci = s.get("resolved_rate_ci95")
     lines = [
-        f"## glm5 bench {report.get('kind')}: {agent.get('agent')}" + (f" ({agent['model']})" if agent.get("model") else ""),
+        f"## glm5 bench {report.get('kind')}: {agent.get('agent')}"
+        + (f" ({agent['model']})" if agent.get("model") else ""),
         "",
         "| metric | value |",
         "|---|---|",

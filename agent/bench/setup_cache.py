@@ -2,7 +2,8 @@
 
 `setup` is a command (run in /app with the venv active) or a requirements file (`pip install -r`). The venv
 is made from the Python that runs glm5, without a pip of its own (the parent's pip installs into it), and sees
-that Python's packages (a .pth line), so a task installs only what it adds. The setup runs in the sandbox with the network on (it installs packages) and the venv
+that Python's packages (a .pth line), so a task installs only what it adds. The setup runs in the sandbox with
+the network on (it installs packages) and the venv
 writable; trials then get the venv read-only. Keyed by (setup_key, setup text); a lock file makes concurrent
 trials wait for the first, and a `done` marker written last means a killed setup is redone, never half-used.
 """

@@ -99,8 +99,9 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
                        setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
                        cache_dir=config.cache_dir, image=task.extra.get("image"),
                        memory_mb=config.limits.memory_mb)  # fmt: skip
+    context = task.environment_dir if task.environment_dir.is_dir() else None
     return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
-                   image=task.docker_image, dockerfile_dir=task.environment_dir if task.environment_dir.is_dir() else None,
+                   image=task.docker_image, dockerfile_dir=context,
                    memory_mb=task.memory_mb or config.limits.memory_mb, cpus=task.cpus, network=task.allow_internet,
                    cache_dir=config.cache_dir, protect_git=False, workdir=task.workdir)  # fmt: skip
 
