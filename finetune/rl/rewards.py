@@ -63,6 +63,8 @@ def parse_reward_spec(spec: Any) -> RewardSpec:
     rm = spec.get("reward_model")
     if rm is not None and (not isinstance(rm, dict) or not isinstance(rm.get("checkpoint"), str)):
         raise RewardSpecError('"reward_model" needs "checkpoint": a checkpoint directory')
+    if rm is not None and not os.path.isfile(os.path.join(rm["checkpoint"], "config.json")):
+        raise RewardSpecError(f'"reward_model.checkpoint": {rm["checkpoint"]} is not a checkpoint (no config.json)')
     judge = spec.get("judge")
     if judge is not None:
         if not isinstance(judge, dict) or not all(isinstance(judge.get(k), str) for k in ("base_url", "rubric")):
@@ -126,7 +128,9 @@ class HybridReward:
 
         with self._lock:
             if self._rm is None:
-                path = self.spec.reward_model["checkpoint"]
+                from pathlib import Path
+
+                path = Path(self.spec.reward_model["checkpoint"])
                 self._rm = (GLM5ForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), load_tokenizer(path))
             net, tok = self._rm
             q = f"Task:\n{task_text}\n\nResult:\n{result_text}\n\nDid this solve the task? Answer yes or no."
