@@ -129,7 +129,7 @@ class MTPTrainConfig:
     mtp_weight: float = 0.3
     train_main: bool = True
     targets: str = "tokens"  # or "model": self-distillation (mtp_loss)
-    micro_batch: int = 1  # rows per forward/backward, gradients accumulated (1: the CPU's batch-1 fast kernels)
+    micro_batch: int = 0  # rows per forward/backward, gradients accumulated over the batch (0: the whole batch)
 
 
 def loss_denominators(ids_BT: torch.Tensor, mask_BT: torch.Tensor | None, num_steps: int) -> list:

@@ -45,7 +45,7 @@ class SFTConfig:
     warmup: int = 10
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    micro_batch: int = 1  # rows per forward/backward (gradients accumulate over the batch); 1: CPU's fast kernels
+    micro_batch: int = 0  # rows per forward/backward, gradients accumulated over the batch (0: the whole batch)
     batch_size: int = 4  # sequences per step; with `pack`, rows of `pack_len` tokens per step
     seed: int = 0
     pack: bool = False
@@ -85,12 +85,18 @@ def train_sft(
     save: Callable[[dict], None] | None = None,
     save_every: int = 0,
     on_step=None,
+    named: list[tuple[str, torch.Tensor]] | None = None,
+    router_bias_rate: float = 0.0,
 ) -> list[LossTerms]:
-    """Masked next-token loss on the targets of (ids, prompt length or target mask) pairs; only what requires grad
-    (the LoRA parameters after add_lora) trains. The loop's resume / save / save_every give exact resume."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if not named:
-        raise ValueError("nothing to train: add_lora first")
+    """Masked next-token loss on the targets of (ids, prompt length or target mask) pairs; what trains is `named`
+    (full.prepare_full's), by default whatever requires grad (the LoRA parameters after add_lora). The loop's
+    resume / save / save_every give exact resume. `router_bias_rate` > 0: the routers' balancing rule after
+    every step (finetune/full.py)."""
+    from finetune.full import RouterBalancer
+
+    named = named if named is not None else [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not any(p.requires_grad for _, p in named):
+        raise ValueError("nothing to train: add_lora (or prepare_full) first")
     if cfg.pack:
         masked = [(s, m if isinstance(m, list) else [i >= m for i in range(len(s))]) for s, m in seqs]
         batches = packed_batches(masked, cfg.pack_len, cfg.batch_size, cfg.seed)
@@ -102,4 +108,16 @@ def train_sft(
         denom = batch[1][:, 1:].sum().clamp(min=1)  # the whole batch's targets
         return backward_micro(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, denom=denom))
 
-    return train(model, named, batches, step, cfg.optim, on_step=on_step, **loop)
+    balancer = RouterBalancer(model, router_bias_rate) if router_bias_rate > 0 else None
+
+    def after(info) -> None:
+        if balancer is not None:
+            balancer.update()
+        if on_step is not None:
+            on_step(info)
+
+    try:
+        return train(model, named, batches, step, cfg.optim, on_step=after, **loop)
+    finally:
+        if balancer is not None:
+            balancer.close()

@@ -66,10 +66,12 @@ class StepInfo:
 
 
 def micro_batches(batch, rows: int) -> list:
-    """A batch (a tensor, or a tuple of tensors whose first dimension is the batch's) in pieces of `rows` rows,
+    """A batch (a tensor, or a tuple of tensors whose first dimension is the batch's) in pieces of `rows` rows
+    (0: one piece),
     each cut after its last target (the mask is the batch's second tensor): a causal model's tokens after the
     last target change no loss, and a padded row is mostly such tokens."""
     parts = batch if isinstance(batch, tuple) else (batch,)
+    rows = rows if rows > 0 else parts[0].shape[0]
     out = []
     for r0 in range(0, parts[0].shape[0], rows):
         piece = tuple(x[r0 : r0 + rows] for x in parts)
@@ -84,8 +86,9 @@ def micro_batches(batch, rows: int) -> list:
 def backward_micro(batch, rows: int, loss_of: Callable[[object], LossTerms]) -> LossTerms:
     """Backpropagate `batch` in micro-batches of `rows` rows: the gradient of the whole batch with the memory of
     one micro-batch, when `loss_of(micro)` normalises by the whole batch's target count (each micro-batch's
-    terms then sum to the batch's). On CPU, rows=1 also takes the model's batch-1 fused kernels, which a
-    batch of several rows cannot (measured 2.7x faster for `tiny` at 2k tokens). -> the summed, detached loss."""
+    terms then sum to the batch's). rows=1 also takes the model's batch-1 CPU kernels, which a batch of several
+    rows cannot: 2.7x faster for four equal 2k-token rows of `tiny` without LoRA, but slower with LoRA on two
+    unequal rows (CPU time, one loaded machine), so the default is the whole batch. -> the summed, detached loss."""
     total: LossTerms | None = None
     for micro in micro_batches(batch, rows):
         out = loss_of(micro)
@@ -120,8 +123,10 @@ def train(
     opt: torch.optim.Optimizer | None = None,
 ) -> list[LossTerms]:
     """Optimise the parameters `named` for `cfg.steps` steps. -> every step's loss (the resumed ones included).
+    `named` may also hold tensors that train by another rule (a router's bias buffer, no grad): they are saved
+    and restored with the checkpoints but not given to the optimizer.
     `on_step(StepInfo)` after each step (progress); `log` every `log_every` steps (text)."""
-    params = [p for _, p in named]
+    params = [p for _, p in named if p.requires_grad]
     opt = opt or make_optimizer(params, cfg)
     history: list[LossTerms] = []
     if resume is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -370,13 +371,34 @@ def sft(
     ),
     min_reward: float | None = typer.Option(None, help="Keep only trials with at least this reward."),
     strict: bool = typer.Option(False, help="Fail on the first bad record instead of skipping and reporting it."),
+    pack: bool = typer.Option(
+        False,
+        help="Pack short sequences into rows of --max-len tokens (each attends only to itself and counts its "
+        "positions from 0: the same loss, less padding); --batch-size then counts rows.",
+    ),
+    micro_batch: int = typer.Option(
+        0,
+        min=0,
+        help="Rows per forward/backward; gradients accumulate over the batch, which then needs less "
+        "memory (0: the whole batch at once).",
+    ),
+    full: bool = typer.Option(
+        False, "--full", help="Full fine-tuning instead of LoRA: OUT is a checkpoint (MTP layer and indexer frozen)."
+    ),
+    train_mtp: bool = typer.Option(False, help="With --full, train the MTP layer too (default: align-mtp after)."),
+    router_bias_rate: float = typer.Option(
+        0.0,
+        min=0.0,
+        help="With --full, update the routers' bias by the auxiliary-loss-free balancing rule at this rate "
+        "(DeepSeek-V3: 1e-3); 0 keeps it frozen.",
+    ),
     save_every: int = typer.Option(
         50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
     ),
     merge: bool = _MERGE,
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
-    """Supervised fine-tuning with LoRA on what an agent recorded.
+    """Supervised fine-tuning (LoRA, or --full) on what an agent recorded.
 
     Each session becomes one sequence per branch (a compaction or rewind starts a new branch) in which every
     model turn is a target: its reasoning, content, tool calls and the token that ended it; everything else
@@ -395,7 +417,11 @@ def sft(
     opts = DataOptions(include_denied, include_format_errors, only_resolved, min_reward, strict, max_len)
     settings = {"model": str(model.resolve()), "data": [str(p.resolve()) for p in data], "steps": steps}
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
-    settings |= {"data_options": opts.__dict__}
+    settings |= {"data_options": opts.__dict__, "pack": pack, "micro_batch": micro_batch}
+    if full:
+        settings |= {"full": True, "train_mtp": train_mtp, "router_bias_rate": router_bias_rate}
+    elif train_mtp or router_bias_rate:
+        fail("--train-mtp and --router-bias-rate apply to --full fine-tuning", code=EXIT_USAGE)
     run = _Run(out, settings | {"merge": merge})
 
     from finetune.lora import LoraSettings, add_lora
@@ -411,17 +437,28 @@ def sft(
         fail("no responses to train on: the data holds no model turns to learn from", hint=_filtered_hint(report))
     t0 = time.monotonic()
     net = _load_for_training(model, "fine-tune the full-precision checkpoint")
-    net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
+    named = None
+    if full:
+        from finetune.full import FullSettings, prepare_full
+
+        named = prepare_full(net, FullSettings(train_mtp=train_mtp, router_bias_rate=router_bias_rate))
+    else:
+        net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
     state = run.start({"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report})
     _show_data(report, json_out)
     cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
-    with _TrainProgress("fine-tuning (LoRA)", steps, state) as bar:
-        hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar))
-    _write_adapter(model, net, run.work, merge)
+    cfg = replace(cfg, micro_batch=micro_batch, pack=pack, pack_len=max_len)
+    extra = {"named": named, "router_bias_rate": router_bias_rate}
+    with _TrainProgress("fine-tuning (full)" if full else "fine-tuning (LoRA)", steps, state) as bar:
+        hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar), **extra)
+    if full:
+        _write_checkpoint(model, net, run.work)
+    else:
+        _write_adapter(model, net, run.work, merge)
     summary = {
         "out": str(out),
-        "adapter": str(out / "adapter"),
-        "merged_checkpoint": str(out) if merge else None,
+        "adapter": None if full else str(out / "adapter"),
+        "merged_checkpoint": str(out) if merge or full else None,
         "examples": len(seqs),
         "trained_tokens": sum(sum(m) for _, m in seqs),
         "steps": steps,
@@ -435,12 +472,14 @@ def sft(
     if json_out:
         print_json(summary)
         return
+    how = "fully" if full else f"with LoRA (rank {rank})"
     console.print(
-        f"[green]fine-tuned[/] {model} with LoRA (rank {rank}) on {summary['examples']} sequences "
+        f"[green]fine-tuned[/] {model} {how} on {summary['examples']} sequences "
         f"({summary['trained_tokens']:,} target tokens), loss {summary['loss_first']:.3f} -> "
-        f"{summary['loss_last']:.3f}, in {summary['seconds']:.0f}s; adapter: {out / 'adapter'}"
+        f"{summary['loss_last']:.3f}, in {summary['seconds']:.0f}s; "
+        + (f"checkpoint: {out}" if full else f"adapter: {out / 'adapter'}")
     )
-    if merge:
+    if merge or full:
         console.print(f"serve it with: glm5 serve {out}   (then `glm5 finetune align-mtp {out} ...` for MTP drafts)")
 
 

@@ -177,3 +177,51 @@ def test_sft_bad_input(tiny_checkpoint, tmp_path, make, msg):  # noqa: F811
     )
     assert r.exit_code in (1, 2) and msg in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_sft_reports_bad_lines_and_strict_fails_on_them(tiny_checkpoint, tmp_path):  # noqa: F811
+    sessions = _sessions(tmp_path / "sessions", n=2)
+    path = sessions / "s0.jsonl"
+    path.write_text(path.read_text() + '{"type": "model_call", "respo\n')
+    base = ["finetune", "sft", str(tiny_checkpoint), "--trajectories", str(sessions), "--steps", "2", "--rank", "2"]
+    r = runner.invoke(app, [*base, "--out", str(tmp_path / "o"), "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{") :])
+    assert (
+        summary["data"]["sequences"] == 2
+        and summary["data"]["skipped_records"] == [f"{path}:4: not JSON"]
+        or (summary["data"]["skipped_records"][0].startswith(f"{path}:4: not JSON"))
+    )
+    assert f"skipped {path}:4" in r.stderr.replace("\n", "")
+    assert summary["tokens_per_s"] and summary["tokens_per_s"] > 0
+    r = runner.invoke(app, [*base, "--out", str(tmp_path / "o2"), "--strict"])
+    assert r.exit_code == 2 and "s0.jsonl:4: not JSON" in r.output and not (tmp_path / "o2").exists()
+
+
+def test_full_fine_tuning_writes_a_checkpoint_with_mtp_and_indexer_frozen(tiny_checkpoint, tmp_path):  # noqa: F811
+    sessions = _sessions(tmp_path / "sessions", n=2)
+    out = tmp_path / "full"
+    args = ["finetune", "sft", str(tiny_checkpoint), "--out", str(out), "--trajectories", str(sessions), "--full"]
+    r = runner.invoke(app, [*args, "--steps", "3", "--lr", "1e-3", "--router-bias-rate", "1e-2", "--json"])
+    assert r.exit_code == 0, r.output
+    a, b = load_file(tiny_checkpoint / "model.safetensors"), load_file(out / "model.safetensors")
+    changed = {k for k in a if not torch.equal(a[k], b[k])}
+    mtp = "model.layers.3."
+    assert not {k for k in changed if k.startswith(mtp) or ".indexer." in k}, sorted(changed)[:5]
+    assert "model.layers.0.self_attn.q_a_proj.weight" in changed and "lm_head.weight" in changed
+    assert any(k.endswith("e_score_correction_bias") for k in changed)  # the balancing rule moved the biases
+    GLM5ForCausalLM.from_pretrained(out)  # a checkpoint `glm5 serve` loads
+    r = runner.invoke(
+        app,
+        [
+            "finetune",
+            "sft",
+            str(tiny_checkpoint),
+            "--out",
+            str(tmp_path / "x"),
+            "--trajectories",
+            str(sessions),
+            "--train-mtp",
+        ],
+    )
+    assert r.exit_code == 2 and "--full" in r.output
