@@ -49,7 +49,11 @@ def test_rl_trains_on_checkable_rewards_and_writes_an_adapter_a_log_and_a_checkp
     assert summary["reward_first"] < 0.6 and summary["reward_last"] > 0.85, summary
     log = [json.loads(line) for line in (out / "rl_log.jsonl").read_text().splitlines()]
     assert [row["step"] for row in log] == list(range(1, 25))
-    assert {"reward_mean", "icepop_masked", "mismatch", "groups_with_signal"} <= set(log[0])
+    assert {"reward_mean", "icepop_masked", "mismatch", "groups_with_signal", "pg_grad_norm", "kl_rollout"} <= set(
+        log[0]
+    )
+    assert "loss" not in log[0]  # the on-policy surrogate is 0 by construction: what moves is reported instead
+    assert summary["window"] == 5 and summary["pg_grad_norm_mean"] > 0
     # The adapter is peft's, and loads into the base model; the merged checkpoint gives the same logits.
     base = GLM5ForCausalLM.from_pretrained(ckpt)
     adapted = load_adapter(base, out / "adapter")
