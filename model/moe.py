@@ -52,10 +52,6 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(inter, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pair = self.__dict__.get("int4_gate_up")  # INT4: gate and up in one kernel call (model/quant_int4.py)
-        if pair is not None and not torch.is_grad_enabled() and pair.current(self):
-            g, u = pair(x)
-            return self.down_proj(F.silu(g) * u)
         return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 

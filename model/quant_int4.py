@@ -30,6 +30,7 @@ G = K / group_size groups, Np = N padded to the kernel's multiple.
 from __future__ import annotations
 
 import re
+import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -417,8 +418,19 @@ def fuse_gate_up(model: nn.Module) -> int:
                 continue  # a kernel layout this pairing does not know: keep the two calls
         pair.share_storage()
         mod.int4_gate_up = pair
+        mod.forward = types.MethodType(_paired_forward, mod)  # this MLP's own forward; its class is untouched
         n += 1
     return n
+
+
+def _paired_forward(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The forward `fuse_gate_up` gives an MLP: gate and up in one kernel call while the pair still matches its
+    modules and nothing trains, else the MLP's own forward."""
+    pair = mlp.__dict__["int4_gate_up"]
+    if torch.is_grad_enabled() or not pair.current(mlp):
+        return type(mlp).forward(mlp, x)
+    g, u = pair(x)
+    return mlp.down_proj(F.silu(g) * u)
 
 
 def set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:

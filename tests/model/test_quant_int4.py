@@ -333,3 +333,26 @@ def test_cuda_kernel_agrees_with_plain_path():
         x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
         y_fast, y_plain = fast(x).float(), plain(x).float()
         assert (y_fast - y_plain).abs().max() < 0.02 * y_plain.abs().max()
+
+
+def test_a_paired_mlp_keeps_its_pair_through_deepcopy_and_training():
+    """The pairing is the MLP's own forward (set by fuse_gate_up, the class untouched): a deep copy runs its own
+    pair on its own weights, and with autograd on the MLP runs its modules."""
+    import copy
+
+    torch.manual_seed(4)
+    mlp = quantize_int4(MLP(256, 128), group_size=32)
+    twin = copy.deepcopy(mlp)
+    assert twin.forward.__self__ is twin and twin.__dict__["int4_gate_up"].current(twin)
+    x = torch.randn(3, 256)
+    calls = []
+    real = torch.ops.aten._weight_int4pack_mm_for_cpu
+    torch.ops.aten._weight_int4pack_mm_for_cpu = lambda *a: calls.append(1) or real(*a)
+    try:
+        with torch.no_grad():
+            assert torch.equal(twin(x), mlp(x)) and len(calls) == 4  # gate|up and down, in each
+        calls.clear()
+        mlp(x)  # autograd on: gate, up and down apart
+        assert len(calls) == 3
+    finally:
+        torch.ops.aten._weight_int4pack_mm_for_cpu = real
