@@ -7,15 +7,21 @@ Module map:
                      targets) and train_mtp (MTPTrainConfig)
 - mtp_align.py       align the MTP layer with its main model (its generations or recorded responses; MTP layer
                      only) and rank a draft vocabulary
-- sft.py             supervised fine-tuning (SFTConfig, sft_loss, train_sft) on recorded responses
-- lora.py            peft LoRA on GLM-5: add_lora, save/load_adapter, merge_lora
+- sft.py             supervised fine-tuning (SFTConfig, sft_loss, train_sft): masked next-token loss on the model's
+                     turns, micro-batches, packing, LoRA or full
+- full.py            full fine-tuning: what trains (MTP layer and indexer frozen by default), the routers' bias
+                     by the balancing rule (RouterBalancer)
+- lora.py            peft LoRA on GLM-5: add_lora, save/load_adapter (the base's path and weights fingerprint,
+                     checked on load), merge_lora
 - run_dir.py         a resumable run's folder (.OUT.partial -> OUT, settings, data, checkpoints)
-- data/              readers of training data: batches.py (token windows, padded batches), prompts.py (prompt
-                     JSONL), trajectories.py (glm5 trajectories -> sequences)
+- data/              training data in: glm5 trajectories, bench runs, OpenAI chat JSONL, mini-swe-agent, Harbor
+                     ATIF -> one sequence per session branch with target masks (TITO where recorded); batches,
+                     packing, prompt files (its own module map)
 - grpo.py            RL: GRPO + IcePop with on-policy rollouts from the embedded engine (train_grpo, grpo_backward)
 - rl/                agentic RL: orchestrator -> buffer -> trainer -> weight push, sync or async (see rl/__init__.py)
 
-The life of `glm5 finetune sft`: data/ reads the trajectories into (ids, target mask) sequences -> run_dir.py
-opens (or resumes) the run folder -> lora.py adds adapters -> sft.train_sft runs train_loop.train on sft_loss,
-checkpointing into the run folder -> lora.save_adapter writes OUT/adapter -> run_dir renames the folder to OUT.
+The life of `glm5 finetune sft`: data/sources.py reads every file into (ids, target mask) sequences and a report
+-> run_dir.py opens (or resumes) the run folder -> lora.py adds adapters (or full.py picks the parameters) ->
+sft.train_sft runs train_loop.train on sft_loss (padded or packed batches, micro-batched), checkpointing into the
+run folder -> lora.save_adapter writes OUT/adapter (or OUT becomes a checkpoint) -> run_dir renames it to OUT.
 """
