@@ -3,7 +3,7 @@
 - POST /update_weights_from_disk `{"model_path", "load_format"?, "weight_version"?}` -> `{"success", "message",
   "num_paused_requests", "weight_version"}`: every tensor of the checkpoint at `model_path` (same architecture)
   replaces the served one.
-- POST /load_lora_adapter `{"lora_name", "lora_path"}` / POST /unload_lora_adapter `{"lora_name"}` ->
+- POST /load_lora_adapter `{"lora_name", "lora_path", "weight_version"?}` / POST /unload_lora_adapter `{"lora_name"}` ->
   `{"success", "error_message", "loaded_adapters": {name: path}}`: a peft adapter (adapter_config.json +
   adapter_model.safetensors, as `glm5 finetune` writes) is merged into the served weights, W + s*B@A with
   s = lora_alpha/r (alpha/sqrt(r) with rslora); unloading puts the original tensors back. One adapter is active
@@ -45,6 +45,7 @@ class LoadLoraRequest(_Body):
     lora_name: str = Field(min_length=1)
     lora_path: str = Field(min_length=1)
     pinned: bool = False
+    weight_version: str | None = None  # ours (sglang's update_weights_from_disk has it): the version to report
 
 
 class UnloadLoraRequest(_Body):
@@ -162,7 +163,7 @@ class WeightUpdater:
         for name, delta in deltas.items():
             base = originals[name]
             update[name] = (base.float() + delta).to(base.dtype)
-        version = await self._apply(update, None)
+        version = await self._apply(update, req.weight_version)
         self.originals, self.adapter = originals, (req.lora_name, req.lora_path)
         return version
 

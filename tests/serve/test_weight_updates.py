@@ -91,8 +91,8 @@ def test_lora_push_changes_outputs_and_unload_restores_them(server, adapter, tin
         assert (served[name] - ref).abs().max() <= 1e-5 * ref.abs().max(), name
 
     # The same name again (a trainer's next push) replaces it; unloading puts the base back, bit for bit.
-    r = post(server, "/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapter)})
-    assert r.json()["success"] and generate(server)[0] == ids1
+    r = post(server, "/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapter), "weight_version": "step-2"})
+    assert r.json()["success"] and r.json()["weight_version"] == "step-2" and generate(server) == (ids1, "step-2")
     r = post(server, "/unload_lora_adapter", {"lora_name": "a"})
     assert r.status_code == 200 and r.json() == {
         "success": True,
