@@ -222,3 +222,54 @@ def test_full_fine_tuning_writes_a_checkpoint_with_mtp_and_indexer_frozen(tiny_c
         ],
     )
     assert r.exit_code == 2 and "--full" in r.output
+
+
+@pytest.mark.slow
+def test_sft_resumes_exactly_after_kill_9(tiny_checkpoint, tmp_path):  # noqa: F811
+    """A real `kill -9` of the process once its first checkpoint is on disk; the rerun ends with the adapter of
+    a run that was never interrupted, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sessions = _sessions(tmp_path / "sessions", n=2)
+
+    def cmd(out):
+        return [
+            sys.executable,
+            "-m",
+            "glm5cli",
+            "finetune",
+            "sft",
+            str(tiny_checkpoint),
+            "--out",
+            str(out),
+            "--data",
+            str(sessions),
+            "--steps",
+            "40",
+            "--save-every",
+            "2",
+            "--rank",
+            "4",
+            "--batch-size",
+            "2",
+        ]
+
+    whole = tmp_path / "whole"
+    subprocess.run(cmd(whole), check=True, capture_output=True)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / ".killed.partial" / "state.pt"
+    while not state.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert state.exists() and not out.exists()  # killed mid-run, after a checkpoint
+    r = subprocess.run(cmd(out), capture_output=True, text=True)
+    assert r.returncode == 0 and "resuming" in r.stderr, r.stderr
+    a = load_file(whole / "adapter" / "adapter_model.safetensors")
+    b = load_file(out / "adapter" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
