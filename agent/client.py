@@ -106,6 +106,16 @@ def _is_context_error(status: int, text: str) -> bool:
     )
 
 
+def api_root(base_url: str) -> str:
+    """The URL the API's paths hang under. A bare server address (`http://127.0.0.1:8000`) means its `/v1`, as
+    OpenAI-compatible servers (glm5 serve, sglang, vLLM) mount it; a URL with a path (a hosted API's
+    `.../api/paas/v4`) is taken as given."""
+    root = base_url.rstrip("/")
+    if httpx.URL(root).path in ("", "/"):
+        root += "/v1"
+    return root
+
+
 class ChatClient:
     """Talks to one endpoint. Thread-safe enough for one agent: one request at a time."""
 
@@ -114,8 +124,9 @@ class ChatClient:
         headers = {"Content-Type": "application/json"}
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
+        self.base_url = api_root(config.base_url)
         self._http = httpx.Client(
-            base_url=config.base_url.rstrip("/"),
+            base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(config.timeout_s, connect=config.connect_timeout_s),
             transport=transport,
@@ -127,11 +138,11 @@ class ChatClient:
 
     @property
     def url(self) -> str:
-        return f"{self.config.base_url.rstrip('/')}/chat/completions"
+        return f"{self.base_url}/chat/completions"
 
     @property
     def local(self) -> bool:
-        host = self.config.base_url.split("://", 1)[-1]
+        host = self.base_url.split("://", 1)[-1]
         return host.startswith(_LOOPBACK)
 
     def close(self) -> None:

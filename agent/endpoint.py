@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 

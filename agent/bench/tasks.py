@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 SWE_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")
 HARBOR_SCHEMAS = ("1.0", "1.1", "1.2", "1.3", "1.4")

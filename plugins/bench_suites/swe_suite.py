@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from plugins.bench_suites import gitrepo
 from plugins.bench_suites.suite import BuiltinSuite

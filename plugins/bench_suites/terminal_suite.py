@@ -22,7 +22,10 @@ import re
 import shutil
 from pathlib import Path
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from plugins.bench_suites import gitrepo
 from plugins.bench_suites.suite import BuiltinSuite

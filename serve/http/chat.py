@@ -167,6 +167,8 @@ async def chat_completions(state: ServerState, request: Request):
             choice["logprobs"] = chat_logprobs(state.tokenizer, res.logprobs, top_n) if req.logprobs else None
             if res.stop_reason is not None:
                 choice["stop_reason"] = res.stop_reason
+            if req.return_token_ids:
+                choice["token_ids"] = list(res.token_ids)
             choices.append(choice)
         body = {
             "id": rid,
@@ -176,6 +178,8 @@ async def chat_completions(state: ServerState, request: Request):
             "choices": choices,
             "usage": usage(state, len(prompt.ids), results, prompt.thinking),
         }
+        if req.return_token_ids:
+            body["prompt_token_ids"] = list(prompt.ids)
         return JSONResponse(body)
 
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -185,20 +189,23 @@ async def chat_completions(state: ServerState, request: Request):
     async def events():
         parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]
         pending_lps: list[list] = [[] for _ in gens]
+        pending_ids: list[list[int]] = [[] for _ in gens]  # sampled ids not yet sent (return_token_ids)
+
+        def with_ids(choice: dict, i: int) -> dict:
+            # The ids ride on the chunk that follows their sampling, as vLLM sends them; the last chunk sends the rest.
+            if req.return_token_ids:
+                choice["token_ids"], pending_ids[i] = pending_ids[i], []
+            return choice
+
         for i in range(len(gens)):
-            yield chunk(
-                [
-                    {
-                        "index": i,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ]
-            )
+            first = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            if req.return_token_ids:
+                first["prompt_token_ids"] = list(prompt.ids)
+            yield chunk([first])
         async for i, step in merged(gens):
             parser = parsers[i]
             pending_lps[i] += step.logprobs
+            pending_ids[i] += step.token_ids
             deltas = parser.feed(step.text) if step.text else []
             if step.finish_reason is not None:
                 deltas += parser.finish()
@@ -212,12 +219,15 @@ async def chat_completions(state: ServerState, request: Request):
                     lp, pending_lps[i] = chat_logprobs(state.tokenizer, pending_lps[i], top_n), []
                 yield chunk(
                     [
-                        {
-                            "index": i,
-                            "delta": _merge_reasoning(d, req.separate_reasoning),
-                            "logprobs": lp,
-                            "finish_reason": None,
-                        }
+                        with_ids(
+                            {
+                                "index": i,
+                                "delta": _merge_reasoning(d, req.separate_reasoning),
+                                "logprobs": lp,
+                                "finish_reason": None,
+                            },
+                            i,
+                        )
                     ]
                 )
             if step.finish_reason is not None:
@@ -231,7 +241,7 @@ async def chat_completions(state: ServerState, request: Request):
                 }
                 if gens[i].result.stop_reason is not None:
                     final["stop_reason"] = gens[i].result.stop_reason
-                yield chunk([final])
+                yield chunk([with_ids(final, i)])
         if include_usage:
             yield chunk([], usage(state, len(prompt.ids), [g.result for g in gens], prompt.thinking))
 

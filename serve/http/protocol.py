@@ -100,6 +100,8 @@ class ChatCompletionRequest(_Sampling):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "max"] | None = None
     separate_reasoning: bool = True
     response_format: dict[str, Any] | None = None
+    # vLLM (>= 0.10.2) and sglang: the sampled ids per choice and the prompt's ids, for training on what was sampled.
+    return_token_ids: bool = False
 
     @model_validator(mode="after")
     def _check_chat(self):

@@ -222,3 +222,21 @@ def test_remote_connection_errors_name_the_url_when_giving_up():
     c.sleep = lambda s: None
     with pytest.raises(APIError, match=r"http://gpu-box:8000/v1/chat/completions: .*gave up after 1 retries"):
         c.query([{"role": "user", "content": "x"}])
+
+
+def test_a_bare_server_address_means_its_v1_and_a_hosted_path_is_kept():
+    from agent.client import api_root
+
+    assert api_root("http://127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
+    assert api_root("http://127.0.0.1:8000/") == "http://127.0.0.1:8000/v1"
+    assert api_root("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000/v1"
+    assert api_root("https://api.z.ai/api/paas/v4") == "https://api.z.ai/api/paas/v4"
+    seen = []
+
+    def handler(request):
+        seen.append(request.url.path)
+        return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]})
+
+    c = ChatClient(ClientConfig(base_url="http://x:8000", stream=False), transport=httpx.MockTransport(handler))
+    c.query([{"role": "user", "content": "hi"}])
+    assert seen[-1] == "/v1/chat/completions"

@@ -241,3 +241,22 @@ def test_each_token_is_decoded_once_by_the_app_not_again_by_the_engine(client, s
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}
     out = httpx.post(server.url + "/generate", json=body).json()
     assert built == [] and out["text"] == server.tok.decode(out["output_ids"])
+
+
+def test_chat_returns_the_sampled_and_the_prompt_token_ids(client, server):
+    """`return_token_ids` (vLLM / sglang): the ids a trainer trains on, the same streamed and whole."""
+    kw = {"max_tokens": 12, "logprobs": True, "extra_body": {"return_token_ids": True}}
+    whole = greedy_chat(client, "count to three", **kw)
+    ids = whole.choices[0].model_extra["token_ids"]
+    prompt_ids = whole.model_extra["prompt_token_ids"]
+    assert len(ids) == whole.usage.completion_tokens == 12
+    assert len(prompt_ids) == whole.usage.prompt_tokens
+    assert len(whole.choices[0].logprobs.content) == 12
+    streamed, streamed_prompt = [], None
+    for c in greedy_chat(client, "count to three", stream=True, **kw):
+        for ch in c.choices:
+            streamed += ch.model_extra.get("token_ids") or []
+            streamed_prompt = ch.model_extra.get("prompt_token_ids") or streamed_prompt
+    assert streamed == ids and streamed_prompt == prompt_ids
+    plain = greedy_chat(client, "count to three", max_tokens=12)
+    assert "token_ids" not in (plain.choices[0].model_extra or {}) and "prompt_token_ids" not in plain.model_extra
