@@ -81,10 +81,6 @@ def test_proposed_rule_for_python_module_runs():
 
 @pytest.mark.parametrize("scope", ["repo", "user"])
 def test_always_saved_to_settings_holds_in_the_next_session(repo, fake_model, scope):
-    import agent.settings
-
-    if not hasattr(agent.settings, "save_rule"):
-        pytest.skip("agent.settings.save_rule pending (SECURITY helper)")
     fake_model.script = [reply(tools=[("bash", {"command": "touch a.txt"})]), reply("done")]
     s = make_session(repo, fake_model, RecordingUI(answers=[Answer(ALWAYS, rule="bash(touch:*)", save=scope)]))
     s.agent.run("touch")
