@@ -18,13 +18,13 @@ from agent.environment import Environment
 from agent.hooks import Hooks
 from agent.loop import Agent, AgentConfig
 from agent.permissions import Permissions
+from agent.plugin_registry import PluginContext, PluginManager
 from agent.sandbox import Sandbox
 from agent.session import find_session, git_info, new_id, open_writer, scratch_dir, sessions_dir
 from agent.settings import DEFAULT_CONTEXT_WINDOW, Settings
 from agent.tools.registry import ToolRegistry
 from agent.trajectory import Trajectory
 from agent.ui import AgentUI
-from plugins.registry import PluginContext, PluginManager
 
 
 @dataclass

@@ -264,9 +264,9 @@ def _completion(model, out, tasks_file, reward, steps, prompts_per_step, group_s
             default_reward = json.loads(reward)
         except json.JSONDecodeError as e:
             fail(f"--reward is not JSON: {e.msg}", code=EXIT_USAGE)
+    from agent.plugin_registry import PluginManager
     from finetune.grpo import RL_TARGETS, GRPOConfig, RewardUnavailable, RLTask, train_grpo
     from finetune.sft import LoraSettings, add_lora
-    from plugins.registry import PluginManager
 
     try:
         cfg = GRPOConfig(

@@ -1,10 +1,12 @@
-"""Extension points (Python entry points) and the built-in plugins that use them as a third party would.
+"""The built-in plugins: they use glm5's extension points exactly as a third-party plugin would.
 
-    registry.py       PluginManager: loads DEFAULT_PLUGINS and the `glm5.plugins` entry points; hooks
-                      register_tools / register_benchmarks / register_rewards
-    builtin_tools.py  the agent's built-in tools
-    mcp_tools.py      tools of the MCP servers named in settings
-    builtin_rewards.py  RL rewards for `glm5 finetune rl`: regex, command
+    builtin_tools.py    the agent's built-in tools
+    mcp_tools.py        tools of the MCP servers named in settings
+    builtin_rewards.py  RL rewards for `glm5 finetune rl`: regex, sandboxed command
+    builtin_bench.py    the built-in benchmark suites (swe:builtin, terminal:builtin) from bench_suites/
 
-`agent.builder` asks the manager to register tools into the agent's ToolRegistry when a session starts.
+The hook specification and the loader live with the host, in `agent/plugin_registry.py` (PluginManager:
+DEFAULT_PLUGINS and the `glm5.plugins` entry points; hooks register_tools, register_benchmarks,
+register_environments, register_rewards). Imports run one way: a plugin imports `agent` (a tool subclasses
+agent.tools' Tool, as a third party's would); `agent` names the built-ins only as strings it loads at run time.
 """

@@ -88,7 +88,7 @@ def environment_kinds(context: Any = None) -> dict[str, Callable[[EnvSpec], Envi
     """The built-in kinds plus every plugin's `register_environments`."""
     from agent.bench.docker_env import DockerEnvironment
     from agent.bench.local_env import LocalEnvironment
-    from plugins.registry import PluginContext, PluginManager
+    from agent.plugin_registry import PluginContext, PluginManager
 
     kinds: dict[str, Callable[[EnvSpec], Environment]] = {"local": LocalEnvironment, "docker": DockerEnvironment}
     PluginManager().call("register_environments", kinds.__setitem__, context or PluginContext())

@@ -184,7 +184,7 @@ def all_parsers() -> dict[str, Parser]:
     """Built-ins plus plugins' `log_parser:NAME` registrations."""
     out = dict(PARSERS)
     try:
-        from plugins.registry import PluginManager
+        from agent.plugin_registry import PluginManager
 
         for name, obj in PluginManager().benchmarks().items():
             if name.startswith("log_parser:") and callable(obj):

@@ -14,7 +14,7 @@ from agent.bench.tasks import TaskError, load_swe_tasks, load_terminal_tasks
 
 
 def available(kind: str | None = None) -> dict[str, Any]:
-    from plugins.registry import PluginManager
+    from agent.plugin_registry import PluginManager
 
     out = {}
     for key, suite in PluginManager().benchmarks().items():

@@ -1,6 +1,6 @@
 """The tool registry: name -> tool, and the OpenAI `tools` list offered to the model.
 
-Filled by plugins (`plugins.registry`): the built-in tools and MCP tools register through the same hook a
+Filled by plugins (`agent.plugin_registry`): the built-in tools and MCP tools register through the same hook a
 third-party plugin uses.
 """
 

@@ -73,7 +73,7 @@ def parse_reward_spec(spec: Any) -> RewardSpec:
     if not isinstance(plugins, list) or not all(isinstance(p, dict) and "type" in p for p in plugins):
         raise RewardSpecError('"plugins" is a list of reward specs ({"type": ..., "weight": ...})')
     if plugins:
-        from plugins.registry import PluginManager
+        from agent.plugin_registry import PluginManager
 
         makers = PluginManager().rewards()
         for p in plugins:
@@ -98,7 +98,7 @@ class HybridReward:
         self._lock = threading.Lock()
         self._plugins = []
         if spec.plugins:
-            from plugins.registry import PluginManager
+            from agent.plugin_registry import PluginManager
 
             makers = PluginManager().rewards()
             self._plugins = [(makers[p["type"]](p), _weight(p, p["type"]), p["type"]) for p in spec.plugins]

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from agent.bench.tasks import load_swe_tasks, load_terminal_tasks
+from agent.plugin_registry import PluginContext, PluginManager
 from plugins.bench_suites import gitrepo
 from plugins.bench_suites.suite import MARKER
 from plugins.bench_suites.swe_suite import JSONL, SpecError, SWESuite, load_instance, load_specs
 from plugins.bench_suites.terminal_suite import TerminalSuite, task_dirs
-from plugins.registry import PluginContext, PluginManager
 
 INSTANCE_IDS = [f"glm5-builtin__{i.instance_id}" for i in load_specs()[1]]
 TASK_NAMES = [p.name for p in task_dirs()]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from agent.plugin_registry import PluginManager
 from plugins.builtin_rewards import register_rewards
-from plugins.registry import PluginManager
 
 REWARDS: dict = {}
 register_rewards(lambda name, make: REWARDS.__setitem__(name, make), None)

@@ -7,9 +7,9 @@ import types
 
 import pytest
 
+from agent.plugin_registry import DEFAULT_PLUGINS, PluginContext, PluginManager
 from agent.tools.base import OTHER, ToolResult
 from agent.tools.registry import ToolRegistry
-from plugins.registry import DEFAULT_PLUGINS, PluginContext, PluginManager
 
 
 class EchoTool:
@@ -66,3 +66,21 @@ def test_pyproject_declares_the_builtins_as_entry_points():
     data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     declared = set(data["project"]["entry-points"]["glm5.plugins"].values())
     assert declared == set(DEFAULT_PLUGINS)
+
+
+def test_imports_run_one_way_agent_never_imports_the_plugins():
+    """The built-ins import `agent` as a third party's plugin would; `agent` names them only as strings."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "agent"
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            offenders += [f"{path.relative_to(root)}: {n}" for n in names if n == "plugins" or n.startswith("plugins.")]
+    assert offenders == []

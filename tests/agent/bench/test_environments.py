@@ -17,7 +17,7 @@ def test_builtin_kinds_and_a_plugin_kind(monkeypatch):
         def register_environments(self, register, context):
             register("remote", lambda spec: ("remote", spec))
 
-    import plugins.registry as reg
+    import agent.plugin_registry as reg
 
     real = reg.PluginManager
 

@@ -163,7 +163,7 @@ def test_log_claiming_success_over_a_failing_exit_code_is_not_believed():
 
 
 def test_a_plugin_adds_a_log_parser(monkeypatch):
-    import plugins.registry as reg
+    import agent.plugin_registry as reg
     from agent.bench.log_parsers import parser_for
 
     class TapPlugin:
