@@ -41,10 +41,20 @@ class BackgroundJob:
     proc: subprocess.Popen
     log_path: Path
     started: float = field(default_factory=time.time)
+    pump: threading.Thread | None = None  # copies the job's output, redacted, into log_path
 
     def status(self) -> str:
         rc = self.proc.poll()
+        if rc is not None and self.pump is not None:
+            self.pump.join(timeout=2)  # an exited job's log is complete once its status says so
         return "running" if rc is None else f"exited {rc}"
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the job to exit and its last output to reach the log."""
+        rc = self.proc.wait(timeout)
+        if self.pump is not None:
+            self.pump.join(timeout)
+        return rc
 
 
 class Environment:
@@ -176,20 +186,32 @@ class Environment:
         )
 
     def start_background(self, command: str) -> BackgroundJob:
+        """The job's output comes to the host through a pipe and is written to its log redacted, line by line, so
+        the log on disk never holds a key the job printed (the command cannot write the log itself)."""
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         job_id = len(self.jobs) + 1
         log = self.scratch_dir / f"job-{job_id}.log"
-        with _create(log) as f:
-            proc = self._spawn(command, f)
+        f = _create(log)
+        proc = self._spawn(command, subprocess.PIPE)
         job = BackgroundJob(job_id, command, proc, log)
+        job.pump = threading.Thread(target=self._pump, args=(proc.stdout, f), daemon=True, name=f"glm5-job-{job_id}")
+        job.pump.start()
         self.jobs[job_id] = job
         return job
 
+    def _pump(self, stream, log) -> None:
+        with stream, log:
+            for line in iter(stream.readline, b""):
+                log.write(self.redactor.text(line.decode("utf-8", errors="replace")).encode("utf-8"))
+                log.flush()
+
     def close(self) -> None:
-        """Kill background jobs still running."""
+        """Kill background jobs still running; their logs are complete when this returns."""
         for job in self.jobs.values():
             if job.proc.poll() is None:
                 _kill_group(job.proc)
+            if job.pump is not None:
+                job.pump.join(timeout=5)
 
 
 def _create(path: Path):

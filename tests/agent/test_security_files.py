@@ -108,7 +108,7 @@ def test_host_writes_in_the_scratch_folder_do_not_follow_planted_links(repo, tmp
     env = Environment(repo, scratch_dir=scratch, inline_chars=50)
     assert env.execute("seq 1 100").full_output_path
     job = env.start_background("echo from-job")
-    job.proc.wait(10)
+    job.wait(10)
     assert victim.read_text() == "original\n"
     assert "from-job" in job.log_path.read_text()
 

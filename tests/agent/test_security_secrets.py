@@ -103,3 +103,12 @@ def test_mcp_servers_get_a_scrubbed_environment(monkeypatch):
     target = MCPConnection._target(types.SimpleNamespace(spec=spec, name="s", cwd=None))
     assert "GLM5_API_KEY" not in target.env and target.env["GITHUB_TOKEN"].startswith("ghp_")
     assert target.env["ROOT"] == "." and "PATH" in target.env
+
+
+def test_a_background_jobs_log_on_disk_is_redacted(repo, tmp_path):
+    env = Environment(repo, scratch_dir=tmp_path / "scratch")
+    job = env.start_background(f"echo start; echo 'key {SK}'; echo AWS_SECRET_ACCESS_KEY={AWS}; echo end")
+    job.wait(timeout=30)
+    log = job.log_path.read_text()
+    assert SK not in log and AWS not in log
+    assert log.startswith("start\n") and log.rstrip().endswith("end") and REDACTED in log
