@@ -1,0 +1,199 @@
+"""Cross-stage on-policy distillation (GLM-5 report §3.5, Eq. 2): the student samples, a teacher scores the same
+tokens, and the student is pulled towards the teacher where it sampled.
+
+    teachers = {"math": Teacher.checkpoint(net_a), "code": Teacher.base()}   # base: the student's adapter off
+    train_distill(student, prompts, teachers, DistillConfig(steps=100))
+
+The loss is the report's: Eq. 1 (GRPO) with the advantage replaced by
+    A_t = sg[log pi_teacher(y_t | x, y_<t) - log pi_student(y_t | x, y_<t)]
+on the student's own sampled tokens y (group size 1). On-policy, one update per sample, the importance ratio is 1
+and the loss is -mean_t A_t * log pi_student(y_t): a policy-gradient estimate of the gradient of the per-token
+*sampled* reverse KL, E_y~student[log pi_student - log pi_teacher] (tinker-cookbook and slime's OPD use the same).
+`kl="full"` instead minimises the full-vocabulary reverse KL sum_v pi_s(v) (log pi_s(v) - log pi_t(v)) at each
+sampled position (TRL's GKD with beta=1, verl's GKD OPD): the same minimiser, lower variance, a [N, V] teacher
+distribution per step.
+
+A teacher is an earlier stage's checkpoint (a model of its own), or "base": the student with its LoRA adapters
+switched off, which costs no second copy of the weights (peft's adapter switch, `adapters_off`). Each prompt has
+a domain; each domain its teacher (tinker-cookbook's one teacher per dataset, GLM-5's mixed RL prompt sets).
+The metric logged as `lm` is the sampled reverse KL estimate, mean over tokens of log pi_s - log pi_t.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from finetune.train_loop import LossTerms, OptimConfig, train
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    steps: int = 100
+    lr: float = 1e-4
+    warmup: int = 5
+    grad_clip: float = 1.0
+    prompts_per_step: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    kl: str = "sampled"  # "sampled" (the report's Eq. 2) or "full" (full-vocabulary reverse KL)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kl not in ("sampled", "full"):
+            raise ValueError(f"kl must be 'sampled' or 'full', not {self.kl!r}")
+
+    @property
+    def optim(self) -> OptimConfig:
+        return OptimConfig(self.steps, self.lr, self.warmup, 0.0, self.grad_clip)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]
+    domain: str = "default"
+
+
+@dataclass
+class Teacher:
+    """`model` None: the student itself with its adapters off (the student's base)."""
+
+    model: object | None = None
+
+    @classmethod
+    def base(cls) -> Teacher:
+        return cls(None)
+
+    @classmethod
+    def checkpoint(cls, model) -> Teacher:
+        model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        return cls(model)
+
+
+@contextlib.contextmanager
+def adapters_off(model):
+    """The model without its LoRA deltas for the duration (peft's per-layer adapter switch, which peft's
+    `disable_adapter()` context flips on a PeftModel; our adapters are injected, so the layers are switched)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    if not layers:
+        raise ValueError("teacher 'base' needs a student with a LoRA adapter (there is none to switch off)")
+    for m in layers:
+        m.enable_adapters(False)
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.enable_adapters(True)
+            # enable_adapters(True) marks the active adapters trainable again; only LoRA factors were.
+        for n, p in model.named_parameters():
+            p.requires_grad_("lora_" in n)
+
+
+@torch.no_grad()
+def sample(model, prompt: list[int], max_new: int, temperature: float, gen: torch.Generator, stop=()) -> list[int]:
+    """The student's completion of `prompt`, sampled at `temperature` (0: greedy), up to `max_new` tokens or a
+    `stop` token (kept). Recomputes the prefix each token: distillation prompts are short and this keeps the
+    sampled distribution exactly the trained one (same forward, same numerics)."""
+    ids = list(prompt)
+    was = model.training
+    model.eval()
+    try:
+        for _ in range(max_new):
+            logits = model(torch.tensor([ids]))[0, -1].float()
+            if temperature <= 0:
+                tok = int(logits.argmax())
+            else:
+                tok = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen))
+            ids.append(tok)
+            if tok in stop:
+                break
+    finally:
+        model.train(was)
+    return ids[len(prompt) :]
+
+
+def completion_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0) -> torch.Tensor:
+    """Log-softmax rows [N, V] of the positions that predict `completion`'s N tokens."""
+    logits = model(torch.tensor([prompt + completion]))[0, len(prompt) - 1 : len(prompt) - 1 + len(completion)]
+    return torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), -1)
+
+
+def distill_loss(student_lp: torch.Tensor, teacher_lp: torch.Tensor, tokens: torch.Tensor, kl: str) -> torch.Tensor:
+    """Per-token reverse KL loss, summed over tokens. student_lp / teacher_lp [N, V] log-probs, tokens [N].
+    sampled: -sg[lp_t(y) - lp_s(y)] * lp_s(y) (Eq. 2's advantage in the on-policy policy gradient);
+    full: sum_v p_s(v) (lp_s(v) - lp_t(v))."""
+    teacher_lp = teacher_lp.detach()
+    if kl == "full":
+        return (student_lp.exp() * (student_lp - teacher_lp)).sum()
+    s = student_lp.gather(-1, tokens[:, None])[:, 0]
+    t = teacher_lp.gather(-1, tokens[:, None])[:, 0]
+    return -((t - s).detach() * s).sum()
+
+
+def teacher_logprobs(student, teacher: Teacher, prompt, completion, temperature) -> torch.Tensor:
+    with torch.no_grad():
+        if teacher.model is None:
+            with adapters_off(student):
+                return completion_logprobs(student, prompt, completion, temperature)
+        return completion_logprobs(teacher.model, prompt, completion, temperature)
+
+
+def train_distill(
+    student,
+    prompts: list[Prompt],
+    teachers: dict[str, Teacher],
+    cfg: DistillConfig = DistillConfig(),
+    stop: tuple[int, ...] = (),
+    resume: dict | None = None,
+    save: Callable[[dict], None] | None = None,
+    save_every: int = 0,
+    on_step=None,
+    named: list[tuple[str, torch.Tensor]] | None = None,
+) -> list[LossTerms]:
+    """`cfg.steps` steps of on-policy distillation over `prompts`, `cfg.prompts_per_step` a step, each scored by
+    its domain's teacher (a domain without one is an error before anything runs). Sampling is seeded by
+    (seed, step), so a resumed run samples what the interrupted one would have."""
+    missing = sorted({p.domain for p in prompts} - set(teachers))
+    if missing:
+        raise ValueError(f"no teacher for domain(s) {missing}: give a --teacher for each (known: {sorted(teachers)})")
+    named = named if named is not None else [(n, p) for n, p in student.named_parameters() if p.requires_grad]
+    if not any(p.requires_grad for _, p in named):
+        raise ValueError("nothing to train: add_lora first")
+
+    def batches():
+        order = list(range(len(prompts)))
+        for step in range(cfg.steps):
+            rng = random.Random(cfg.seed * 1_000_003 + step)
+            yield step, [prompts[i] for i in rng.sample(order, min(cfg.prompts_per_step, len(order)))]
+
+    def loss_fn(batch) -> LossTerms:
+        step, chosen = batch
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+        comps = [sample(student, p.ids, cfg.max_new_tokens, cfg.temperature, gen, stop) for p in chosen]
+        n = max(1, sum(len(c) for c in comps))
+        total, kl_est, tokens = 0.0, 0.0, 0
+        for p, c in zip(chosen, comps, strict=True):
+            if not c:
+                continue
+            t_lp = teacher_logprobs(student, teachers[p.domain], p.ids, c, cfg.temperature)
+            s_lp = completion_logprobs(student, p.ids, c, cfg.temperature)
+            tok = torch.tensor(c)
+            loss = distill_loss(s_lp, t_lp, tok, cfg.kl) / n
+            loss.backward()
+            total += float(loss.detach())
+            kl_est += float((s_lp.detach().gather(-1, tok[:, None]) - t_lp.gather(-1, tok[:, None])).sum())
+            tokens += len(p.ids) + len(c)
+        # backpropagated per prompt above (one prompt's activations at a time); the loop sees a detached loss
+        return LossTerms(torch.tensor(total), kl_est / n, tokens=tokens)
+
+    return train(
+        student, named, batches(), loss_fn, cfg.optim, resume=resume, save=save, save_every=save_every, on_step=on_step
+    )
