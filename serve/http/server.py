@@ -191,6 +191,8 @@ def run_embedded(
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     try:
         uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the SIGINT it shut down on; a requested stop is a clean exit (as uvicorn.run)
     finally:
         engine.shutdown()
         sock.close()
