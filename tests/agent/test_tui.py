@@ -177,6 +177,7 @@ async def test_token_count_moves_while_a_reply_streams(repo, fake_model):
     async with app.run_test() as pilot:
         status = app.query_one("#status", Static)
         app.busy = True
+        await pilot.pause(0.15)  # past the redraw interval since the status line was drawn at start-up
         await app.stream_delta("content", "x" * 400)
         first = str(status.render())
         await pilot.pause(0.15)  # the live estimate is redrawn at most every 0.1 s
