@@ -5,6 +5,7 @@ and a killed run resumes from its last optimizer step with its buffered rollouts
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -103,6 +104,11 @@ def test_a_killed_run_resumes_from_its_last_step_with_its_buffered_rollouts(tok,
 
     def kill_after_2(row):
         if row["step"] == 2:
+            # killed once the feeder has run ahead (its thread goes on while this one waits): on a busy machine it
+            # may not have finished a later group's rollout by the time step 2 is logged
+            deadline = time.monotonic() + 120
+            while not any((tmp_path / "rollouts").glob("*.json")) and time.monotonic() < deadline:
+                time.sleep(0.05)
             raise Killed
 
     fam = CountingFamily()
