@@ -13,12 +13,10 @@ wrote nothing) is an environment failure for the crash-group rule, never a 0.
 
 from __future__ import annotations
 
-import io
-import json
-import os
 from pathlib import Path
 from typing import Any
 
+from agent.bench.agents import Glm5Agent
 from finetune.rl.rollout import ENV_ERROR, OK, Grade
 
 
@@ -28,39 +26,16 @@ def load_bench_tasks(env: str, tasks_file: Path | None, task_dirs: list[Path]) -
     return load_swe_tasks(tasks_file) if env == "swe" else load_terminal_tasks(task_dirs)
 
 
-class RLBenchAgent:
-    """The bench's glm5 agent with the RL session's model in place of the HTTP client."""
+class RLBenchAgent(Glm5Agent):
+    """The bench's glm5 agent (its settings, loop and infra rules) with the RL session's model as its client."""
 
     name = "glm5-rl"
 
     def __init__(self, model, max_turns: int):
-        self.model, self.max_turns = model, max_turns
+        super().__init__(max_turns=max_turns, client=model)
 
     def describe(self) -> dict[str, Any]:
         return {"agent": self.name}
-
-    def run(self, task, env, trial_dir: Path, limits):
-        from agent.bench.agents import AgentOutcome, BenchSandbox, Glm5Agent, task_prompt
-        from agent.bench.tasks import TerminalTask
-        from agent.builder import build_session
-        from agent.headless import HeadlessUI, run_headless
-
-        settings = Glm5Agent(max_turns=self.max_turns).settings(trial_dir, limits)
-        out, err = io.StringIO(), io.StringIO()
-        ui = HeadlessUI("json", "auto", out=out, err=err)
-        session = build_session(env.app_dir, settings, ui, model=self.model)
-        session.agent.env.sandbox = BenchSandbox(env)
-        session.agent.env.env = env.child_env() if hasattr(env, "child_env") else None
-        prompt = task_prompt(task)
-        if isinstance(task, TerminalTask):
-            prompt += f"\n\n(Your working folder {env.app_dir} is /app inside commands.)"
-        run_headless(session, prompt, ui)
-        (trial_dir / "agent.log").write_text(err.getvalue())
-        summary = json.loads(out.getvalue().strip().splitlines()[-1])
-        path = trial_dir / "trajectory.jsonl"
-        os.replace(summary["trajectory"], path)
-        infra = str(self.model.failure) if self.model.failure is not None else None
-        return AgentOutcome(summary["exit_status"], path, summary.get("stats") or {}, infra, summary.get("result", ""))
 
 
 class BenchSession:
