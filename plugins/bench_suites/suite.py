@@ -9,6 +9,7 @@ is refused rather than overwritten.
 
 from __future__ import annotations
 
+import abc
 import fcntl
 import hashlib
 import json
@@ -32,7 +33,7 @@ def data_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-class BuiltinSuite:
+class BuiltinSuite(abc.ABC):
     """Base of the built-in suites: subclasses set kind/name/description and implement `build`."""
 
     kind: str = ""
@@ -40,9 +41,9 @@ class BuiltinSuite:
     description: str = ""
     deterministic = True
 
+    @abc.abstractmethod
     def build(self, tmp: Path, dest: Path) -> list[str]:
         """Write the suite into tmp as it will be at dest (paths inside files name dest); return top-level names."""
-        raise NotImplementedError
 
     def outputs(self, dest: Path, names: list[str]) -> list[Path]:
         """The paths `materialize` returns, from the top-level names `build` wrote."""
