@@ -3,6 +3,8 @@
     suite.py           BuiltinSuite: materialize(dest) once, atomically, under a lock; reused while the data is unchanged
     gitrepo.py         deterministic git (no user config or hooks, fixed identity and dates), diffs made outside the repo
     swe_suite.py       SWESuite ("swe:builtin"): swe/repos/*.toml + swe/instances/*.toml -> git repos + SWE-bench JSONL
+    repair_family.py   the generated one-line repair family: instance = f(seed, split, index); splits share no name
+    repair_suite.py    RepairSuite ("swe:repair-train", "swe:repair-heldout"): that family as repos + SWE-bench JSONL
     terminal_suite.py  TerminalSuite ("terminal:builtin"): terminal/<task>/ Harbor folders, /app state built at materialize
 
 README.md says how to add an instance or a task and how to check it.

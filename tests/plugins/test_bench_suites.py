@@ -60,7 +60,7 @@ def test_both_suites_are_registered_as_plugins():
     suites = PluginManager(entry_points=False).benchmarks(PluginContext())
     assert suites["swe:builtin"].kind == "swe" and suites["terminal:builtin"].kind == "terminal"
     for suite in suites.values():
-        assert suite.name == "builtin" and suite.description and suite.deterministic is True
+        assert suite.name in ("builtin", "repair-train", "repair-heldout") and suite.description and suite.deterministic is True
         assert callable(suite.materialize)
 
 
