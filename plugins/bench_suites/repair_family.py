@@ -220,7 +220,7 @@ STATEMENTS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def name_pool(split: str) -> tuple[str, ...]:
     """Every function name of `split`, in a fixed order."""
     return tuple(f"{v}_{n}" for v in VERBS for n in NOUNS if name_split(f"{v}_{n}") == split)
@@ -259,11 +259,11 @@ def _draw(rng: random.Random, split: str, index: int) -> Instance:
     names = iter(_names(rng, split, sum(counts)))
     kind = KINDS[index % len(KINDS)]  # balanced kinds; everything else is drawn
     inst = Instance(f"glm5proof__repair-{split}-{index:04d}", split, pkg)
-    bug_at = (rng.randrange(len(mods)), None)
-    for m, (mod, count) in enumerate(zip(mods, counts)):
+    bug_module = rng.randrange(len(mods))
+    for m, (mod, count) in enumerate(zip(mods, counts, strict=True)):
         fns = []
         for j in range(count):
-            is_bug = m == bug_at[0] and j == 0
+            is_bug = m == bug_module and j == 0
             shape = rng.choice(CAN_CARRY[kind]) if is_bug else rng.choice(sorted(SHAPES))
             fn = SHAPES[shape](rng, next(names))
             if is_bug:

@@ -67,7 +67,7 @@ def test_materialize_writes_swe_bench_rows_the_same_way_twice(tmp_path):
     rows_a = [json.loads(line) for line in a.read_text().splitlines()]
     rows_b = [json.loads(line) for line in b.read_text().splitlines()]
     assert len(rows_a) == 2
-    for ra, rb in zip(rows_a, rows_b):
+    for ra, rb in zip(rows_a, rows_b, strict=True):
         assert ra["base_commit"] == rb["base_commit"] and ra["patch"] == rb["patch"]
         assert ra["repo"] == str(tmp_path / "a" / "repos" / ra["instance_id"])
         assert json.loads(ra["FAIL_TO_PASS"])[1].endswith("_more") and ra["bug_kind"] in KINDS
