@@ -1,0 +1,117 @@
+"""The expert: a scripted policy that solves the repair family's tasks from the conversation alone.
+
+It plays the model's part of a `glm5 code` session: given the messages so far (OpenAI format), it returns the next
+assistant message. It reads only what a model would see -- the issue in the first user message and the tool
+results -- never the gold patch or the hidden test:
+
+    1. read the file the issue names
+    2. edit the one line: find the named function in the read output, then the line the issue describes
+       (an operator or comparison to swap, a whole line to replace, a return value to change)
+    3. run the failing test the issue names with bash
+    4. answer in one sentence (no tool call: the session ends, as a model's would)
+
+Its sessions, recorded by `glm5 bench` like any model's, are the SFT stage's expert trajectories. An issue it
+cannot parse, or a file whose line it cannot find, ends the session with a message saying so (the trial is then
+unresolved, and SFT's default --only-resolved leaves it out).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# where: "`f` in `path`" or "`f` (path)"
+_WHERE = re.compile(r"`(?P<f>[A-Za-z_]\w*)` (?:in `|\()(?P<path>[\w./-]+\.py)")
+_TEST = re.compile(r"`(?P<test>[\w./-]+\.py::\w+)`")
+# what: the fragment that is wrong and what it should be, in each phrasing the family uses
+_WHAT = (
+    re.compile(r"uses `(?P<old>[^`]+)` where it should use `(?P<new>[^`]+)`"),
+    re.compile(r"should use `(?P<new>[^`]+)`, not `(?P<old>[^`]+)`"),
+    re.compile(r"returns `(?P<old>[^`]+)` where it should return `(?P<new>[^`]+)`"),
+    re.compile(r"should return `(?P<new>[^`]+)`, not `(?P<old>[^`]+)`"),
+    re.compile(r"line `(?P<old>[^`]+)` should be `(?P<new>[^`]+)`"),
+    re.compile(r"`(?P<old>[^`]+)` should read `(?P<new>[^`]+)`"),
+)
+_NUMBERED = re.compile(r"^\s*\d+\t(.*)$")
+PYTEST = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider"
+
+
+@dataclass(frozen=True)
+class Issue:
+    function: str
+    path: str
+    old: str
+    new: str
+    test: str
+
+
+def parse_issue(text: str) -> Issue | None:
+    """The facts the family's issue text states, or None when it is not one of ours."""
+    where, test = _WHERE.search(text), _TEST.search(text)
+    what = next((m for p in _WHAT if (m := p.search(text))), None)
+    if not (where and test and what):
+        return None
+    return Issue(where["f"], where["path"], what["old"], what["new"], test["test"])
+
+
+def fix_line(file_lines: list[str], issue: Issue) -> tuple[str, str] | None:
+    """(the line as it is, the line as it should be) inside issue.function, or None when not found."""
+    start = next((i for i, line in enumerate(file_lines) if line.startswith(f"def {issue.function}(")), None)
+    if start is None:
+        return None
+    body = []
+    for line in file_lines[start + 1 :]:
+        if line and not line[0].isspace():
+            break
+        body.append(line)
+    for line in body:
+        text = line.strip()
+        if " " in issue.old and text == issue.old:  # a whole statement to replace
+            return line, line[: len(line) - len(line.lstrip())] + issue.new
+        if issue.old.isidentifier() and text == f"return {issue.old}":  # a return value
+            return line, line.replace(f"return {issue.old}", f"return {issue.new}")
+        if not issue.old.isidentifier() and f" {issue.old} " in line:  # an operator or a comparison
+            return line, line.replace(f" {issue.old} ", f" {issue.new} ", 1)
+    return None
+
+
+def _call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+    return {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):  # content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def next_message(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The expert's next assistant message (OpenAI format) after `messages`."""
+    users = [m for m in messages if m.get("role") == "user"]
+    issue = parse_issue(_text(users[0].get("content"))) if users else None
+    if issue is None:
+        return {"role": "assistant", "content": "I cannot tell from the issue which line to change."}
+    calls = [tc for m in messages if m.get("role") == "assistant" for tc in (m.get("tool_calls") or [])]
+    done = [tc["function"]["name"] for tc in calls]
+    results = [m for m in messages if m.get("role") == "tool"]
+    n = len(calls)
+    if "read" not in done:
+        return {"role": "assistant", "content": None, "tool_calls": [_call("read", {"path": issue.path}, n)]}
+    if "edit" not in done:
+        listing = _text(results[-1].get("content")) if results else ""
+        lines = [m.group(1) for m in map(_NUMBERED.match, listing.splitlines()) if m]
+        found = fix_line(lines, issue)
+        if found is None:
+            return {"role": "assistant", "content": f"I could not find the line to change in `{issue.function}`."}
+        old, new = found
+        args = {"path": issue.path, "old_string": old, "new_string": new}
+        return {"role": "assistant", "content": None, "tool_calls": [_call("edit", args, n)]}
+    if "bash" not in done:
+        args = {"command": f"{PYTEST} {issue.test}"}
+        return {"role": "assistant", "content": None, "tool_calls": [_call("bash", args, n)]}
+    log = _text(results[-1].get("content")) if results else ""
+    if re.search(r"\b\d+ passed\b", log) and not re.search(r"\b\d+ (failed|error)", log):
+        return {"role": "assistant", "content": f"Fixed `{issue.function}` in `{issue.path}`; `{issue.test}` passes."}
+    return {"role": "assistant", "content": f"I changed `{issue.function}` but `{issue.test}` still fails."}
