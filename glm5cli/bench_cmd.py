@@ -2,6 +2,7 @@
 
     swe / terminal   run tasks with an agent into a run folder (resumable; reports, JUnit, markdown)
     validate         the oracle solves every task, nop none
+    proof            the training proof: base -> SFT -> RL, each stage benched on held-out (glm5cli/proof_cmd.py)
     report / compare merge shards into one report; two runs side by side
     serve            load-test an OpenAI-compatible server
 The work happens in agent/bench (and serve/bench); these commands parse flags and show results.
@@ -424,3 +425,10 @@ def serve(
         console.print(summary_table(summary))
     if summary["completed"] == 0:
         fail(f"every request failed: {summary['errors']}")
+
+
+# -- the training proof (its own module: glm5cli/proof_cmd.py) --------------------------------------------------
+
+from glm5cli.proof_cmd import proof as _proof  # noqa: E402
+
+app.command("proof")(_proof)

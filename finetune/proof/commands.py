@@ -1,0 +1,94 @@
+"""The glm5 commands a proof run is made of: each stage is one CLI call a user could type, run as a subprocess.
+
+`glm5(*args)` is the argv of `python -m glm5cli ARGS` with the interpreter that runs the proof, so a worktree's
+packages are the ones used. The layout of a run folder:
+
+    RUN/proof.json                 the configuration (a resumed run must ask for the same)
+    RUN/tasks/{train,heldout}/     the repair family's two splits (repos + SWE-bench JSONL)
+    RUN/expert/                    `glm5 bench swe` of the expert on train: the SFT data
+    RUN/corpus/chat.jsonl          the base model's synthetic conversations
+    RUN/models/{init,base,sft,rl}  each stage's checkpoint (full fine-tuning, or LoRA merged: servable as it is)
+    RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
+    RUN/logs/<step>.log            every subprocess's output
+    RUN/table.{md,json}, RUN/plots/*.png
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from finetune.proof.config import ProofConfig
+
+MODEL_NAME = "glm5-proof"
+
+
+def glm5(*args: object) -> list[str]:
+    return [sys.executable, "-m", "glm5cli", *map(str, args)]
+
+
+def shown(argv: list[str]) -> str:
+    """argv as the user would type it."""
+    return " ".join(["glm5", *argv[3:]])
+
+
+def task_file(run: Path, split: str) -> Path:
+    return run / "tasks" / split / f"repair-{split}.jsonl"
+
+
+def model_dir(run: Path, stage: str) -> Path:
+    return run / "models" / stage
+
+
+def previous(stage: str) -> str:
+    return {"base": "init", "sft": "base", "rl": "sft"}[stage]
+
+
+def init_cmd(run: Path, c: ProofConfig) -> list[str]:
+    return glm5("model", "init", "--preset", c.preset, "--out", model_dir(run, "init"), "--seed", c.seed)
+
+
+def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig, only_resolved: bool) -> list[str]:
+    return glm5("finetune", "sft", src, "--out", out, "--data", data, "--full", "--train-mtp", "--steps", steps,
+                "--lr", lr, "--batch-size", c.batch_size, "--max-len", c.max_len, "--seed", c.seed,
+                "--only-resolved" if only_resolved else "--all-outcomes", "--save-every", max(1, steps // 4))  # fmt: skip
+
+
+def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
+    """The command that trains `stage` from the previous stage's checkpoint."""
+    src, out = model_dir(run, previous(stage)), model_dir(run, stage)
+    if stage == "base":
+        return _sft(src, out, run / "corpus" / "chat.jsonl", c.base_steps, c.base_lr, c, only_resolved=False)
+    if stage == "sft":
+        return _sft(src, out, run / "expert", c.sft_steps, c.sft_lr, c, only_resolved=True)
+    if stage == "rl":
+        return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
+                    "--merge", "--steps", c.rl_steps, "--group-size", c.rl_group_size, "--groups-per-step",
+                    c.rl_groups_per_step, "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
+                    "--concurrency", c.concurrency * 2, "--seed", c.seed)  # fmt: skip
+    raise ValueError(f"no command for stage {stage!r}")
+
+
+def expert_cmd(run: Path, c: ProofConfig, base_url: str) -> list[str]:
+    # --force: a resumed run's expert listens on another port; it is the same expert
+    return glm5("bench", "swe", task_file(run, "train"), "--out", run / "expert", "--agent", "glm5",
+                "--base-url", base_url, "--model", "glm5-expert", "-n", c.concurrency, "--max-turns", 8,
+                "--force")  # fmt: skip
+
+
+def serve_cmd(model: Path, port: int, c: ProofConfig, api_key: str) -> list[str]:
+    return glm5("serve", model, "--port", port, "--served-model-name", MODEL_NAME, "--quant", c.quant,
+                "--speculative", c.speculative, "--max-model-len", c.max_len + 1024, "--api-key", api_key,
+                "--no-access-log")  # fmt: skip
+
+
+def bench_cmd(run: Path, stage: str, c: ProofConfig, base_url: str, key_env: str) -> list[str]:
+    # --force: a resumed run's server has another port and key; RUN/proof.json pins everything else
+    return glm5("bench", "swe", task_file(run, "heldout"), "--out", run / "bench" / stage, "--agent", "glm5",
+                "--base-url", base_url, "--model", MODEL_NAME, "--api-key-env", key_env, "-k", c.k,
+                "-n", c.concurrency, "--max-turns", c.max_turns, "--temperature", c.temperature,
+                "--force")  # fmt: skip
+
+
+def compare_cmd(run: Path, a: str, b: str) -> list[str]:
+    return glm5("bench", "compare", run / "bench" / a, run / "bench" / b, "--json")

@@ -1,0 +1,100 @@
+"""ProofConfig: every knob of a proof run, saved in RUN/proof.json (a resumed run must ask for the same).
+
+`ProofConfig()` is the full proof's setting; `ProofConfig.smoke()` the seconds-to-minutes one the tests and a
+first try use (the `tiny` model, a few tasks, one step per stage). Nothing here is tuned on the held-out split:
+counts, steps and rates are fixed before a run and the same for every stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STAGES = ("base", "sft", "rl")  # the model stages, in order; each is measured on held-out after it is trained
+
+
+@dataclass(frozen=True)
+class ProofConfig:
+    seed: int = 0
+    n_train: int = 200  # train-split tasks: the expert's trajectories and RL's tasks
+    n_heldout: int = 50  # held-out tasks: the measurement, never trained on
+    preset: str = "small"  # `glm5 model init --preset`
+    # the base model: trained from scratch on the synthetic corpus
+    corpus_size: int = 4000
+    base_steps: int = 400
+    base_lr: float = 1e-3
+    # SFT on the expert's resolved train trajectories (full fine-tuning, MTP trained along)
+    sft_steps: int = 200
+    sft_lr: float = 3e-4
+    # agentic RL on the train split (GLM-5's async rules: `glm5 finetune rl --env swe`)
+    rl_steps: int = 20
+    rl_group_size: int = 4
+    rl_groups_per_step: int = 2
+    batch_size: int = 8
+    max_len: int = 2560
+    # the measurement: each stage served as deployed, benched on held-out
+    k: int = 4
+    concurrency: int = 2
+    max_turns: int = 6
+    temperature: float = 0.7
+    quant: str = "int4"
+    speculative: str = "mtp"
+    stages: tuple[str, ...] = STAGES
+
+    @classmethod
+    def smoke(cls, **over: Any) -> ProofConfig:
+        """The smallest run that goes through every step: minutes on a busy 2-core machine."""
+        small = dict(n_train=2, n_heldout=1, preset="tiny", corpus_size=8, base_steps=1, sft_steps=1, rl_steps=1,
+                     rl_group_size=2, rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1,
+                     max_turns=2)  # fmt: skip
+        return cls(**{**small, **over})
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.stages if s not in STAGES]
+        if bad:
+            raise ValueError(f"unknown stage(s) {', '.join(bad)}; the stages are {', '.join(STAGES)}")
+        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+        if self.preset not in ("tiny", "small"):
+            raise ValueError(f"preset {self.preset!r}: expected tiny or small")
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["stages"] = list(self.stages)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ProofConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        if "stages" in d:
+            d["stages"] = tuple(d["stages"])
+        return cls(**d)
+
+
+class ProofConfigMismatch(ValueError):
+    pass
+
+
+def claim(run: Path, config: ProofConfig, force: bool = False) -> None:
+    """Write RUN/proof.json, or check that a resumed run asks for the same (unless force)."""
+    path = Path(run) / "proof.json"
+    run.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and not force:
+        old = ProofConfig.from_json(json.loads(path.read_text()))
+        if old != config:
+            diff = [
+                f"{k}: {v!r} -> {config.to_json()[k]!r}" for k, v in old.to_json().items() if config.to_json()[k] != v
+            ]
+            raise ProofConfigMismatch(
+                f"{run} holds a proof run with another configuration ({'; '.join(diff)}); "
+                "use a new --out folder, or --force to continue with the new one"
+            )
+        return
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(config.to_json(), indent=1) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,107 @@
+"""The base model's corpus: synthetic agent conversations over random code, in OpenAI chat JSONL.
+
+A model trained from scratch must first learn the chat format, the tool-call syntax and the shape of a session
+before it can learn to repair anything. These conversations teach exactly that, with the deployed system prompt
+and tool schemas (taken from a session the bench recorded, so the base sees the prefix it will be served with),
+over packages drawn like the repair family's but with no bug, no failing test and no issue text:
+
+    show      "Show me `pkg/mod.py`."                  read -> a one-line summary of its functions
+    tests     "Run the tests in `tests/test_mod.py`."  bash (pytest) -> how many passed
+    rename    "In `pkg/mod.py`, rename `f` to `g`."    read -> edit (the def line) -> done
+    find      "Which files define tests?"              glob -> the list
+
+Only train-split function names are used, so the base never sees a held-out function. Tool results have the
+tools' real formats (`cat -n` numbering, "[exit code 0]", "edited PATH: 1 replacement"). `glm5 finetune sft --full`
+trains on it like on any OpenAI chat JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from plugins.bench_suites.repair_family import MODULES, PACKAGES, SHAPES, name_pool
+
+KINDS = ("show", "tests", "rename", "find")
+
+
+def _call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+    return {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def _assistant_call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [_call(name, args, n)]}
+
+
+def _tool(text: str, n: int) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": f"call_{n}", "content": text}
+
+
+def _listing(text: str) -> str:
+    return "\n".join(f"{i:6d}\t{line}" for i, line in enumerate(text.splitlines(), 1))
+
+
+def conversation(rng: random.Random, system: str) -> list[dict[str, Any]]:
+    """One synthetic session: system, user, the assistant's tool calls and their results, the answer."""
+    pkg, mod = rng.choice(PACKAGES), rng.choice(MODULES)
+    fns = [SHAPES[rng.choice(sorted(SHAPES))](rng, name) for name in rng.sample(name_pool("train"), rng.randint(2, 3))]
+    path, test_path = f"{pkg}/{mod}.py", f"tests/test_{mod}.py"
+    source = "\n\n".join(f.source() for f in fns)
+    kind = rng.choice(KINDS)
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    if kind == "show":
+        msgs.append({"role": "user", "content": rng.choice(["Show me `{p}`.", "What is in `{p}`?"]).format(p=path)})
+        msgs += [_assistant_call("read", {"path": path}, 0), _tool(_listing(source), 0)]
+        names = ", ".join(f"`{f.name}`" for f in fns)
+        msgs.append({"role": "assistant", "content": f"`{path}` defines {names}."})
+    elif kind == "tests":
+        msgs.append({"role": "user", "content": f"Run the tests in `{test_path}`."})
+        command = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -q -p no:cacheprovider {test_path}"
+        msgs.append(_assistant_call("bash", {"command": command}, 0))
+        n = len(fns)
+        msgs.append(_tool(f"{'.' * n:<72} [100%]\n{n} passed in 0.0{rng.randint(1, 9)}s\n[exit code 0]", 0))
+        msgs.append({"role": "assistant", "content": f"All {n} tests in `{test_path}` pass."})
+    elif kind == "rename":
+        f = rng.choice(fns)
+        new = rng.choice([n for n in name_pool("train") if n not in {g.name for g in fns}])
+        msgs.append({"role": "user", "content": f"In `{path}`, rename `{f.name}` to `{new}`."})
+        msgs += [_assistant_call("read", {"path": path}, 0), _tool(_listing(source), 0)]
+        old_def = f"def {f.name}({', '.join(f.args)}):"
+        new_def = f"def {new}({', '.join(f.args)}):"
+        msgs += [_assistant_call("edit", {"path": path, "old_string": old_def, "new_string": new_def}, 1),
+                 _tool(f"edited {path}: 1 replacement", 1)]  # fmt: skip
+        msgs.append({"role": "assistant", "content": f"Renamed `{f.name}` to `{new}` in `{path}`."})
+    else:
+        msgs.append({"role": "user", "content": "Which files hold tests?"})
+        msgs += [_assistant_call("glob", {"pattern": "tests/test_*.py"}, 0), _tool(test_path, 0)]
+        msgs.append({"role": "assistant", "content": f"The tests are in `{test_path}`."})
+    return msgs
+
+
+def write_corpus(out: Path, n: int, seed: int, system: str, tools: list[dict[str, Any]]) -> Path:
+    """Write n conversations to out (OpenAI chat JSONL, one {messages, tools} a line), atomically."""
+    rng = random.Random(f"glm5-proof-corpus:{seed}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            f.write(json.dumps({"messages": conversation(rng, system), "tools": tools}) + "\n")
+    tmp.replace(out)
+    return out
+
+
+def deployed_prompt(bench_run: Path) -> tuple[str, list[dict[str, Any]]]:
+    """The system prompt and tool schemas of a session `glm5 bench` recorded in bench_run."""
+    for traj in sorted(Path(bench_run).glob("trials/*/*/trajectory.jsonl")):
+        system, tools = None, None
+        for line in traj.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec.get("type") == "session":
+                tools = rec.get("tools")
+            elif rec.get("type") == "message" and rec["message"].get("role") == "system":
+                system = rec["message"]["content"]
+            if system is not None and tools is not None:
+                return system, tools
+    raise FileNotFoundError(f"{bench_run}: no recorded session with a system prompt and tools")

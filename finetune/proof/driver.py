@@ -1,0 +1,158 @@
+"""`glm5 bench proof`: the whole pipeline as a list of steps, each skipped when its output is already in the run
+folder, so a killed run resumes at the step it was in (and that step's own command resumes its own work).
+
+    tasks      the repair family's train and held-out splits                    (in-process: RepairSuite)
+    expert     the expert's sessions on train, recorded by `glm5 bench swe`     (expert endpoint in-process)
+    corpus     the base model's synthetic conversations                         (in-process)
+    init       `glm5 model init`
+    base       `glm5 finetune sft --full` on the corpus: the base model, from scratch
+    sft        `glm5 finetune sft --full` on the expert's resolved trajectories
+    rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged
+and after each model stage: measure-<stage> (`glm5 serve` INT4 + MTP, `glm5 bench swe -k K` on held-out) and
+compare-<stage> (`glm5 bench compare` with the stage before). The table and plots are rebuilt at the end of
+every run from whatever the folder holds. A failed step stops the steps after it (they need its output) and
+is reported with its command and log; rerunning the same command retries it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from finetune.proof.commands import compare_cmd, expert_cmd, init_cmd, model_dir, shown, stage_cmd, task_file
+from finetune.proof.config import ProofConfig, claim
+from finetune.proof.measure import StageFailed, child_env, run_logged, serve_and_bench
+from finetune.proof.table import write_table
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Step:
+    name: str
+    what: str  # the command line, or what an in-process step does
+    done: Callable[[], bool]
+    run: Callable[[], None]
+
+
+def _bench_complete(folder: Path) -> bool:
+    try:
+        return bool(json.loads((folder / "report.json").read_text())["complete"])
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _checkpoint(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[Step]:
+    steps: list[Step] = []
+
+    def tasks() -> None:
+        from plugins.bench_suites.repair_suite import RepairSuite
+
+        for split, n in (("train", c.n_train), ("heldout", c.n_heldout)):
+            RepairSuite(split, c.seed, n).materialize(run / "tasks" / split)
+
+    steps.append(Step("tasks", f"repair family seed {c.seed}: {c.n_train} train, {c.n_heldout} held-out",
+                      lambda: task_file(run, "train").is_file() and task_file(run, "heldout").is_file(), tasks))  # fmt: skip
+
+    def expert() -> None:
+        from finetune.proof.expert_server import ExpertServer
+
+        with ExpertServer() as server:
+            run_logged(expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env())
+
+    steps.append(Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")),
+                      lambda: _bench_complete(run / "expert"), expert))  # fmt: skip
+
+    def corpus() -> None:
+        from finetune.proof.corpus import deployed_prompt, write_corpus
+
+        system, tools = deployed_prompt(run / "expert")
+        write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)
+
+    steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools",
+                      lambda: (run / "corpus" / "chat.jsonl").is_file(), corpus))  # fmt: skip
+
+    def init() -> None:
+        tmp = model_dir(run, ".init.partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        argv = init_cmd(run, c)
+        argv[argv.index("--out") + 1] = str(tmp)
+        run_logged(argv, run / "logs" / "init.log", child_env())
+        tmp.replace(model_dir(run, "init"))
+
+    steps.append(Step("init", shown(init_cmd(run, c)), lambda: _checkpoint(model_dir(run, "init")), init))
+    measured: list[str] = []
+    for stage in c.stages:
+        argv = stage_cmd(run, stage, c)
+        steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)),
+                          lambda a=argv, s=stage: run_logged(a, run / "logs" / f"{s}.log", child_env())))  # fmt: skip
+        steps.append(Step(f"measure-{stage}", f"glm5 serve {model_dir(run, stage)} + glm5 bench swe -k {c.k} held-out",
+                          lambda s=stage: _bench_complete(run / "bench" / s)
+                          and (run / "bench" / f"{s}.serve.json").is_file(),
+                          lambda s=stage: serve_and_bench(run, s, c, log)))  # fmt: skip
+        if measured:
+            prev = measured[-1]
+
+            def compare(a: str = prev, b: str = stage) -> None:
+                p = subprocess.run(compare_cmd(run, a, b), capture_output=True, text=True, env=child_env())
+                if p.returncode != 0:
+                    raise StageFailed(f"glm5 bench compare {a} {b} failed: {p.stderr.strip()[-500:]}")
+                (run / "bench" / f"compare-{b}.json").write_text(p.stdout)
+
+            steps.append(Step(f"compare-{stage}", shown(compare_cmd(run, prev, stage)),
+                              lambda s=stage: (run / "bench" / f"compare-{s}.json").is_file(), compare))  # fmt: skip
+        measured.append(stage)
+    return steps
+
+
+def run_proof(run: Path, c: ProofConfig, *, force: bool = False, plan: bool = False,
+              on_event: Event | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run (or resume) the proof in `run`; with plan=True only say what each step would do. The summary."""
+    run = Path(run).resolve()
+    emit = on_event or (lambda kind, data: None)
+
+    def log(msg: str) -> None:
+        emit("log", {"message": msg})
+
+    steps = build_steps(run, c, log)
+    if plan:
+        return {"run": str(run), "plan": [{"step": s.name, "done": s.done(), "command": s.what} for s in steps]}
+    claim(run, c, force)
+    statuses: list[dict[str, Any]] = []
+    failed = None
+    for s in steps:
+        if failed is not None:
+            statuses.append({"step": s.name, "status": "not run", "reason": f"needs {failed}"})
+            continue
+        if s.done():
+            statuses.append({"step": s.name, "status": "done before"})
+            emit("skip", {"step": s.name})
+            continue
+        emit("start", {"step": s.name, "command": s.what})
+        t0 = time.monotonic()
+        try:
+            s.run()
+            if not s.done():
+                raise StageFailed(f"{s.name} finished but its output is not there")
+        except (StageFailed, OSError, ValueError) as e:
+            failed = s.name
+            statuses.append({"step": s.name, "status": "failed", "reason": str(e)})
+            emit("fail", {"step": s.name, "reason": str(e)})
+            continue
+        seconds = round(time.monotonic() - t0, 1)
+        statuses.append({"step": s.name, "status": "done", "seconds": seconds})
+        emit("done", {"step": s.name, "seconds": seconds})
+    table = write_table(run, c.stages)
+    summary = {"run": str(run), "complete": failed is None, "steps": statuses, "table": table}
+    (run / "proof-status.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary

@@ -1,0 +1,149 @@
+"""The proof's results, derived from the run folder only: the stage table (markdown + JSON) and the plots.
+
+One row per measured stage, as the GLM-5 report's stage-by-stage tables: held-out resolved rate with its Wilson
+95% interval, pass@1 and pass@k, mean turns per trial, tokens per trial, MTP acceptance of the server, and the
+paired difference from the stage before (`glm5 bench compare`). Plots need matplotlib (an optional dependency):
+without it the table says so and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from finetune.proof.config import STAGES
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def stage_row(run: Path, stage: str) -> dict[str, Any] | None:
+    """The measured numbers of one stage, or None when its bench has no report yet."""
+    bench = run / "bench" / stage
+    report = _read_json(bench / "report.json")
+    if report is None:
+        return None
+    s, k = report["summary"], report["k"]
+    steps = []
+    results = bench / "results.jsonl"
+    if results.is_file():
+        for line in results.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                steps.append(int(json.loads(line).get("steps") or 0))
+    serve = _read_json(run / "bench" / f"{stage}.serve.json") or {}
+    diff = _read_json(run / "bench" / f"compare-{stage}.json")
+    return {
+        "stage": stage,
+        "complete": report.get("complete", False),
+        "tasks": s["tasks"],
+        "k": k,
+        "trials": s["trials"],
+        "resolved": s["resolved"],
+        "graded": s["graded"],
+        "resolved_rate": s["resolved_rate"],
+        "resolved_rate_ci95": s["resolved_rate_ci95"],
+        "pass@1": s["pass@1"],
+        f"pass@{k}": s.get(f"pass@{k}"),
+        "mean_turns": sum(steps) / len(steps) if steps else None,
+        "tokens_per_trial": s.get("tokens_per_trial"),
+        "mtp_accept_rate": serve.get("spec_accept_rate"),
+        "vs_previous": (diff or {}).get("difference"),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(rows: list[dict[str, Any]], note: str = "") -> str:
+    k = rows[0]["k"] if rows else 1
+    out = [f"| stage | held-out resolved (95% CI) | pass@1 | pass@{k} | mean turns | tokens / trial | MTP accept | "
+           "vs previous stage (paired, 95% CI) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        ci = r["resolved_rate_ci95"]
+        res = f"{r['resolved']}/{r['graded']} = {_pct(r['resolved_rate'])}" + (
+            f" ({_pct(ci[0])}-{_pct(ci[1])})" if ci else ""
+        )
+        d = r.get("vs_previous") or {}
+        if d.get("mean_difference") is None:
+            vs = "-"
+        else:
+            dci = d.get("ci95")
+            vs = f"{100 * d['mean_difference']:+.1f} pts" + (
+                f" ({100 * dci[0]:+.1f} to {100 * dci[1]:+.1f})" if dci else ""
+            )
+        turns = "n/a" if r["mean_turns"] is None else f"{r['mean_turns']:.2f}"
+        tokens = "n/a" if r["tokens_per_trial"] is None else f"{r['tokens_per_trial']:.0f}"
+        out.append(f"| {r['stage']}{'' if r['complete'] else ' (incomplete)'} | {res} | {_pct(r['pass@1'])} | "
+                   f"{_pct(r.get(f'pass@{k}'))} | {turns} | {tokens} | {_pct(r['mtp_accept_rate'])} | {vs} |")  # fmt: skip
+    if note:
+        out += ["", note]
+    return "\n".join(out) + "\n"
+
+
+def rl_curve(run: Path, name: str = "rl") -> list[dict[str, Any]]:
+    path = run / "models" / name / "rl_log.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plots(run: Path, rows: list[dict[str, Any]]) -> list[Path] | str:
+    """Write RUN/plots/*.png; the paths, or a note when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plots skipped: matplotlib is not installed (pip install matplotlib)"
+    out_dir = run / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    if rows:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        rates = [100 * (r["resolved_rate"] or 0) for r in rows]
+        lo = [100 * ((r["resolved_rate"] or 0) - (r["resolved_rate_ci95"] or [0, 0])[0]) for r in rows]
+        hi = [100 * ((r["resolved_rate_ci95"] or [0, 0])[1] - (r["resolved_rate"] or 0)) for r in rows]
+        ax.bar([r["stage"] for r in rows], rates, yerr=[lo, hi], capsize=4, color="#4c78a8")
+        ax.set_ylabel("held-out resolved, % (95% CI)")
+        ax.set_ylim(0, 100)
+        ax.set_title("glm5 proof: solve rate by stage")
+        fig.tight_layout()
+        written.append(out_dir / "stages.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    curves = {name: rl_curve(run, name) for name in ("rl", "rl-sync")}
+    curves = {k: v for k, v in curves.items() if v}
+    if curves:
+        fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+        for name, rows_ in curves.items():
+            steps = [r["step"] for r in rows_]
+            axes[0].plot(steps, [r.get("reward_mean") for r in rows_], marker="o", label=name)
+            axes[1].plot(steps, [r.get("solved_rate") for r in rows_], marker="o", label=name)
+        axes[0].set_title("RL: mean reward per step")
+        axes[1].set_title("RL: solved rate per step (train)")
+        for ax in axes:
+            ax.set_xlabel("step")
+            ax.legend()
+        fig.tight_layout()
+        written.append(out_dir / "rl_curves.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
+def write_table(run: Path, stages: tuple[str, ...] = STAGES) -> dict[str, Any]:
+    """RUN/table.json and RUN/table.md (+ plots) from what the run folder holds now."""
+    rows = [r for r in (stage_row(run, s) for s in stages) if r is not None]
+    made = plots(run, rows)
+    note = made if isinstance(made, str) else "plots: " + ", ".join(str(p.relative_to(run)) for p in made)
+    body = {"stages": rows, "plots": [] if isinstance(made, str) else [str(p) for p in made], "note": note}
+    (run / "table.json").write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    (run / "table.md").write_text(markdown(rows, note), encoding="utf-8")
+    return body

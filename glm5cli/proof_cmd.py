@@ -1,0 +1,81 @@
+"""`glm5 bench proof`: the training proof (finetune/proof) -- parse, run, show. Registered on the bench app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+
+
+def proof(
+    out: Path = typer.Option(..., "--out", "-o", help="The run folder (a rerun resumes at the step it stopped in)."),
+    smoke: bool = typer.Option(False, "--smoke", help="The smallest setting: tiny model, 2+1 tasks, 1 step each."),
+    preset: str = typer.Option(None, "--preset", help="Model size: tiny or small (default: small; tiny with --smoke)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the task family, the model and every stage."),
+    n_train: int = typer.Option(None, "--train", help="Train-split tasks (default 200)."),
+    n_heldout: int = typer.Option(None, "--heldout", help="Held-out tasks, the measurement (default 50)."),
+    k: int = typer.Option(None, "-k", help="Attempts per held-out task (default 4): pass@k."),
+    n: int = typer.Option(None, "-n", help="Trials (and RL sessions / 2) at once (default 2)."),
+    base_steps: int = typer.Option(None, "--base-steps", help="Steps of the base model's training from scratch."),
+    sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories."),
+    rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split."),
+    stages: str = typer.Option(None, "--stages", help="Comma-separated model stages to run (base,sft,rl)."),
+    plan: bool = typer.Option(
+        False, "--plan", help="Print each step, whether it is done, and its command; run nothing."
+    ),
+    force: bool = typer.Option(False, "--force", help="Continue a run folder made with another configuration."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+) -> None:
+    """The training proof: GLM-5's post-training stages in miniature, each measured on held-out tasks.
+
+    A generated family of one-line repair tasks (train and held-out share no function) -> an expert's sessions
+    recorded by `glm5 bench swe` -> a GLM-5 model trained from scratch on synthetic sessions (base) -> SFT on
+    the expert's -> agentic RL on train. After each stage the model is served as deployed (INT4, MTP) and
+    benched on held-out with -k attempts; RUN/table.md holds the stage table, RUN/plots/ the plots.
+
+    Example: glm5 bench proof --out runs/proof --smoke     (minutes: checks every step works)
+    """
+    from finetune.proof.config import ProofConfig, ProofConfigMismatch
+    from finetune.proof.driver import run_proof
+
+    given = {"preset": preset, "n_train": n_train, "n_heldout": n_heldout, "k": k, "concurrency": n,
+             "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
+             "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
+    given = {key: v for key, v in given.items() if v is not None}
+    try:
+        config = ProofConfig.smoke(seed=seed, **given) if smoke else ProofConfig(seed=seed, **given)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+
+    def event(kind: str, data: dict) -> None:
+        if kind == "start":
+            err_console.print(f"[bold]{data['step']}[/] [dim]{data['command']}[/]", highlight=False)
+        elif kind == "skip":
+            err_console.print(f"[dim]{data['step']}: done before[/]")
+        elif kind == "done":
+            err_console.print(f"[green]{data['step']}[/] done in {data['seconds']} s")
+        elif kind == "fail":
+            err_console.print(f"[red]{data['step']} failed[/]: {data['reason']}", highlight=False)
+        elif kind == "log":
+            err_console.print(f"[dim]{data['message']}[/]", highlight=False)
+
+    try:
+        summary = run_proof(out, config, force=force, plan=plan, on_event=None if as_json else event)
+    except ProofConfigMismatch as e:
+        fail(str(e), code=EXIT_USAGE)
+    except KeyboardInterrupt:
+        fail(f"interrupted; rerun the same command to resume ({out})", code=130)
+    if as_json:
+        print_json(summary)
+    elif plan:
+        for s in summary["plan"]:
+            console.print(
+                f"{'done ' if s['done'] else 'to do'}  [bold]{s['step']:<16}[/] {s['command']}", highlight=False
+            )
+    else:
+        console.print((Path(summary["run"]) / "table.md").read_text(), highlight=False)
+    if not plan and not summary["complete"]:
+        failed = next(s for s in summary["steps"] if s["status"] == "failed")
+        fail(f"step {failed['step']} failed; fix it and rerun the same command to resume")
