@@ -19,8 +19,14 @@ def init(
     out: Path = typer.Option(..., "--out", help="Directory to write the checkpoint into."),
     seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),
     dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
+    overrides: list[str] = typer.Option(
+        None, "--set", help="Change one config.json field of the preset: KEY=VALUE (JSON value), repeatable."
+    ),
 ) -> None:
-    """Write a random-initialised checkpoint (config, generation config, weights, tokenizer) from a preset."""
+    """Write a random-initialised checkpoint (config, generation config, weights, tokenizer) from a preset.
+
+    Example: glm5 model init --preset tiny --set hidden_size=128 --set index_topk=64 --out ckpt
+    """
     import torch
 
     from model import GLM5ForCausalLM
@@ -41,6 +47,8 @@ def init(
         )
     if dtype not in ("float32", "bfloat16"):
         fail(f"--dtype must be float32 or bfloat16, got {dtype!r}")
+    if overrides:
+        cfg = _with_overrides(cfg, overrides)
     if out.exists() and any(out.iterdir()):
         fail(f"{out} exists and is not empty", hint="choose a new --out directory")
     torch_dtype = getattr(torch, dtype)
@@ -49,6 +57,31 @@ def init(
     save_tokenizer_files(out)  # tokenizer.json, tokenizer_config.json, chat_template.jinja, generation_config.json
     n = sum(p.numel() for p in model.state_dict().values())
     console.print(f"wrote {preset} checkpoint ({n:,} parameters, {dtype}) to {out}")
+
+
+def _with_overrides(cfg, overrides: list[str]):
+    """cfg with KEY=VALUE fields changed (VALUE read as JSON, else as a string); a clear error for a bad one."""
+    import dataclasses
+    import json
+
+    from model.config import ConfigError
+
+    fields = {f.name for f in dataclasses.fields(cfg)} - {"extra"}
+    changes = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in fields:
+            fail(f"--set {item!r}: expected KEY=VALUE with KEY a config.json field",
+                 hint="e.g. --set hidden_size=128; see a checkpoint's config.json for the fields")  # fmt: skip
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        changes[key] = tuple(value) if isinstance(value, list) else value
+    try:
+        return cfg.replace(**changes)
+    except (ConfigError, TypeError) as e:
+        fail(f"--set: {e}")
 
 
 def _counts(cfg):

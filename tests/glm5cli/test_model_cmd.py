@@ -75,3 +75,17 @@ def test_convert_rewrites_dtype_and_keeps_the_tokenizer_and_refuses_int4(tmp_pat
     assert json.loads(r.output)["quantization"] == "int4 g32 symmetric (pack-quantized)"
     r = runner.invoke(app, ["model", "convert", str(q), "--out", str(tmp_path / "no")])
     assert r.exit_code == 1 and "INT4" in r.output
+
+
+def test_init_set_changes_preset_fields_and_names_a_bad_one(tmp_path):
+    out = tmp_path / "mid"
+    r = runner.invoke(app, ["model", "init", "--preset", "tiny", "--out", str(out), "--set", "hidden_size=96",
+                            "--set", "index_topk=8"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["hidden_size"] == 96 and cfg["index_topk"] == 8
+    assert GLM5ForCausalLM.from_pretrained(out)(torch.tensor([[1, 2, 3]])).shape == (1, 3, 8192)
+    r = runner.invoke(app, ["model", "init", "--out", str(tmp_path / "x"), "--set", "hiden_size=96"])
+    assert r.exit_code != 0 and "hiden_size" in r.output and not (tmp_path / "x").exists()
+    r = runner.invoke(app, ["model", "init", "--out", str(tmp_path / "y"), "--set", "num_experts_per_tok=99"])
+    assert r.exit_code != 0 and "num_experts_per_tok" in r.output
