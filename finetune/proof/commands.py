@@ -40,8 +40,11 @@ def model_dir(run: Path, stage: str) -> Path:
     return run / "models" / stage
 
 
-def previous(stage: str) -> str:
-    return {"base": "init", "sft": "base", "rl": "sft"}[stage]
+def previous(stage: str, stages: tuple[str, ...]) -> str:
+    """The checkpoint a stage starts from: the stage before it in this run, or the random init (an ablation
+    such as `--stages sft,rl` fine-tunes the untrained model)."""
+    i = stages.index(stage)
+    return stages[i - 1] if i else "init"
 
 
 def init_cmd(run: Path, c: ProofConfig) -> list[str]:
@@ -56,7 +59,7 @@ def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig
 
 def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
     """The command that trains `stage` from the previous stage's checkpoint."""
-    src, out = model_dir(run, previous(stage)), model_dir(run, stage)
+    src, out = model_dir(run, previous(stage, c.stages)), model_dir(run, stage)
     if stage == "base":
         return _sft(src, out, run / "corpus" / "chat.jsonl", c.base_steps, c.base_lr, c, only_resolved=False)
     if stage == "sft":

@@ -128,6 +128,16 @@ def run_proof(run: Path, c: ProofConfig, *, force: bool = False, plan: bool = Fa
     if plan:
         return {"run": str(run), "plan": [{"step": s.name, "done": s.done(), "command": s.what} for s in steps]}
     claim(run, c, force)
+    statuses = run_steps(steps, emit)
+    failed = next((x["step"] for x in statuses if x["status"] == "failed"), None)
+    table = write_table(run, c.stages)
+    summary = {"run": str(run), "complete": failed is None, "steps": statuses, "table": table}
+    (run / "proof-status.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
+def run_steps(steps: list[Step], emit: Event) -> list[dict[str, Any]]:
+    """Run the steps not done yet, in order; after a failure the rest are `not run`. One status per step."""
     statuses: list[dict[str, Any]] = []
     failed = None
     for s in steps:
@@ -152,7 +162,4 @@ def run_proof(run: Path, c: ProofConfig, *, force: bool = False, plan: bool = Fa
         seconds = round(time.monotonic() - t0, 1)
         statuses.append({"step": s.name, "status": "done", "seconds": seconds})
         emit("done", {"step": s.name, "seconds": seconds})
-    table = write_table(run, c.stages)
-    summary = {"run": str(run), "complete": failed is None, "steps": statuses, "table": table}
-    (run / "proof-status.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    return summary
+    return statuses

@@ -1,0 +1,138 @@
+"""The proof driver: the plan, resume (done steps skipped), a failing step stops what needs it, the config pinned,
+the stage table from run folders, and (slow) the first steps for real: the family, the expert through the bench,
+the corpus read as training data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from finetune.proof.config import ProofConfig, ProofConfigMismatch, claim
+from finetune.proof.driver import Step, run_proof, run_steps
+from finetune.proof.measure import StageFailed, spec_metrics
+from finetune.proof.table import markdown, stage_row, write_table
+
+
+def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
+    plan = run_proof(tmp_path / "run", ProofConfig.smoke(), plan=True)["plan"]
+    names = [p["step"] for p in plan]
+    assert names == ["tasks", "expert", "corpus", "init", "base", "measure-base", "sft", "measure-sft",
+                     "compare-sft", "rl", "measure-rl", "compare-rl"]  # fmt: skip
+    by = {p["step"]: p["command"] for p in plan}
+    assert not any(p["done"] for p in plan) and not (tmp_path / "run").exists()  # a plan writes nothing
+    assert by["init"].startswith("glm5 model init --preset tiny")
+    assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
+    assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
+    assert "--merge" in by["rl"]
+    # an ablation without the base stage fine-tunes the random init
+    plan = run_proof(tmp_path / "run", ProofConfig.smoke(stages=("sft",)), plan=True)["plan"]
+    assert "/models/init " in {p["step"]: p["command"] for p in plan}["sft"]
+
+
+def test_done_steps_are_skipped_and_a_failure_stops_the_steps_that_need_it():
+    ran, outputs = [], set()
+
+    def step(name, fail=False):
+        def run():
+            ran.append(name)
+            if fail:
+                raise StageFailed(f"{name}: the command exited with 1 (log: logs/{name}.log)")
+            outputs.add(name)
+
+        return Step(name, f"glm5 {name}", lambda: name in outputs, run)
+
+    events = []
+    statuses = run_steps([step("a"), step("b", fail=True), step("c")], lambda k, d: events.append(k))
+    assert [s["status"] for s in statuses] == ["done", "failed", "not run"]
+    assert "logs/b.log" in statuses[1]["reason"] and statuses[2]["reason"] == "needs b"
+    assert ran == ["a", "b"] and events == ["start", "done", "start", "fail"]
+    # the rerun (b fixed) skips a and goes on
+    statuses = run_steps([step("a"), step("b"), step("c")], lambda k, d: None)
+    assert [s["status"] for s in statuses] == ["done before", "done", "done"] and ran == ["a", "b", "b", "c"]
+    # a step whose command "succeeds" without leaving its output is a failure, not a silent skip later
+    statuses = run_steps([Step("d", "glm5 d", lambda: False, lambda: None)], lambda k, d: None)
+    assert statuses[0]["status"] == "failed" and "output is not there" in statuses[0]["reason"]
+
+
+def test_a_resumed_run_must_ask_for_the_same_configuration(tmp_path):
+    claim(tmp_path, ProofConfig.smoke())
+    claim(tmp_path, ProofConfig.smoke())  # the same: fine
+    with pytest.raises(ProofConfigMismatch, match=r"sft_steps: 1 -> 5"):
+        claim(tmp_path, ProofConfig.smoke(sft_steps=5))
+    claim(tmp_path, ProofConfig.smoke(sft_steps=5), force=True)
+    assert json.loads((tmp_path / "proof.json").read_text())["sft_steps"] == 5  # force records the new one
+    with pytest.raises(ValueError, match="unknown stage"):
+        ProofConfig(stages=("base", "dpo"))
+
+
+def _bench(folder, resolved, graded, k=4, steps=(3, 5)):
+    folder.mkdir(parents=True)
+    summary = {"tasks": graded // k, "trials": graded, "graded": graded, "resolved": resolved,
+               "resolved_rate": resolved / graded, "resolved_rate_ci95": [0.1, 0.6], "pass@1": resolved / graded,
+               f"pass@{k}": 0.5, "tokens_per_trial": 2100.0}  # fmt: skip
+    (folder / "report.json").write_text(json.dumps({"k": k, "complete": True, "summary": summary}))
+    (folder / "results.jsonl").write_text("".join(json.dumps({"steps": s}) + "\n" for s in steps))
+
+
+def test_the_stage_table_reads_the_run_folder(tmp_path):
+    _bench(tmp_path / "bench" / "base", 0, 8)
+    _bench(tmp_path / "bench" / "sft", 6, 8)
+    (tmp_path / "bench" / "sft.serve.json").write_text(json.dumps({"spec_accept_rate": 0.625}))
+    diff = {"difference": {"mean_difference": 0.75, "ci95": [0.4, 1.0]}}
+    (tmp_path / "bench" / "compare-sft.json").write_text(json.dumps(diff))
+    row = stage_row(tmp_path, "sft")
+    assert row["mean_turns"] == 4 and row["mtp_accept_rate"] == 0.625 and row["pass@4"] == 0.5
+    assert stage_row(tmp_path, "rl") is None
+    body = write_table(tmp_path, ("base", "sft", "rl"))
+    md = (tmp_path / "table.md").read_text()
+    assert [r["stage"] for r in body["stages"]] == ["base", "sft"]
+    assert (
+        "| sft | 6/8 = 75.0% (10.0%-60.0%) | 75.0% | 50.0% | 4.00 | 2100 | 62.5% | +75.0 pts (+40.0 to +100.0) |" in md
+    )
+    assert "| base | 0/8 = 0.0%" in md and "pass@4" in md
+    assert body["note"].startswith("plots") and json.loads((tmp_path / "table.json").read_text())["stages"]
+    if body["plots"]:  # matplotlib installed
+        assert (tmp_path / "plots" / "stages.png").stat().st_size > 0
+    else:
+        assert "matplotlib is not installed" in body["note"]
+    assert markdown([]).count("\n") == 2
+
+
+def test_spec_counters_are_read_from_prometheus_text():
+    text = ('# HELP glm5:spec_accept_rate Share.\n# TYPE glm5:spec_accept_rate gauge\n'
+            'glm5:spec_accept_rate{model_name="glm5-proof"} 0.4\nglm5:spec_draft_tokens_total 30\n'
+            'glm5:num_requests_running 1\n')  # fmt: skip
+    assert spec_metrics(text) == {"spec_accept_rate": 0.4, "spec_draft_tokens_total": 30.0}
+
+
+def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
+    from glm5cli.app import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "run"), "--smoke", "--plan", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [p["step"] for p in json.loads(r.output)["plan"]][:4] == ["tasks", "expert", "corpus", "init"]
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "run"), "--stages", "base,dpo"])
+    assert r.exit_code == 2 and "unknown stage" in r.output
+
+
+@pytest.mark.slow
+def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_path):
+    from finetune.data.sources import load_sequences
+    from finetune.data.trajectories import DataOptions
+    from model.tokenizer import _shipped
+
+    run = tmp_path / "run"
+    summary = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
+    assert summary["complete"], summary["steps"]
+    assert [s["step"] for s in summary["steps"]] == ["tasks", "expert", "corpus", "init"]
+    report = json.loads((run / "expert" / "report.json").read_text())
+    assert report["summary"]["resolved"] == 1  # the expert solved its train task through the real agent loop
+    seqs, data = load_sequences([run / "expert"], _shipped(), DataOptions(only_resolved=True))
+    assert len(seqs) == 1 and seqs[0].targets > 50  # what `finetune sft --data RUN/expert` trains on
+    seqs, _ = load_sequences([run / "corpus" / "chat.jsonl"], _shipped(), DataOptions())
+    assert len(seqs) == 8 and all(s.targets > 0 for s in seqs)
+    again = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
+    assert {s["status"] for s in again["steps"]} == {"done before"}
