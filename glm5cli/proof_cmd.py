@@ -12,7 +12,7 @@ from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 def proof(
     out: Path = typer.Option(..., "--out", "-o", help="The run folder (a rerun resumes at the step it stopped in)."),
     smoke: bool = typer.Option(False, "--smoke", help="The smallest setting: tiny model, 2+1 tasks, 1 step each."),
-    preset: str = typer.Option(None, "--preset", help="Model size: tiny or small (default: small; tiny with --smoke)."),
+    preset: str = typer.Option(None, "--preset", help="Model preset, tiny or small (default: tiny grown to ~9M)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the task family, the model and every stage."),
     n_train: int = typer.Option(None, "--train", help="Train-split tasks (default 200)."),
     n_heldout: int = typer.Option(None, "--heldout", help="Held-out tasks, the measurement (default 50)."),
@@ -40,7 +40,7 @@ def proof(
     from finetune.proof.config import ProofConfig, ProofConfigMismatch
     from finetune.proof.driver import run_proof
 
-    given = {"preset": preset, "n_train": n_train, "n_heldout": n_heldout, "k": k, "concurrency": n,
+    given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k, "concurrency": n,
              "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
     given = {key: v for key, v in given.items() if v is not None}

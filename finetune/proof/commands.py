@@ -48,7 +48,8 @@ def previous(stage: str, stages: tuple[str, ...]) -> str:
 
 
 def init_cmd(run: Path, c: ProofConfig) -> list[str]:
-    return glm5("model", "init", "--preset", c.preset, "--out", model_dir(run, "init"), "--seed", c.seed)
+    sets = [a for kv in c.model for a in ("--set", kv)]
+    return glm5("model", "init", "--preset", c.preset, *sets, "--out", model_dir(run, "init"), "--seed", c.seed)
 
 
 def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig, only_resolved: bool) -> list[str]:

@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any
 
 STAGES = ("base", "sft", "rl")  # the model stages, in order; each is measured on held-out after it is trained
+# The proof's model: `tiny` grown to ~9M parameters (4.6M active): MLA, MoE with 8 routed experts (2 active),
+# MTP, and a DSA indexer whose top-512 is below a session's ~2,100 tokens, so it drops keys. Widths are multiples
+# of INT4's group of 128 where INT4 applies.
+PROOF_MODEL = ("hidden_size=256", "intermediate_size=768", "moe_intermediate_size=256", "num_hidden_layers=4",
+               "num_attention_heads=4", "num_key_value_heads=4", "q_lora_rank=128", "kv_lora_rank=64",
+               "qk_nope_head_dim=32", "qk_rope_head_dim=16", "v_head_dim=32", "index_topk=512", "index_n_heads=4",
+               "index_head_dim=32", "n_routed_experts=8", "num_experts_per_tok=2", "max_position_embeddings=8192")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -21,7 +28,8 @@ class ProofConfig:
     seed: int = 0
     n_train: int = 200  # train-split tasks: the expert's trajectories and RL's tasks
     n_heldout: int = 50  # held-out tasks: the measurement, never trained on
-    preset: str = "small"  # `glm5 model init --preset`
+    preset: str = "tiny"  # `glm5 model init --preset`, changed by `model` (--set KEY=VALUE)
+    model: tuple[str, ...] = PROOF_MODEL
     # the base model: trained from scratch on the synthetic corpus
     corpus_size: int = 4000
     base_steps: int = 400
@@ -47,7 +55,7 @@ class ProofConfig:
     @classmethod
     def smoke(cls, **over: Any) -> ProofConfig:
         """The smallest run that goes through every step: minutes on a busy 2-core machine."""
-        small = dict(n_train=2, n_heldout=1, preset="tiny", corpus_size=8, base_steps=1, sft_steps=1, rl_steps=1,
+        small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, base_steps=1, sft_steps=1, rl_steps=1,
                      rl_group_size=2, rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1,
                      max_turns=2)  # fmt: skip
         return cls(**{**small, **over})
@@ -64,15 +72,16 @@ class ProofConfig:
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["stages"] = list(self.stages)
+        d["stages"], d["model"] = list(self.stages), list(self.model)
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProofConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        if "stages" in d:
-            d["stages"] = tuple(d["stages"])
+        for key in ("stages", "model"):
+            if key in d:
+                d[key] = tuple(d[key])
         return cls(**d)
 
 
