@@ -10,6 +10,7 @@ packages are the ones used. The layout of a run folder:
     RUN/models/{init,base,sft,rl}  each stage's checkpoint (full fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
     RUN/logs/<step>.log            every subprocess's output
+    RUN/config/                    the GLM5_CONFIG_DIR of every subprocess (empty: the user's config is not read)
     RUN/table.{md,json}, RUN/plots/*.png
 """
 

@@ -68,7 +68,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         from finetune.proof.expert_server import ExpertServer
 
         with ExpertServer() as server:
-            run_logged(expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env())
+            run_logged(expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run))
 
     steps.append(Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")),
                       lambda: _bench_complete(run / "expert"), expert))  # fmt: skip
@@ -87,7 +87,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         shutil.rmtree(tmp, ignore_errors=True)
         argv = init_cmd(run, c)
         argv[argv.index("--out") + 1] = str(tmp)
-        run_logged(argv, run / "logs" / "init.log", child_env())
+        run_logged(argv, run / "logs" / "init.log", child_env(run))
         tmp.replace(model_dir(run, "init"))
 
     steps.append(Step("init", shown(init_cmd(run, c)), lambda: _checkpoint(model_dir(run, "init")), init))
@@ -95,7 +95,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
     for stage in c.stages:
         argv = stage_cmd(run, stage, c)
         steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)),
-                          lambda a=argv, s=stage: run_logged(a, run / "logs" / f"{s}.log", child_env())))  # fmt: skip
+                          lambda a=argv, s=stage: run_logged(a, run / "logs" / f"{s}.log", child_env(run))))  # fmt: skip
         steps.append(Step(f"measure-{stage}", f"glm5 serve {model_dir(run, stage)} + glm5 bench swe -k {c.k} held-out",
                           lambda s=stage: _bench_complete(run / "bench" / s)
                           and (run / "bench" / f"{s}.serve.json").is_file(),
@@ -104,7 +104,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             prev = measured[-1]
 
             def compare(a: str = prev, b: str = stage) -> None:
-                p = subprocess.run(compare_cmd(run, a, b), capture_output=True, text=True, env=child_env())
+                p = subprocess.run(compare_cmd(run, a, b), capture_output=True, text=True, env=child_env(run))
                 if p.returncode != 0:
                     raise StageFailed(f"glm5 bench compare {a} {b} failed: {p.stderr.strip()[-500:]}")
                 (run / "bench" / f"compare-{b}.json").write_text(p.stdout)

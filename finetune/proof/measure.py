@@ -39,11 +39,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of every subprocess: this checkout first on the path, no inherited API key."""
+def child_env(run: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every subprocess: this checkout first on the path, no inherited API key or GLM5_*
+    setting, and an empty config folder of the run's own, so the user's ~/.config/glm5 cannot change a stage."""
     root = str(Path(__file__).resolve().parents[2])
-    env = {k: v for k, v in os.environ.items() if k != "GLM5_API_KEY"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GLM5_")}
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    (run / "config").mkdir(parents=True, exist_ok=True)
+    env["GLM5_CONFIG_DIR"] = str(run / "config")
     env.update(extra or {})
     return env
 
@@ -77,7 +80,7 @@ def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], 
     serve_log.write(f"\n$ {' '.join(argv)}\n")
     serve_log.flush()
     proc = subprocess.Popen(argv, stdout=serve_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=child_env())  # fmt: skip
+                            env=child_env(run))  # fmt: skip
     headers = {"Authorization": f"Bearer {key}"}
     try:
         deadline = time.monotonic() + startup_s
@@ -95,7 +98,7 @@ def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], 
             time.sleep(1.0)
         log(f"serving {stage} at {url}/v1 (INT4 {c.quant == 'int4'}, speculative {c.speculative})")
         run_logged(bench_cmd(run, stage, c, f"{url}/v1", KEY_ENV), logs / f"bench-{stage}.log",
-                   child_env({KEY_ENV: key}))  # fmt: skip
+                   child_env(run, {KEY_ENV: key}))  # fmt: skip
         counters = spec_metrics(httpx.get(f"{url}/metrics", headers=headers, timeout=30).text)
     finally:
         if proc.poll() is None:

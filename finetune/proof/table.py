@@ -62,8 +62,9 @@ def _pct(x: float | None) -> str:
 
 def markdown(rows: list[dict[str, Any]], note: str = "") -> str:
     k = rows[0]["k"] if rows else 1
-    out = [f"| stage | held-out resolved (95% CI) | pass@1 | pass@{k} | mean turns | tokens / trial | MTP accept | "
-           "vs previous stage (paired, 95% CI) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    pass_k = f" pass@{k} |" if k > 1 else ""
+    out = [f"| stage | held-out resolved (95% CI) | pass@1 |{pass_k} mean turns | tokens / trial | MTP accept | "
+           "vs previous stage (paired, 95% CI) |", "|---|---|---|" + "---|" * (k > 1) + "---|---|---|---|"]  # fmt: skip
     for r in rows:
         ci = r["resolved_rate_ci95"]
         res = f"{r['resolved']}/{r['graded']} = {_pct(r['resolved_rate'])}" + (
@@ -79,8 +80,9 @@ def markdown(rows: list[dict[str, Any]], note: str = "") -> str:
             )
         turns = "n/a" if r["mean_turns"] is None else f"{r['mean_turns']:.2f}"
         tokens = "n/a" if r["tokens_per_trial"] is None else f"{r['tokens_per_trial']:.0f}"
-        out.append(f"| {r['stage']}{'' if r['complete'] else ' (incomplete)'} | {res} | {_pct(r['pass@1'])} | "
-                   f"{_pct(r.get(f'pass@{k}'))} | {turns} | {tokens} | {_pct(r['mtp_accept_rate'])} | {vs} |")  # fmt: skip
+        at_k = f" {_pct(r.get(f'pass@{k}'))} |" if k > 1 else ""
+        out.append(f"| {r['stage']}{'' if r['complete'] else ' (incomplete)'} | {res} | {_pct(r['pass@1'])} |{at_k} "
+                   f"{turns} | {tokens} | {_pct(r['mtp_accept_rate'])} | {vs} |")  # fmt: skip
     if note:
         out += ["", note]
     return "\n".join(out) + "\n"
@@ -129,6 +131,7 @@ def plots(run: Path, rows: list[dict[str, Any]]) -> list[Path] | str:
         axes[0].set_title("RL: mean reward per step")
         axes[1].set_title("RL: solved rate per step (train)")
         for ax in axes:
+            ax.set_ylim(-0.05, 1.05)  # rewards and rates are in [0, 1]: a flat curve stays readable
             ax.set_xlabel("step")
             ax.legend()
         fig.tight_layout()

@@ -26,6 +26,10 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"]
+    # the full proof's model: tiny grown, with a DSA top-k below the session length
+    full = {p["step"]: p["command"] for p in run_proof(tmp_path / "full", ProofConfig(), plan=True)["plan"]}
+    assert "--set index_topk=512" in full["init"] and "--set hidden_size=256" in full["init"]
+    assert "-k 4" in full["measure-base"]
     # an ablation without the base stage fine-tunes the random init
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(stages=("sft",)), plan=True)["plan"]
     assert "/models/init " in {p["step"]: p["command"] for p in plan}["sft"]
