@@ -110,8 +110,9 @@ def plots(run: Path, rows: list[dict[str, Any]]) -> list[Path] | str:
     if rows:
         fig, ax = plt.subplots(figsize=(5, 3.2))
         rates = [100 * (r["resolved_rate"] or 0) for r in rows]
-        lo = [100 * ((r["resolved_rate"] or 0) - (r["resolved_rate_ci95"] or [0, 0])[0]) for r in rows]
-        hi = [100 * ((r["resolved_rate_ci95"] or [0, 0])[1] - (r["resolved_rate"] or 0)) for r in rows]
+        ci = [r["resolved_rate_ci95"] or [r["resolved_rate"] or 0] * 2 for r in rows]
+        lo = [max(0.0, 100 * ((r["resolved_rate"] or 0) - c[0])) for r, c in zip(rows, ci, strict=True)]
+        hi = [max(0.0, 100 * (c[1] - (r["resolved_rate"] or 0))) for r, c in zip(rows, ci, strict=True)]
         ax.bar([r["stage"] for r in rows], rates, yerr=[lo, hi], capsize=4, color="#4c78a8")
         ax.set_ylabel("held-out resolved, % (95% CI)")
         ax.set_ylim(0, 100)

@@ -71,18 +71,18 @@ def test_a_resumed_run_must_ask_for_the_same_configuration(tmp_path):
         ProofConfig(stages=("base", "dpo"))
 
 
-def _bench(folder, resolved, graded, k=4, steps=(3, 5)):
+def _bench(folder, resolved, graded, ci, k=4, steps=(3, 5)):
     folder.mkdir(parents=True)
     summary = {"tasks": graded // k, "trials": graded, "graded": graded, "resolved": resolved,
-               "resolved_rate": resolved / graded, "resolved_rate_ci95": [0.1, 0.6], "pass@1": resolved / graded,
+               "resolved_rate": resolved / graded, "resolved_rate_ci95": ci, "pass@1": resolved / graded,
                f"pass@{k}": 0.5, "tokens_per_trial": 2100.0}  # fmt: skip
     (folder / "report.json").write_text(json.dumps({"k": k, "complete": True, "summary": summary}))
     (folder / "results.jsonl").write_text("".join(json.dumps({"steps": s}) + "\n" for s in steps))
 
 
 def test_the_stage_table_reads_the_run_folder(tmp_path):
-    _bench(tmp_path / "bench" / "base", 0, 8)
-    _bench(tmp_path / "bench" / "sft", 6, 8)
+    _bench(tmp_path / "bench" / "base", 0, 8, [0.0, 0.324])
+    _bench(tmp_path / "bench" / "sft", 6, 8, [0.409, 0.929])
     (tmp_path / "bench" / "sft.serve.json").write_text(json.dumps({"spec_accept_rate": 0.625}))
     diff = {"difference": {"mean_difference": 0.75, "ci95": [0.4, 1.0]}}
     (tmp_path / "bench" / "compare-sft.json").write_text(json.dumps(diff))
@@ -93,7 +93,7 @@ def test_the_stage_table_reads_the_run_folder(tmp_path):
     md = (tmp_path / "table.md").read_text()
     assert [r["stage"] for r in body["stages"]] == ["base", "sft"]
     assert (
-        "| sft | 6/8 = 75.0% (10.0%-60.0%) | 75.0% | 50.0% | 4.00 | 2100 | 62.5% | +75.0 pts (+40.0 to +100.0) |" in md
+        "| sft | 6/8 = 75.0% (40.9%-92.9%) | 75.0% | 50.0% | 4.00 | 2100 | 62.5% | +75.0 pts (+40.0 to +100.0) |" in md
     )
     assert "| base | 0/8 = 0.0%" in md and "pass@4" in md
     assert body["note"].startswith("plots") and json.loads((tmp_path / "table.json").read_text())["stages"]
