@@ -21,6 +21,8 @@ Module map:
                      packing, prompt files (its own module map)
 - grpo.py            RL: GRPO + IcePop with on-policy rollouts from the embedded engine (train_grpo, grpo_backward)
 - rl/                agentic RL: orchestrator -> buffer -> trainer -> weight push, sync or async (see rl/__init__.py)
+- proof/             `glm5 bench proof`: base -> SFT -> RL on a generated repair family, each stage a glm5 command,
+                     served and benched on held-out (see proof/__init__.py)
 
 The life of `glm5 finetune sft`: data/sources.py reads every file into (ids, target mask) sequences and a report
 -> run_dir.py opens (or resumes) the run folder -> lora.py adds adapters (or full.py picks the parameters) ->

@@ -68,7 +68,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         from finetune.proof.expert_server import ExpertServer
 
         with ExpertServer() as server:
-            run_logged(expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run))
+            run_logged(expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run), threads=True)
 
     steps.append(Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")),
                       lambda: _bench_complete(run / "expert"), expert))  # fmt: skip

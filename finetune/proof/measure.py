@@ -16,6 +16,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,13 +52,27 @@ def child_env(run: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-    """Run argv with its output appended to log; StageFailed (naming the log's tail) when it fails."""
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGTERM when the driver dies, even by SIGKILL, so a killed proof leaves no training
+    run or server behind to race the resumed one. (Used only where the driver runs no other thread.)"""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None, *, threads: bool = False) -> None:
+    """Run argv with its output appended to log; StageFailed (naming the log's tail) when it fails. `threads`:
+    the driver runs another thread now (the expert endpoint), so no pre-exec hook (it could deadlock)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"\n$ {' '.join(argv)}\n")
         f.flush()
-        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+        hook = None if threads or sys.platform != "linux" else _die_with_parent
+        rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            preexec_fn=hook).returncode  # fmt: skip
     if rc != 0:
         tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-8:])
         raise StageFailed(f"`{shown(argv)}` exited with {rc} (log: {log}):\n{tail}")
@@ -80,7 +95,7 @@ def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], 
     serve_log.write(f"\n$ {' '.join(argv)}\n")
     serve_log.flush()
     proc = subprocess.Popen(argv, stdout=serve_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=child_env(run))  # fmt: skip
+                            env=child_env(run), preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # fmt: skip
     headers = {"Authorization": f"Bearer {key}"}
     try:
         deadline = time.monotonic() + startup_s
