@@ -10,7 +10,8 @@ packages are the ones used. The layout of a run folder:
     RUN/models/{init,base,sft,rl}  each stage's checkpoint (full fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
     RUN/logs/<step>.log            every subprocess's output
-    RUN/config/                    the GLM5_CONFIG_DIR of every subprocess (empty: the user's config is not read)
+    RUN/config/config.toml         the GLM5_CONFIG_DIR of every subprocess: only the response cap (the user's
+                                   ~/.config/glm5 is not read)
     RUN/table.{md,json}, RUN/plots/*.png
 """
 
@@ -68,7 +69,7 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
         return _sft(src, out, run / "expert", c.sft_steps, c.sft_lr, c, only_resolved=True)
     if stage == "rl":
         return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
-                    "--merge", "--steps", c.rl_steps, "--group-size", c.rl_group_size, "--groups-per-step",
+                    "--merge", "--steps", c.rl_steps, "--max-new-tokens", c.max_response_tokens, "--group-size", c.rl_group_size, "--groups-per-step",
                     c.rl_groups_per_step, "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
                     "--concurrency", c.concurrency * 2, "--seed", c.seed)  # fmt: skip
     raise ValueError(f"no command for stage {stage!r}")
@@ -97,3 +98,8 @@ def bench_cmd(run: Path, stage: str, c: ProofConfig, base_url: str, key_env: str
 
 def compare_cmd(run: Path, a: str, b: str) -> list[str]:
     return glm5("bench", "compare", run / "bench" / a, run / "bench" / b, "--json")
+
+
+def agent_config(c: ProofConfig) -> str:
+    """RUN/config/config.toml: the bench agent's provider sends max_tokens with every request."""
+    return f"[providers.local]\nextra_body = {{ max_tokens = {c.max_response_tokens} }}\n"

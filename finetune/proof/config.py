@@ -47,6 +47,9 @@ class ProofConfig:
     k: int = 4
     concurrency: int = 2
     max_turns: int = 6
+    # every model response is cut here (the expert's longest is ~100 tokens): a stage that never stops costs
+    # the same bounded time per turn instead of filling the context; the same cap for every stage and for RL
+    max_response_tokens: int = 256
     temperature: float = 0.7
     quant: str = "int4"
     speculative: str = "mtp"
@@ -64,7 +67,7 @@ class ProofConfig:
         bad = [s for s in self.stages if s not in STAGES]
         if bad:
             raise ValueError(f"unknown stage(s) {', '.join(bad)}; the stages are {', '.join(STAGES)}")
-        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size"):
+        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
         if self.preset not in ("tiny", "small"):

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finetune.proof.commands import compare_cmd, expert_cmd, init_cmd, model_dir, shown, stage_cmd, task_file
+from finetune.proof.commands import (
+    agent_config,
+    compare_cmd,
+    expert_cmd,
+    init_cmd,
+    model_dir,
+    shown,
+    stage_cmd,
+    task_file,
+)
 from finetune.proof.config import ProofConfig, claim
 from finetune.proof.measure import StageFailed, child_env, run_logged, serve_and_bench
 from finetune.proof.table import write_table
@@ -128,6 +137,8 @@ def run_proof(run: Path, c: ProofConfig, *, force: bool = False, plan: bool = Fa
     if plan:
         return {"run": str(run), "plan": [{"step": s.name, "done": s.done(), "command": s.what} for s in steps]}
     claim(run, c, force)
+    (run / "config").mkdir(exist_ok=True)
+    (run / "config" / "config.toml").write_text(agent_config(c), encoding="utf-8")
     statuses = run_steps(steps, emit)
     failed = next((x["step"] for x in statuses if x["status"] == "failed"), None)
     table = write_table(run, c.stages)

@@ -42,7 +42,7 @@ def free_port() -> int:
 
 def child_env(run: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of every subprocess: this checkout first on the path, no inherited API key or GLM5_*
-    setting, and an empty config folder of the run's own, so the user's ~/.config/glm5 cannot change a stage."""
+    setting, and the run's own config folder (RUN/config), so the user's ~/.config/glm5 cannot change a stage."""
     root = str(Path(__file__).resolve().parents[2])
     env = {k: v for k, v in os.environ.items() if not k.startswith("GLM5_")}
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

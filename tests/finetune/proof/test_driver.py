@@ -25,7 +25,7 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert by["init"].startswith("glm5 model init --preset tiny")
     assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
-    assert "--merge" in by["rl"]
+    assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
     # the full proof's model: tiny grown, with a DSA top-k below the session length
     full = {p["step"]: p["command"] for p in run_proof(tmp_path / "full", ProofConfig(), plan=True)["plan"]}
     assert "--set index_topk=512" in full["init"] and "--set hidden_size=256" in full["init"]
@@ -132,6 +132,7 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     summary = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert summary["complete"], summary["steps"]
     assert [s["step"] for s in summary["steps"]] == ["tasks", "expert", "corpus", "init"]
+    assert "max_tokens = 256" in (run / "config" / "config.toml").read_text()  # every stage's response cap
     report = json.loads((run / "expert" / "report.json").read_text())
     assert report["summary"]["resolved"] == 1  # the expert solved its train task through the real agent loop
     seqs, data = load_sequences([run / "expert"], _shipped(), DataOptions(only_resolved=True))
