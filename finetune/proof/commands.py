@@ -75,6 +75,14 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
     raise ValueError(f"no command for stage {stage!r}")
 
 
+def rl_sync_cmd(run: Path, c: ProofConfig) -> list[str]:
+    """The synchronous RL baseline (roll out, then train) from the same start as the async stage: only its
+    learning curve is kept (RUN/models/rl-sync/rl_log.jsonl), for the plot beside async's."""
+    argv = stage_cmd(run, "rl", c)
+    argv[argv.index("--out") + 1] = str(model_dir(run, "rl-sync"))
+    return [*argv, "--sync"]
+
+
 def expert_cmd(run: Path, c: ProofConfig, base_url: str) -> list[str]:
     # --force: a resumed run's expert listens on another port; it is the same expert
     return glm5("bench", "swe", task_file(run, "train"), "--out", run / "expert", "--agent", "glm5",

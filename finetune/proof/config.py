@@ -41,6 +41,7 @@ class ProofConfig:
     rl_steps: int = 20
     rl_group_size: int = 4
     rl_groups_per_step: int = 2
+    rl_sync_baseline: bool = True  # also run RL synchronously from the same SFT checkpoint: its curve beside async's
     batch_size: int = 8
     max_len: int = 2560
     # the measurement: each stage served as deployed, benched on held-out
@@ -59,7 +60,7 @@ class ProofConfig:
     def smoke(cls, **over: Any) -> ProofConfig:
         """The smallest run that goes through every step: minutes on a busy 2-core machine."""
         small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, base_steps=1, sft_steps=1, rl_steps=1,
-                     rl_group_size=2, rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1,
+                     rl_sync_baseline=False, rl_group_size=2, rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1,
                      max_turns=2)  # fmt: skip
         return cls(**{**small, **over})
 

@@ -8,6 +8,7 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
     base       `glm5 finetune sft --full` on the corpus: the base model, from scratch
     sft        `glm5 finetune sft --full` on the expert's resolved trajectories
     rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged
+    rl-sync    the same with --sync, from the same SFT checkpoint: only its learning curve is kept (last)
 and after each model stage: measure-<stage> (`glm5 serve` INT4 + MTP, `glm5 bench swe -k K` on held-out) and
 compare-<stage> (`glm5 bench compare` with the stage before). The table and plots are rebuilt at the end of
 every run from whatever the folder holds. A failed step stops the steps after it (they need its output) and
@@ -31,6 +32,7 @@ from finetune.proof.commands import (
     expert_cmd,
     init_cmd,
     model_dir,
+    rl_sync_cmd,
     shown,
     stage_cmd,
     task_file,
@@ -121,6 +123,10 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             steps.append(Step(f"compare-{stage}", shown(compare_cmd(run, prev, stage)),
                               lambda s=stage: (run / "bench" / f"compare-{s}.json").is_file(), compare))  # fmt: skip
         measured.append(stage)
+    if "rl" in c.stages and c.rl_sync_baseline:
+        argv = rl_sync_cmd(run, c)
+        steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
+                          lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run))))  # fmt: skip
     return steps
 
 

@@ -30,6 +30,12 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     full = {p["step"]: p["command"] for p in run_proof(tmp_path / "full", ProofConfig(), plan=True)["plan"]}
     assert "--set index_topk=512" in full["init"] and "--set hidden_size=256" in full["init"]
     assert "-k 4" in full["measure-base"]
+    assert (
+        full["rl-sync"].endswith("--sync")
+        and "/models/rl-sync " in full["rl-sync"]
+        and "/models/sft " in full["rl-sync"]
+    )
+    assert list(full)[-1] == "rl-sync"  # the baseline's curve comes after every measurement
     # an ablation without the base stage fine-tunes the random init
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(stages=("sft",)), plan=True)["plan"]
     assert "/models/init " in {p["step"]: p["command"] for p in plan}["sft"]
