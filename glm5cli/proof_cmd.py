@@ -21,7 +21,7 @@ def proof(
     base_steps: int = typer.Option(None, "--base-steps", help="Steps of the base model's training from scratch."),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories."),
     rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split."),
-    stages: str = typer.Option(None, "--stages", help="Comma-separated model stages to run (base,sft,rl)."),
+    stages: str = typer.Option(None, "--stages", help="Comma-separated model stages, in order (base,sft,rl,forget)."),
     plan: bool = typer.Option(
         False, "--plan", help="Print each step, whether it is done, and its command; run nothing."
     ),
@@ -32,7 +32,7 @@ def proof(
 
     A generated family of one-line repair tasks (train and held-out share no function) -> an expert's sessions
     recorded by `glm5 bench swe` -> a GLM-5 model trained from scratch on synthetic sessions (base) -> SFT on
-    the expert's -> agentic RL on train. After each stage the model is served as deployed (INT4, MTP) and
+    the expert's -> agentic RL on train -> a forgetting stage (SFT on another task kind). After each stage the model is served as deployed (INT4, MTP) and
     benched on held-out with -k attempts; RUN/table.md holds the stage table, RUN/plots/ the plots.
 
     Example: glm5 bench proof --out runs/proof --smoke     (minutes: checks every step works)

@@ -6,8 +6,8 @@ packages are the ones used. The layout of a run folder:
     RUN/proof.json                 the configuration (a resumed run must ask for the same)
     RUN/tasks/{train,heldout}/     the repair family's two splits (repos + SWE-bench JSONL)
     RUN/expert/                    `glm5 bench swe` of the expert on train: the SFT data
-    RUN/corpus/chat.jsonl          the base model's synthetic conversations
-    RUN/models/{init,base,sft,rl}  each stage's checkpoint (full fine-tuning, or LoRA merged: servable as it is)
+    RUN/corpus/chat.jsonl          the base model's synthetic conversations; forget.jsonl: renames only
+    RUN/models/<stage>/            init, base, sft, rl, rl-sync, forget: each stage's checkpoint (full fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
     RUN/logs/<step>.log            every subprocess's output
     RUN/config/config.toml         the GLM5_CONFIG_DIR of every subprocess: only the response cap (the user's
@@ -67,6 +67,8 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
         return _sft(src, out, run / "corpus" / "chat.jsonl", c.base_steps, c.base_lr, c, only_resolved=False)
     if stage == "sft":
         return _sft(src, out, run / "expert", c.sft_steps, c.sft_lr, c, only_resolved=True)
+    if stage == "forget":
+        return _sft(src, out, run / "corpus" / "forget.jsonl", c.forget_steps, c.forget_lr, c, only_resolved=False)
     if stage == "rl":
         return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
                     "--merge", "--steps", c.rl_steps, "--max-new-tokens", c.max_response_tokens, "--group-size", c.rl_group_size, "--groups-per-step",

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STAGES = ("base", "sft", "rl")  # the model stages, in order; each is measured on held-out after it is trained
+# the model stages, in order; each is measured on held-out after it is trained. `forget` is full SFT on another
+# task kind (renames, no repair) that is expected to make the model lose part of what SFT and RL taught; the
+# distillation stage that should win it back is wired when `glm5 finetune distill` lands.
+STAGES = ("base", "sft", "rl", "forget")
 # The proof's model: `tiny` grown to ~9M parameters (4.6M active): MLA, MoE with 8 routed experts (2 active),
 # MTP, and a DSA indexer whose top-512 is below a session's ~2,100 tokens, so it drops keys. Widths are multiples
 # of INT4's group of 128 where INT4 applies.
@@ -42,6 +45,10 @@ class ProofConfig:
     rl_group_size: int = 4
     rl_groups_per_step: int = 2
     rl_sync_baseline: bool = True  # also run RL synchronously from the same SFT checkpoint: its curve beside async's
+    # the forgetting stage: full SFT on rename sessions only (corpus.py's "rename" kind), a different task kind
+    forget_size: int = 1000
+    forget_steps: int = 100
+    forget_lr: float = 3e-4
     batch_size: int = 8
     max_len: int = 2560
     # the measurement: each stage served as deployed, benched on held-out
@@ -60,7 +67,7 @@ class ProofConfig:
     def smoke(cls, **over: Any) -> ProofConfig:
         """The smallest run that goes through every step: minutes on a busy 2-core machine."""
         small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, base_steps=1, sft_steps=1, rl_steps=1,
-                     rl_sync_baseline=False, rl_group_size=2, rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1,
+                     rl_sync_baseline=False, forget_size=4, forget_steps=1, rl_group_size=2, rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1,
                      max_turns=2)  # fmt: skip
         return cls(**{**small, **over})
 
@@ -68,6 +75,8 @@ class ProofConfig:
         bad = [s for s in self.stages if s not in STAGES]
         if bad:
             raise ValueError(f"unknown stage(s) {', '.join(bad)}; the stages are {', '.join(STAGES)}")
+        if list(self.stages) != sorted(self.stages, key=STAGES.index) or len(set(self.stages)) != len(self.stages):
+            raise ValueError(f"stages {', '.join(self.stages)}: give each once, in the order {', '.join(STAGES)}")
         for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")

@@ -10,6 +10,7 @@ over packages drawn like the repair family's but with no bug, no failing test an
     rename    "In `pkg/mod.py`, rename `f` to `g`."    read -> edit (the def line) -> done
     find      "Which files define tests?"              glob -> the list
 
+The forgetting stage's data is the same generator with renames only (`kinds=("rename",)`): another task kind.
 Only train-split function names are used, so the base never sees a held-out function. Tool results have the
 tools' real formats (`cat -n` numbering, "[exit code 0]", "edited PATH: 1 replacement"). `glm5 finetune sft --full`
 trains on it like on any OpenAI chat JSONL.
@@ -43,13 +44,13 @@ def _listing(text: str) -> str:
     return "\n".join(f"{i:6d}\t{line}" for i, line in enumerate(text.splitlines(), 1))
 
 
-def conversation(rng: random.Random, system: str) -> list[dict[str, Any]]:
-    """One synthetic session: system, user, the assistant's tool calls and their results, the answer."""
+def conversation(rng: random.Random, system: str, kinds: tuple[str, ...] = KINDS) -> list[dict[str, Any]]:
+    """One synthetic session of one of `kinds`: system, user, the tool calls and their results, the answer."""
     pkg, mod = rng.choice(PACKAGES), rng.choice(MODULES)
     fns = [SHAPES[rng.choice(sorted(SHAPES))](rng, name) for name in rng.sample(name_pool("train"), rng.randint(2, 3))]
     path, test_path = f"{pkg}/{mod}.py", f"tests/test_{mod}.py"
     source = "\n\n".join(f.source() for f in fns)
-    kind = rng.choice(KINDS)
+    kind = rng.choice(kinds)
     msgs: list[dict[str, Any]] = [{"role": "system", "content": system}]
     if kind == "show":
         msgs.append({"role": "user", "content": rng.choice(["Show me `{p}`.", "What is in `{p}`?"]).format(p=path)})
@@ -80,14 +81,15 @@ def conversation(rng: random.Random, system: str) -> list[dict[str, Any]]:
     return msgs
 
 
-def write_corpus(out: Path, n: int, seed: int, system: str, tools: list[dict[str, Any]]) -> Path:
+def write_corpus(out: Path, n: int, seed: int, system: str, tools: list[dict[str, Any]],
+                 kinds: tuple[str, ...] = KINDS) -> Path:  # fmt: skip
     """Write n conversations to out (OpenAI chat JSONL, one {messages, tools} a line), atomically."""
-    rng = random.Random(f"glm5-proof-corpus:{seed}")
+    rng = random.Random(f"glm5-proof-corpus:{seed}:{','.join(kinds)}")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for _ in range(n):
-            f.write(json.dumps({"messages": conversation(rng, system), "tools": tools}) + "\n")
+            f.write(json.dumps({"messages": conversation(rng, system, kinds), "tools": tools}) + "\n")
     tmp.replace(out)
     return out
 

@@ -8,7 +8,8 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
     base       `glm5 finetune sft --full` on the corpus: the base model, from scratch
     sft        `glm5 finetune sft --full` on the expert's resolved trajectories
     rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged
-    rl-sync    the same with --sync, from the same SFT checkpoint: only its learning curve is kept (last)
+    forget     `glm5 finetune sft --full` on another task kind (renames only): what it makes the model lose
+    rl-sync    RL again with --sync, from the same SFT checkpoint: only its learning curve is kept (last)
 and after each model stage: measure-<stage> (`glm5 serve` INT4 + MTP, `glm5 bench swe -k K` on held-out) and
 compare-<stage> (`glm5 bench compare` with the stage before). The table and plots are rebuilt at the end of
 every run from whatever the folder holds. A failed step stops the steps after it (they need its output) and
@@ -88,9 +89,11 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         from finetune.proof.corpus import deployed_prompt, write_corpus
 
         system, tools = deployed_prompt(run / "expert")
-        write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)
+        write_corpus(run / "corpus" / "forget.jsonl", c.forget_size, c.seed, system, tools, kinds=("rename",))
+        write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
-    steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools",
+    steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
+                      f"(+ {c.forget_size} renames for the forgetting stage)",
                       lambda: (run / "corpus" / "chat.jsonl").is_file(), corpus))  # fmt: skip
 
     def init() -> None:

@@ -19,13 +19,15 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(), plan=True)["plan"]
     names = [p["step"] for p in plan]
     assert names == ["tasks", "expert", "corpus", "init", "base", "measure-base", "sft", "measure-sft",
-                     "compare-sft", "rl", "measure-rl", "compare-rl"]  # fmt: skip
+                     "compare-sft", "rl", "measure-rl", "compare-rl", "forget", "measure-forget",
+                     "compare-forget"]  # fmt: skip
     by = {p["step"]: p["command"] for p in plan}
     assert not any(p["done"] for p in plan) and not (tmp_path / "run").exists()  # a plan writes nothing
     assert by["init"].startswith("glm5 model init --preset tiny")
     assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
+    assert "/models/rl " in by["forget"] and "corpus/forget.jsonl" in by["forget"] and "--full" in by["forget"]
     # the full proof's model: tiny grown, with a DSA top-k below the session length
     full = {p["step"]: p["command"] for p in run_proof(tmp_path / "full", ProofConfig(), plan=True)["plan"]}
     assert "--set index_topk=512" in full["init"] and "--set hidden_size=256" in full["init"]
@@ -75,6 +77,8 @@ def test_a_resumed_run_must_ask_for_the_same_configuration(tmp_path):
     assert json.loads((tmp_path / "proof.json").read_text())["sft_steps"] == 5  # force records the new one
     with pytest.raises(ValueError, match="unknown stage"):
         ProofConfig(stages=("base", "dpo"))
+    with pytest.raises(ValueError, match="in the order"):
+        ProofConfig(stages=("rl", "sft"))
 
 
 def _bench(folder, resolved, graded, ci, k=4, steps=(3, 5)):
@@ -145,5 +149,7 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert len(seqs) == 1 and seqs[0].targets > 50  # what `finetune sft --data RUN/expert` trains on
     seqs, _ = load_sequences([run / "corpus" / "chat.jsonl"], _shipped(), DataOptions())
     assert len(seqs) == 8 and all(s.targets > 0 for s in seqs)
+    renames = [json.loads(line) for line in (run / "corpus" / "forget.jsonl").read_text().splitlines()]
+    assert len(renames) == 4 and all("rename" in r["messages"][1]["content"] for r in renames)
     again = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert {s["status"] for s in again["steps"]} == {"done before"}
