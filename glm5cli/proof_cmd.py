@@ -32,16 +32,17 @@ def proof(
 
     A generated family of one-line repair tasks (train and held-out share no function) -> an expert's sessions
     recorded by `glm5 bench swe` -> a GLM-5 model trained from scratch on synthetic sessions (base) -> SFT on
-    the expert's -> agentic RL on train -> a forgetting stage (SFT on another task kind). After each stage the model is served as deployed (INT4, MTP) and
-    benched on held-out with -k attempts; RUN/table.md holds the stage table, RUN/plots/ the plots.
+    the expert's -> agentic RL on train -> a forgetting stage (SFT on another task kind). After each stage the
+    model is served as deployed (INT4, MTP) and benched on held-out with -k attempts; RUN/table.md holds the
+    stage table, RUN/plots/ the plots.
 
     Example: glm5 bench proof --out runs/proof --smoke     (minutes: checks every step works)
     """
     from finetune.proof.config import ProofConfig, ProofConfigMismatch
     from finetune.proof.driver import run_proof
 
-    given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k, "concurrency": n,
-             "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
+    given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k,
+             "concurrency": n, "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
     given = {key: v for key, v in given.items() if v is not None}
     try:

@@ -7,7 +7,8 @@ packages are the ones used. The layout of a run folder:
     RUN/tasks/{train,heldout}/     the repair family's two splits (repos + SWE-bench JSONL)
     RUN/expert/                    `glm5 bench swe` of the expert on train: the SFT data
     RUN/corpus/chat.jsonl          the base model's synthetic conversations; forget.jsonl: renames only
-    RUN/models/<stage>/            init, base, sft, rl, rl-sync, forget: each stage's checkpoint (full fine-tuning, or LoRA merged: servable as it is)
+    RUN/models/<stage>/            init, base, sft, rl, rl-sync, forget: each stage's checkpoint (full
+                                   fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
     RUN/logs/<step>.log            every subprocess's output
     RUN/config/config.toml         the GLM5_CONFIG_DIR of every subprocess: only the response cap (the user's
@@ -55,9 +56,10 @@ def init_cmd(run: Path, c: ProofConfig) -> list[str]:
 
 
 def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig, only_resolved: bool) -> list[str]:
+    outcomes = "--only-resolved" if only_resolved else "--all-outcomes"
     return glm5("finetune", "sft", src, "--out", out, "--data", data, "--full", "--train-mtp", "--steps", steps,
-                "--lr", lr, "--batch-size", c.batch_size, "--max-len", c.max_len, "--seed", c.seed,
-                "--only-resolved" if only_resolved else "--all-outcomes", "--save-every", max(1, steps // 4))  # fmt: skip
+                "--lr", lr, "--batch-size", c.batch_size, "--max-len", c.max_len, "--seed", c.seed, outcomes,
+                "--save-every", max(1, steps // 4))  # fmt: skip
 
 
 def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
@@ -71,8 +73,9 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
         return _sft(src, out, run / "corpus" / "forget.jsonl", c.forget_steps, c.forget_lr, c, only_resolved=False)
     if stage == "rl":
         return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
-                    "--merge", "--steps", c.rl_steps, "--max-new-tokens", c.max_response_tokens, "--group-size", c.rl_group_size, "--groups-per-step",
-                    c.rl_groups_per_step, "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
+                    "--merge", "--steps", c.rl_steps, "--max-new-tokens", c.max_response_tokens,
+                    "--group-size", c.rl_group_size, "--groups-per-step", c.rl_groups_per_step,
+                    "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
                     "--concurrency", c.concurrency * 2, "--seed", c.seed)  # fmt: skip
     raise ValueError(f"no command for stage {stage!r}")
 

@@ -22,8 +22,9 @@ STAGES = ("base", "sft", "rl", "forget")
 # of INT4's group of 128 where INT4 applies.
 PROOF_MODEL = ("hidden_size=256", "intermediate_size=768", "moe_intermediate_size=256", "num_hidden_layers=4",
                "num_attention_heads=4", "num_key_value_heads=4", "q_lora_rank=128", "kv_lora_rank=64",
-               "qk_nope_head_dim=32", "qk_rope_head_dim=16", "v_head_dim=32", "index_topk=512", "index_n_heads=4",
-               "index_head_dim=32", "n_routed_experts=8", "num_experts_per_tok=2", "max_position_embeddings=8192")  # fmt: skip
+               "qk_nope_head_dim=32", "qk_rope_head_dim=16", "v_head_dim=32", "index_topk=512",
+               "index_n_heads=4", "index_head_dim=32", "n_routed_experts=8", "num_experts_per_tok=2",
+               "max_position_embeddings=8192")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,9 @@ class ProofConfig:
     @classmethod
     def smoke(cls, **over: Any) -> ProofConfig:
         """The smallest run that goes through every step: minutes on a busy 2-core machine."""
-        small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, base_steps=1, sft_steps=1, rl_steps=1,
-                     rl_sync_baseline=False, forget_size=4, forget_steps=1, rl_group_size=2, rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1,
-                     max_turns=2)  # fmt: skip
+        small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, base_steps=1, sft_steps=1,
+                     rl_steps=1, rl_sync_baseline=False, forget_size=4, forget_steps=1, rl_group_size=2,
+                     rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1, max_turns=2)  # fmt: skip
         return cls(**{**small, **over})
 
     def __post_init__(self) -> None:

@@ -73,14 +73,19 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         for split, n in (("train", c.n_train), ("heldout", c.n_heldout)):
             RepairSuite(split, c.seed, n).materialize(run / "tasks" / split)
 
+    def tasks_done() -> bool:
+        return task_file(run, "train").is_file() and task_file(run, "heldout").is_file()
+
     steps.append(Step("tasks", f"repair family seed {c.seed}: {c.n_train} train, {c.n_heldout} held-out",
-                      lambda: task_file(run, "train").is_file() and task_file(run, "heldout").is_file(), tasks))  # fmt: skip
+                      tasks_done, tasks))  # fmt: skip
 
     def expert() -> None:
         from finetune.proof.expert_server import ExpertServer
 
         with ExpertServer() as server:
-            run_logged(expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run), threads=True)
+            run_logged(
+                expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run), threads=True, cwd=run
+            )
 
     steps.append(Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")),
                       lambda: _bench_complete(run / "expert"), expert))  # fmt: skip
@@ -101,15 +106,16 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         shutil.rmtree(tmp, ignore_errors=True)
         argv = init_cmd(run, c)
         argv[argv.index("--out") + 1] = str(tmp)
-        run_logged(argv, run / "logs" / "init.log", child_env(run))
+        run_logged(argv, run / "logs" / "init.log", child_env(run), cwd=run)
         tmp.replace(model_dir(run, "init"))
 
     steps.append(Step("init", shown(init_cmd(run, c)), lambda: _checkpoint(model_dir(run, "init")), init))
     measured: list[str] = []
     for stage in c.stages:
         argv = stage_cmd(run, stage, c)
+        log_file = run / "logs" / f"{stage}.log"
         steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)),
-                          lambda a=argv, s=stage: run_logged(a, run / "logs" / f"{s}.log", child_env(run))))  # fmt: skip
+                          lambda a=argv, f=log_file: run_logged(a, f, child_env(run), cwd=run)))  # fmt: skip
         steps.append(Step(f"measure-{stage}", f"glm5 serve {model_dir(run, stage)} + glm5 bench swe -k {c.k} held-out",
                           lambda s=stage: _bench_complete(run / "bench" / s)
                           and (run / "bench" / f"{s}.serve.json").is_file(),
@@ -118,7 +124,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             prev = measured[-1]
 
             def compare(a: str = prev, b: str = stage) -> None:
-                p = subprocess.run(compare_cmd(run, a, b), capture_output=True, text=True, env=child_env(run))
+                p = subprocess.run(compare_cmd(run, a, b), capture_output=True, text=True, env=child_env(run), cwd=run)
                 if p.returncode != 0:
                     raise StageFailed(f"glm5 bench compare {a} {b} failed: {p.stderr.strip()[-500:]}")
                 (run / "bench" / f"compare-{b}.json").write_text(p.stdout)
@@ -129,7 +135,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
     if "rl" in c.stages and c.rl_sync_baseline:
         argv = rl_sync_cmd(run, c)
         steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
-                          lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run))))  # fmt: skip
+                          lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run), cwd=run)))  # fmt: skip
     return steps
 
 

@@ -63,16 +63,18 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None, *, threads: bool = False) -> None:
+def run_logged(argv: list[str], log: Path, env: dict[str, str] | None = None, *, threads: bool = False,
+               cwd: Path | None = None) -> None:  # fmt: skip
     """Run argv with its output appended to log; StageFailed (naming the log's tail) when it fails. `threads`:
-    the driver runs another thread now (the expert endpoint), so no pre-exec hook (it could deadlock)."""
+    the driver runs another thread now (the expert endpoint), so no pre-exec hook (it could deadlock). `cwd`:
+    the run folder, so what a command keeps in its working folder (the bench's .glm5-bench-cache) stays there."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"\n$ {' '.join(argv)}\n")
         f.flush()
         hook = None if threads or sys.platform != "linux" else _die_with_parent
         rc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            preexec_fn=hook).returncode  # fmt: skip
+                            preexec_fn=hook, cwd=cwd).returncode  # fmt: skip
     if rc != 0:
         tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-8:])
         raise StageFailed(f"`{shown(argv)}` exited with {rc} (log: {log}):\n{tail}")
@@ -95,7 +97,8 @@ def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], 
     serve_log.write(f"\n$ {' '.join(argv)}\n")
     serve_log.flush()
     proc = subprocess.Popen(argv, stdout=serve_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=child_env(run), preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # fmt: skip
+                            env=child_env(run), preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                            cwd=run)  # fmt: skip
     headers = {"Authorization": f"Bearer {key}"}
     try:
         deadline = time.monotonic() + startup_s
@@ -113,7 +116,7 @@ def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], 
             time.sleep(1.0)
         log(f"serving {stage} at {url}/v1 (INT4 {c.quant == 'int4'}, speculative {c.speculative})")
         run_logged(bench_cmd(run, stage, c, f"{url}/v1", KEY_ENV), logs / f"bench-{stage}.log",
-                   child_env(run, {KEY_ENV: key}))  # fmt: skip
+                   child_env(run, {KEY_ENV: key}), cwd=run)  # fmt: skip
         counters = spec_metrics(httpx.get(f"{url}/metrics", headers=headers, timeout=30).text)
     finally:
         if proc.poll() is None:
