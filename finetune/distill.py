@@ -98,26 +98,37 @@ def adapters_off(model):
 
 
 @torch.no_grad()
-def sample(model, prompt: list[int], max_new: int, temperature: float, gen: torch.Generator, stop=()) -> list[int]:
-    """The student's completion of `prompt`, sampled at `temperature` (0: greedy), up to `max_new` tokens or a
-    `stop` token (kept). Recomputes the prefix each token: distillation prompts are short and this keeps the
-    sampled distribution exactly the trained one (same forward, same numerics)."""
-    ids = list(prompt)
+def sample_batch(model, prompts: list[list[int]], max_new: int, temperature: float, gen, stop=()) -> list[list[int]]:
+    """Completions of `prompts`, those of one length sampled together (one forward per token for the group, no
+    padding, so each row's logits are its own). Recomputes the prefix each token: distillation prompts are short
+    and this keeps the sampled distribution the trained one (the same forward as the scoring pass, without a KV
+    cache's numerics). A row that stopped is no longer extended."""
+    out: list[list[int]] = [[] for _ in prompts]
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(len(p), []).append(i)
     was = model.training
     model.eval()
     try:
-        for _ in range(max_new):
-            logits = model(torch.tensor([ids]))[0, -1].float()
-            if temperature <= 0:
-                tok = int(logits.argmax())
-            else:
-                tok = int(torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen))
-            ids.append(tok)
-            if tok in stop:
-                break
+        for rows in groups.values():
+            ids_BT = torch.tensor([prompts[i] for i in rows])
+            live = torch.ones(len(rows), dtype=torch.bool)
+            for _ in range(max_new):
+                logits_BV = model(ids_BT)[:, -1].float()
+                if temperature <= 0:
+                    tok_B = logits_BV.argmax(-1)
+                else:
+                    tok_B = torch.multinomial(torch.softmax(logits_BV / temperature, -1), 1, generator=gen)[:, 0]
+                for r, i in enumerate(rows):
+                    if live[r]:
+                        out[i].append(int(tok_B[r]))
+                        live[r] = int(tok_B[r]) not in stop
+                if not live.any():
+                    break
+                ids_BT = torch.cat([ids_BT, tok_B[:, None]], 1)
     finally:
         model.train(was)
-    return ids[len(prompt) :]
+    return out
 
 
 def completion_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0) -> torch.Tensor:
@@ -177,7 +188,7 @@ def train_distill(
     def loss_fn(batch) -> LossTerms:
         step, chosen = batch
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        comps = [sample(student, p.ids, cfg.max_new_tokens, cfg.temperature, gen, stop) for p in chosen]
+        comps = sample_batch(student, [p.ids for p in chosen], cfg.max_new_tokens, cfg.temperature, gen, stop)
         n = max(1, sum(len(c) for c in comps))
         total, kl_est, tokens = 0.0, 0.0, 0
         for p, c in zip(chosen, comps, strict=True):
