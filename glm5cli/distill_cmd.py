@@ -90,8 +90,11 @@ def distill(
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)
     if full and None in teachers.values():
-        fail("teacher `base` is the student with its adapter off, and --full trains no adapter", code=EXIT_USAGE,
-             hint="drop --full, or give that domain the student's checkpoint as its teacher")
+        fail(
+            "teacher `base` is the student with its adapter off, and --full trains no adapter",
+            code=EXIT_USAGE,
+            hint="drop --full, or give that domain the student's checkpoint as its teacher",
+        )
     tok = _checkpoint_tokenizer(student)
     settings = {
         "student": str(student.resolve()),

@@ -3,6 +3,8 @@ expectation, the teacher 'base' is the student with its adapter off, and a domai
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -69,13 +71,15 @@ def test_batched_sampling_is_each_prompt_sampled_alone():
     assert len(cut[0]) == 2 and sample_batch(net, prompts, 4, 0.0, None, stop=(stop,)) == cut
 
 
-# Two skills on a tiny model: after tag A or B and an index, answer that index's 2 tokens and EOS.
+# Two skills on a tiny model: after tag A or B and an index, answer that index's 3 tokens and EOS. The skills
+# share their index tokens, so training B pulls A's answers towards B's: a later stage that makes an earlier
+# skill forget, as GLM-5's sequential RL stages do.
 EOS = 8129
 
 
-def _skill(tag: int, seed: int, n: int = 4) -> list[tuple[list[int], list[int]]]:
-    g = torch.Generator().manual_seed(seed)
-    return [([tag, 100 + i], [*map(int, torch.randint(200, 8000, (2,), generator=g)), EOS]) for i in range(n)]
+def _skill(tag: int, seed: int, n: int = 8) -> list[tuple[list[int], list[int]]]:
+    rng = random.Random(seed)
+    return [([tag, 100 + i], [rng.randrange(200, 8000) for _ in range(3)] + [EOS]) for i in range(n)]
 
 
 @torch.no_grad()
@@ -99,24 +103,28 @@ def test_distillation_from_the_earlier_stage_brings_back_a_skill_the_later_stage
     from model.config import preset
     from model.modeling import GLM5ForCausalLM
 
-    torch.manual_seed(0)
     skill_a, skill_b = _skill(10, 1), _skill(20, 2)
     net = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
     with torch.no_grad():
-        net.lm_head.weight.mul_(20.0)
+        net.lm_head.weight.mul_(20.0)  # a trained model's logit range (see tests/glm5cli/test_finetune_sft.py)
     named = prepare_full(net)
-    train_sft(net, [(p + a, len(p)) for p, a in skill_a], SFTConfig(steps=25, lr=3e-3, warmup=3), named=named)
+    train_sft(
+        net, [(p + a, len(p)) for p, a in skill_a], SFTConfig(steps=30, lr=3e-3, warmup=3, batch_size=8), named=named
+    )
     stage_a = copy.deepcopy(net)
+    skill_a, skill_b = skill_a[:4], skill_b[:4]  # distilled and measured on half the prompts: the test's time
     a1 = _loglik(net, skill_a)
-    train_sft(net, [(p + a, len(p)) for p, a in skill_b], SFTConfig(steps=6, lr=3e-3, warmup=3), named=named)
+    train_sft(
+        net, [(p + a, len(p)) for p, a in skill_b], SFTConfig(steps=20, lr=1e-3, warmup=3, batch_size=8), named=named
+    )
     a2, b2 = _loglik(net, skill_a), _loglik(net, skill_b)
-    assert a1 > -0.05 and b2 > -0.1 and a2 < a1 - 1.0, (a1, a2, b2)  # A learned, B learned, A largely lost
+    assert a1 > -0.05 and b2 > -0.05 and a2 < a1 - 1.0, (a1, a2, b2)  # A learned, B learned, A largely lost
 
     student = add_lora(net, LoraSettings(rank=8, alpha=16), seed=0)
     prompts = [Prompt(p, "a") for p, _ in skill_a] + [Prompt(p, "b") for p, _ in skill_b]
     teachers = {"a": Teacher.checkpoint(stage_a), "b": Teacher.base()}
-    cfg = DistillConfig(steps=STEPS, lr=LR, warmup=2, prompts_per_step=8, max_new_tokens=3)
+    cfg = DistillConfig(steps=20, lr=3e-3, warmup=2, prompts_per_step=8, max_new_tokens=4)
     train_distill(student, prompts, teachers, cfg, stop=(EOS,))
     a3, b3 = _loglik(student, skill_a), _loglik(student, skill_b)
     assert (a3 - a2) > 0.75 * (a1 - a2), (a1, a2, a3)  # most of A came back
-    assert b3 > b2 - 0.5, (b2, b3)  # and B was kept
+    assert b3 > b2 - 0.25, (b2, b3)  # and B was kept

@@ -124,7 +124,9 @@ def test_distill_help_explains_the_command():
 def test_distill_bad_input_is_a_usage_error(tiny_checkpoint, tmp_path, extra, msg):  # noqa: F811
     a = _prompt_file(tmp_path / "a.jsonl", PROMPTS[:1])
     out = tmp_path / "d"
-    r = runner.invoke(app, ["finetune", "distill", str(tiny_checkpoint), "--prompts", str(a), "--out", str(out), *extra])
+    r = runner.invoke(
+        app, ["finetune", "distill", str(tiny_checkpoint), "--prompts", str(a), "--out", str(out), *extra]
+    )
     assert r.exit_code == 2 and msg in " ".join(r.output.split()), r.output
     assert not out.exists()
 
