@@ -17,12 +17,13 @@ position is A (onehot(y) - pi_s) on the logits: it moves the one token the stude
 token by the student's own probabilities. Where a skill is lost the student rarely samples the teacher's token,
 so most steps only push down the student's wrong guess in favour of its other guesses, and the teacher's choice
 is found by chance, a bandit over the vocabulary; the full KL reads the teacher's whole row and pulls its tokens
-up directly. Measured (tiny preset, skill A half-lost by a later stage, 8 prompts x 4 tokens a step, LoRA r8,
-lr 3e-3, 30 steps): full brought A's mean answer log-prob from -2.08 back to -0.00 (stage A: -0.00); sampled
-left it at -2.20 (at lr 1e-3: -1.61) and hurt the other skill more. GLM-5 runs the sampled loss with 1024
-prompts a step on a student a stage away from its teachers, where the teacher's tokens are still sampled. Both
-need the teacher's logits only at the student's positions; the sampled one needs only those of the sampled
-tokens (a served teacher's logprobs), which is what it is for here.
+up directly. Measured (tests/finetune/test_distill.py's recovery test set-up: tiny preset, skill A's mean answer
+log-prob about -2.5 after stage B, 8 prompts x <= 4 tokens a step, LoRA r8, lr 3e-3, 30 steps): after 20 steps full had brought A
+back to -0.00 and kept B at -0.00 (its base teacher); sampled left A at -1.9 and took B from -0.00 to -2.5 (at
+lr 1e-3, on a milder set-up, 30 steps: A -2.1 -> -1.6, B -0.06 -> -0.8). GLM-5 runs the sampled loss with 1024
+prompts a step on a student a stage away from its teachers, where the teacher's tokens are still sampled. The
+full KL needs the teacher's whole row at each position; the sampled one only the sampled token's log-prob (what a
+served teacher returns): choose it for such a teacher, with many prompts a step.
 
 A teacher is an earlier stage's checkpoint (a model of its own), or "base": the student with its LoRA adapters
 switched off, which costs no second copy of the weights (peft's adapter switch, `adapters_off`). Each prompt has

@@ -131,7 +131,7 @@ def distill(
     if too_long := [i for i, p in enumerate(chosen) if len(p.ids) + max_new_tokens > limit]:
         fail(f"{len(too_long)} prompt(s) + --max-new-tokens exceed the student's context ({limit})", code=EXIT_USAGE)
     models = {}
-    with console.status("loading the teachers..."):
+    with err_console.status("loading the teachers..."):
         for d, p in teachers.items():
             try:
                 models[d] = Teacher.base() if p is None else Teacher.checkpoint(load_teacher(p, net.config))

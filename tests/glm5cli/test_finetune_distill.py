@@ -25,14 +25,19 @@ PROMPTS = ["def add(a, b):", "import os", "# count the lines", "class Stack:"]
 
 @pytest.fixture(scope="module")
 def teacher(ckpt, tmp_path_factory):  # noqa: F811
-    """Another peaky checkpoint (other random weights, same tokenizer): a teacher far from the student."""
+    """The student's checkpoint with a random rank-4 LoRA delta merged in: a teacher a few nats per token away
+    (reverse KL ~2.7 on these prompts' continuations) that a rank-4 adapter can reach, same tokenizer."""
+    from finetune.lora import LoraSettings, add_lora, merge_lora
+
     path = tmp_path_factory.mktemp("teacher")
     shutil.copytree(ckpt, path, dirs_exist_ok=True)
-    net = GLM5ForCausalLM.from_pretrained(ckpt)
-    other = GLM5ForCausalLM.from_config(net.config, seed=1)
+    net = add_lora(GLM5ForCausalLM.from_pretrained(ckpt), LoraSettings(rank=4, alpha=8), seed=1)
+    g = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        other.lm_head.weight.mul_(20.0)
-    other.save_pretrained(path)
+        for n, p in net.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.03)
+    merge_lora(net).save_pretrained(path)
     return path
 
 
@@ -60,14 +65,16 @@ def test_distill_writes_a_run_folder_whose_adapter_moved_towards_the_teacher(ckp
     b = _prompt_file(tmp_path / "b.jsonl", ["SELECT 1;"])
     out = tmp_path / "d"
     args = ["finetune", "distill", str(ckpt), "--teacher", f"code={teacher}", "--teacher", "sql=base"]
-    args += ["--prompts", f"code={a}", "--tasks", f"sql={b}", "--out", str(out), "--steps", "12", "--lr", "1e-2"]
+    args += ["--prompts", f"code={a}", "--tasks", f"sql={b}", "--out", str(out), "--steps", "20", "--lr", "5e-3"]
     r = runner.invoke(app, [*args, "--prompts-per-step", "5", "--max-new-tokens", "4", "--rank", "4", "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout[r.stdout.index("{") :])
     assert summary["prompts"] == {"code": 4, "sql": 1} and summary["tokens_per_s"] > 0
-    assert summary["reverse_kl_last"] < 0.7 * summary["reverse_kl_first"], summary
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in log] == list(range(1, 13)) and log[0]["reverse_kl"] > log[-1]["reverse_kl"]
+    assert [row["step"] for row in log] == list(range(1, 21))
+    assert abs(log[0]["reverse_kl"] - summary["reverse_kl_first"]) < 1e-3
+    kl = [row["reverse_kl"] for row in log]  # each step's own samples: noisy, so three steps' means
+    assert sum(kl[-3:]) < 0.8 * sum(kl[:3]), kl
     record = json.loads((out / "distill_run.json").read_text())
     assert record["settings"]["teachers"] == {"code": str(teacher.resolve()), "sql": "base"}
     assert not (out / "state.pt").exists() and not (tmp_path / ".d.partial").exists()
@@ -84,7 +91,7 @@ def test_distill_writes_a_run_folder_whose_adapter_moved_towards_the_teacher(ckp
         warnings.simplefilter("error")
         adapted = load_adapter(base, out / "adapter").eval()
     after = _reverse_kl(adapted, tnet, ids)
-    assert after < 0.7 * before, (before, after)
+    assert after < 0.8 * before, (before, after)
 
 
 def test_distill_resumes_exactly_after_a_kill(ckpt, teacher, tmp_path, monkeypatch):  # noqa: F811
@@ -137,3 +144,45 @@ def test_distill_bad_prompt_line_is_named(tiny_checkpoint, tmp_path):  # noqa: F
     args = ["finetune", "distill", str(tiny_checkpoint), "--teacher", "base", "--prompts", str(bad)]
     r = runner.invoke(app, [*args, "--out", str(tmp_path / "d")])
     assert r.exit_code == 2 and f"{bad}:2" in " ".join(r.output.split()).replace(" ", ""), r.output
+
+
+@pytest.mark.slow
+def test_distill_resumes_exactly_after_kill_9(ckpt, teacher, tmp_path):  # noqa: F811
+    """A real `kill -9` once the first checkpoint is on disk; the rerun ends with the adapter and the log of a
+    run that was never interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from safetensors.torch import load_file
+
+    a = _prompt_file(tmp_path / "a.jsonl", PROMPTS[:2])
+
+    def cmd(out):
+        args = [sys.executable, "-m", "glm5cli", "finetune", "distill", str(ckpt), "--teacher", str(teacher)]
+        args += ["--prompts", str(a), "--out", str(out), "--steps", "30", "--save-every", "2", "--rank", "4"]
+        return args + ["--prompts-per-step", "2", "--max-new-tokens", "3"]
+
+    whole = tmp_path / "whole"
+    subprocess.run(cmd(whole), check=True, capture_output=True)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / ".killed.partial" / "state.pt"
+    while not state.exists() and proc.poll() is None:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert state.exists() and not out.exists()
+    r = subprocess.run(cmd(out), capture_output=True, text=True)
+    assert r.returncode == 0 and "resuming" in r.stderr, r.stderr
+    a_, b_ = (
+        load_file(whole / "adapter" / "adapter_model.safetensors"),
+        load_file(out / "adapter" / "adapter_model.safetensors"),
+    )
+    assert a_.keys() == b_.keys() and all(torch.equal(a_[k], b_[k]) for k in a_)
+    logs = [
+        [json.loads(x)["reverse_kl"] for x in (d / "train_log.jsonl").read_text().splitlines()] for d in (whole, out)
+    ]
+    assert logs[0] == logs[1] and len(logs[0]) == 30
