@@ -15,6 +15,7 @@ Module map:
                      checked on load), merge_lora
 - distill.py         cross-stage on-policy distillation (report Eq. 2): student samples, teachers by domain (a
                      checkpoint, or the student's base with its LoRA off) score them, per-token reverse KL
+- distill_run.py     what `glm5 finetune distill` runs on: teachers and prompt files by domain, the step log
 - run_dir.py         a resumable run's folder (.OUT.partial -> OUT, settings, data, checkpoints)
 - data/              training data in: glm5 trajectories, bench runs, OpenAI chat JSONL, mini-swe-agent, Harbor
                      ATIF -> one sequence per session branch with target masks (TITO where recorded); batches,

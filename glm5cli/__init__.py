@@ -5,6 +5,7 @@
 - code_cmd.py   `glm5 code`: the coding agent (TUI, or headless with -p)
 - serve_cmd.py  `glm5 serve`: OpenAI-compatible server (embedded engine, or sglang / vLLM)
 - finetune_cmd.py `glm5 finetune`: align-mtp (the MTP layer on the model's own output), sft (LoRA), rl (GRPO + IcePop)
+- distill_cmd.py `glm5 finetune distill`: cross-stage on-policy distillation (teachers by domain)
 - bench_cmd.py  `glm5 bench`: agentic and serving benchmarks
 - common.py     helpers shared by the commands (errors, console, JSON output)
 

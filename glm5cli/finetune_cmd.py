@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+from glm5cli.distill_cmd import distill as distill_command
 from glm5cli.rl_cmd import rl as rl_command
 
 app = typer.Typer(no_args_is_help=True)
@@ -520,3 +521,4 @@ def _show_data(report: dict, json_out: bool) -> None:
 
 
 app.command("rl")(rl_command)  # `glm5 finetune rl` lives in rl_cmd.py
+app.command("distill")(distill_command)  # `glm5 finetune distill` lives in distill_cmd.py

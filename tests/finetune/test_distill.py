@@ -3,10 +3,20 @@ expectation, the teacher 'base' is the student with its adapter off, and a domai
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
-from finetune.distill import DistillConfig, Prompt, Teacher, adapters_off, distill_loss, train_distill
+from finetune.distill import (
+    DistillConfig,
+    Prompt,
+    Teacher,
+    adapters_off,
+    completion_logprobs,
+    distill_loss,
+    train_distill,
+)
 
 
 def test_sampled_loss_is_the_reverse_kl_gradient_in_expectation():
@@ -43,3 +53,78 @@ def test_base_teacher_is_the_student_with_its_adapter_off():
     assert all(p.requires_grad == ("lora_" in n) for n, p in net.named_parameters())
     with pytest.raises(ValueError, match="no teacher for domain"):
         train_distill(net, [Prompt([1, 2], "code")], {"math": Teacher.base()}, DistillConfig(steps=1))
+
+
+def test_batched_sampling_is_each_prompt_sampled_alone():
+    from finetune.distill import sample_batch
+    from model.config import preset
+    from model.modeling import GLM5ForCausalLM
+
+    net = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
+    with torch.no_grad():
+        net.lm_head.weight.mul_(20.0)  # peaky, so that greedy choices are not near-ties
+    prompts = [[5, 6], [7, 8], [9, 10, 11]]
+    alone = [sample_batch(net, [p], 4, 0.0, None)[0] for p in prompts]
+    assert sample_batch(net, prompts, 4, 0.0, None) == alone
+    stop = alone[0][1]  # the first prompt stops after its second token; a row that stops is not extended
+    cut = [c[: c.index(stop) + 1] if stop in c else c for c in alone]
+    assert len(cut[0]) == 2 and sample_batch(net, prompts, 4, 0.0, None, stop=(stop,)) == cut
+
+
+# Two skills on a tiny model: after tag A or B and an index, answer that index's 3 tokens and EOS. The skills
+# share their index tokens, so training B pulls A's answers towards B's: a later stage that makes an earlier
+# skill forget, as GLM-5's sequential RL stages do.
+EOS = 8129
+
+
+def _skill(tag: int, seed: int, n: int = 8) -> list[tuple[list[int], list[int]]]:
+    rng = random.Random(seed)
+    return [([tag, 100 + i], [rng.randrange(200, 8000) for _ in range(3)] + [EOS]) for i in range(n)]
+
+
+@torch.no_grad()
+def _loglik(net, skill) -> float:
+    """Mean log-probability per answer token (teacher-forced): 0 when the skill is perfect."""
+    net.eval()
+    lls = [completion_logprobs(net, p, a).gather(-1, torch.tensor(a)[:, None]).mean() for p, a in skill]
+    return float(sum(lls) / len(lls))
+
+
+@pytest.mark.slow
+def test_distillation_from_the_earlier_stage_brings_back_a_skill_the_later_stage_lost():
+    """Stage 1 learns skill A, stage 2 learns skill B and loses much of A; distilling the stage-2 model (LoRA)
+    from the stage-1 checkpoint on A's prompts, with its own base as the teacher of B's, brings A back and
+    keeps B: the report's cross-stage distillation, with the default estimator (kl="full")."""
+    import copy
+
+    from finetune.full import prepare_full
+    from finetune.lora import LoraSettings, add_lora
+    from finetune.sft import SFTConfig, train_sft
+    from model.config import preset
+    from model.modeling import GLM5ForCausalLM
+
+    skill_a, skill_b = _skill(10, 1), _skill(20, 2)
+    net = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
+    with torch.no_grad():
+        net.lm_head.weight.mul_(20.0)  # a trained model's logit range (see tests/glm5cli/test_finetune_sft.py)
+    named = prepare_full(net)
+    train_sft(
+        net, [(p + a, len(p)) for p, a in skill_a], SFTConfig(steps=30, lr=3e-3, warmup=3, batch_size=8), named=named
+    )
+    stage_a = copy.deepcopy(net)
+    skill_a, skill_b = skill_a[:4], skill_b[:4]  # distilled and measured on half the prompts: the test's time
+    a1 = _loglik(net, skill_a)
+    train_sft(
+        net, [(p + a, len(p)) for p, a in skill_b], SFTConfig(steps=20, lr=1e-3, warmup=3, batch_size=8), named=named
+    )
+    a2, b2 = _loglik(net, skill_a), _loglik(net, skill_b)
+    assert a1 > -0.05 and b2 > -0.05 and a2 < a1 - 1.0, (a1, a2, b2)  # A learned, B learned, A largely lost
+
+    student = add_lora(net, LoraSettings(rank=8, alpha=16), seed=0)
+    prompts = [Prompt(p, "a") for p, _ in skill_a] + [Prompt(p, "b") for p, _ in skill_b]
+    teachers = {"a": Teacher.checkpoint(stage_a), "b": Teacher.base()}
+    cfg = DistillConfig(steps=30, lr=3e-3, warmup=2, prompts_per_step=8, max_new_tokens=4)
+    train_distill(student, prompts, teachers, cfg, stop=(EOS,))
+    a3, b3 = _loglik(student, skill_a), _loglik(student, skill_b)
+    assert (a3 - a2) > 0.75 * (a1 - a2), (a1, a2, a3)  # most of A came back
+    assert b3 > b2 - 0.25, (b2, b3)  # and B was kept
