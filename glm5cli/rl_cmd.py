@@ -136,6 +136,10 @@ def rl(
     Resumable: rerun the same command after a kill. OUT/rl_log.jsonl holds each step's rewards, solved rate,
     groups kept and dropped (and why), staleness, IS-masked fraction, logprob mismatch, KL, gradient norm,
     tokens/s and idle times. Serve the result with `glm5 serve MODEL --lora OUT/adapter` (or --merge).
+
+    Learning curve: --save-every N keeps the adapter of every N-th step in OUT/adapters/step-K, to serve and
+    measure with `glm5 bench` on held-out tasks; --eval-tasks HELD_OUT measures the pushed policy on them during
+    the run (the bench's grading, --eval-samples sessions per task), into rl_log.jsonl.
     """
     if env not in ENVS:
         fail(f"--env must be one of {', '.join(ENVS)}, not {env!r}", code=EXIT_USAGE)
