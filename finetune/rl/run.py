@@ -124,7 +124,9 @@ def run_rl(
         return orch.started + n_prior - n_dropped[0]
 
     def gate(_g: int) -> bool:
-        return live() < (pushed[0] + cfg.staleness + 1) * B
+        # AReaL's staleness bound, and never more groups than the run has steps for: a group started past the
+        # last step would be cut off unfinished, its sessions' compute taken from the ones that are trained.
+        return live() < min(pushed[0] + cfg.staleness + 1, cfg.steps) * B
 
     def on_dropped(rep: TakeReport, seen: set) -> None:
         new = [g for g in rep.dropped if g not in seen]
@@ -151,6 +153,12 @@ def run_rl(
         return {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": time.monotonic()}
 
     start = trainer.version
+    threads = torch.get_num_threads()
+    if own_server and not cfg.sync:
+        # Two compute roles at once in this process, the engine thread and the trainer: each gets half the cores'
+        # intra-op threads. With all of them each, their thread teams oversubscribe the cores and spin-wait on
+        # each other (on 2 cores: 20x more involuntary context switches, and a third more CPU per rollout).
+        torch.set_num_threads(max(1, threads // 2))
     try:
         if due(start):  # before the first step; a resumed run whose last evaluation was cut short redoes it
             run_eval(start)
@@ -209,6 +217,7 @@ def run_rl(
         orch.close()
         if own_server:
             server.close()
+        torch.set_num_threads(threads)
     return history
 
 

@@ -77,6 +77,31 @@ def test_async_runs_ahead_within_the_staleness_bound_and_drops_crashed_groups(to
     assert sum(h["padded_samples"] for h in hist) >= 1
 
 
+def test_async_starts_no_group_past_the_last_step(tok, tmp_path):
+    # tau = 2 would admit 3 steps' groups ahead; the run has 2 steps: exactly their 2 x 2 groups x 4 sessions start
+    fam = CountingFamily()
+    cfg = RLConfig(steps=2, max_staleness=2, **SMALL)
+    hist = run_rl(peaky_model(), tok, fam, digit_tasks(4), cfg, tmp_path, max_model_len=256)
+    assert len(hist) == 2 and len(fam.resets) == 2 * 2 * 4, sorted(fam.resets)
+
+
+def test_async_gives_the_engine_and_the_trainer_half_the_threads_each_and_restores_them(tok, tmp_path):
+    seen = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cfg = RLConfig(steps=1, **SMALL)
+        run_rl(peaky_model(), tok, ScriptedFamily(), digit_tasks(4), cfg, tmp_path / "a", max_model_len=256,
+               log=lambda row: seen.append(torch.get_num_threads()))  # fmt: skip
+        after_async = torch.get_num_threads()
+        cfg = RLConfig(steps=1, sync=True, **SMALL)
+        run_rl(peaky_model(), tok, ScriptedFamily(), digit_tasks(4), cfg, tmp_path / "s", max_model_len=256,
+               log=lambda row: seen.append(torch.get_num_threads()))  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2] and after_async == 2  # sync: one role at a time, each with every thread
+
+
 def test_a_weight_push_is_visible_as_the_servers_version(tok, tmp_path):
     model = peaky_model()
     import copy
