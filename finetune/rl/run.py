@@ -153,12 +153,6 @@ def run_rl(
         return {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": time.monotonic()}
 
     start = trainer.version
-    threads = torch.get_num_threads()
-    if own_server and not cfg.sync:
-        # Two compute roles at once in this process, the engine thread and the trainer: each gets half the cores'
-        # intra-op threads. With all of them each, their thread teams oversubscribe the cores and spin-wait on
-        # each other (on 2 cores: 20x more involuntary context switches, and a third more CPU per rollout).
-        torch.set_num_threads(max(1, threads // 2))
     try:
         if due(start):  # before the first step; a resumed run whose last evaluation was cut short redoes it
             run_eval(start)
@@ -217,7 +211,6 @@ def run_rl(
         orch.close()
         if own_server:
             server.close()
-        torch.set_num_threads(threads)
     return history
 
 

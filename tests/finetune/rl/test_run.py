@@ -85,23 +85,6 @@ def test_async_starts_no_group_past_the_last_step(tok, tmp_path):
     assert len(hist) == 2 and len(fam.resets) == 2 * 2 * 4, sorted(fam.resets)
 
 
-def test_async_gives_the_engine_and_the_trainer_half_the_threads_each_and_restores_them(tok, tmp_path):
-    seen = []
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        cfg = RLConfig(steps=1, **SMALL)
-        run_rl(peaky_model(), tok, ScriptedFamily(), digit_tasks(4), cfg, tmp_path / "a", max_model_len=256,
-               log=lambda row: seen.append(torch.get_num_threads()))  # fmt: skip
-        after_async = torch.get_num_threads()
-        cfg = RLConfig(steps=1, sync=True, **SMALL)
-        run_rl(peaky_model(), tok, ScriptedFamily(), digit_tasks(4), cfg, tmp_path / "s", max_model_len=256,
-               log=lambda row: seen.append(torch.get_num_threads()))  # fmt: skip
-    finally:
-        torch.set_num_threads(before)
-    assert seen == [1, 2] and after_async == 2  # sync: one role at a time, each with every thread
-
-
 def test_a_weight_push_is_visible_as_the_servers_version(tok, tmp_path):
     model = peaky_model()
     import copy
