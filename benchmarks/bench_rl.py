@@ -1,27 +1,29 @@
 """Agentic RL throughput and learning (finetune/rl): asynchronous against synchronous on the same tasks, and a
 learning curve on a task family `tiny` can learn.
 
-    .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--curve-steps 20] [--out benchmarks/bench_rl.json]
+    .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--rounds 2] [--curve-steps 20] [--out bench_rl.json]
 
 1. Throughput: the scripted digit family with 3 turns per session (tool feedback between them) and a grader that
    runs in a real subprocess per session (a test suite's latency), `--steps` optimizer steps of 2 groups x 8
-   sessions, 16 sessions at once, once with `--sync` and once asynchronous (tau = 2), same seeds and tasks.
-   An untimed one-step run goes first, so first-use costs fall on neither side. Reported: wall time, sessions
-   (rollouts) per second, the trainer's idle time (waiting for groups), the rollout
-   engine's idle time, and async / sync.
-2. Learning: the synchronous run for `--curve-steps` steps on 4 training tasks; every few steps the policy's
-   solved rate on 4 held-out tasks of the family (other prompts; 16 sampled sessions each, the run's own
-   sampling) is measured with the same orchestrator on a fresh engine serving a copy of the policy.
+   sessions, 16 sessions at once, with `--sync` and asynchronous (tau = 2): same seeds, tasks, flags and code,
+   `sync` the only difference, interleaved for `--rounds` rounds (sync, async, sync, async, ...). An untimed
+   one-step run goes first, so first-use costs fall on neither side. Reported per run: wall time, sessions
+   trained and sessions run (started), rollouts per second, the trainer's idle time (waiting for groups), the
+   rollout engine's idle time, the CPU seconds of the process and of its graders, rollouts per CPU second (the
+   figure a shared machine's load disturbs least), and `uptime`'s load; then async / sync per round.
+2. Learning: the synchronous run for `--curve-steps` steps on 4 training tasks; before it and every few steps
+   the pushed policy's solved rate on 4 held-out tasks of the family (other prompts; 16 sampled sessions each,
+   the run's own sampling) is measured by the run's held-out evaluation (finetune/rl/evaluate.py).
 Numbers are for this machine (CPU, shared); the JSON says which.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
@@ -33,10 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finetune.grpo import RL_TARGETS  # noqa: E402
 from finetune.rl.config import RLConfig  # noqa: E402
-from finetune.rl.orchestrator import Orchestrator  # noqa: E402
+from finetune.rl.evaluate import HeldOut  # noqa: E402
 from finetune.rl.run import run_rl, summary  # noqa: E402
 from finetune.rl.scripted import ScriptedFamily, ScriptedTask, digit_tasks  # noqa: E402
-from finetune.rl.server import InProcessServer  # noqa: E402
 from finetune.sft import LoraSettings, add_lora  # noqa: E402
 from model import GLM5ForCausalLM  # noqa: E402
 from model.config import preset  # noqa: E402
@@ -54,20 +55,44 @@ def peaky_model():
     return add_lora(model, LoraSettings(rank=8, alpha=16, targets=RL_TARGETS), seed=0)
 
 
+class CountingFamily(ScriptedFamily):
+    """The scripted family, counting the sessions it starts (trained or not)."""
+
+    def reset(self, task, workdir, sample=0):
+        self.started = getattr(self, "started", 0) + 1
+        return super().reset(task, workdir, sample)
+
+
+def cpu_s(who) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
 def throughput(tok, steps: int, sync: bool) -> dict:
     cfg = RLConfig(steps=steps, groups_per_step=2, group_size=8, max_new_tokens=16, max_turns=3, lr=5e-3,
                    sync=sync, max_staleness=2, concurrency=16)  # fmt: skip
-    fam = ScriptedFamily(turns=3, grade_cmd=GRADER)
+    fam = CountingFamily(turns=3, grade_cmd=GRADER)
+    load0, cpu0, kids0 = load(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as d:
         hist = run_rl(peaky_model(), tok, fam, digit_tasks(8), cfg, Path(d), max_model_len=512)
     wall = time.monotonic() - t0
+    cpu, kids = cpu_s(resource.RUSAGE_SELF) - cpu0, cpu_s(resource.RUSAGE_CHILDREN) - kids0
     sessions = sum(h["sessions"] for h in hist)
     return {
         "mode": "sync" if sync else "async (tau 2)",
         "wall_s": round(wall, 2),
         "sessions_trained": sessions,
+        "sessions_run": fam.started,
         "rollouts_per_s": round(sessions / wall, 3),
+        "cpu_s": round(cpu, 2),
+        "grader_cpu_s": round(kids, 2),
+        "rollouts_per_cpu_s": round(sessions / (cpu + kids), 3),
+        "load_1min": [load0, load()],
         "trainer_idle_s": round(sum(h["trainer_idle_s"] for h in hist), 2),
         "trainer_idle_fraction": round(sum(h["trainer_idle_s"] for h in hist) / wall, 3),
         "server_idle_s": round(sum(h["server_idle_s"] for h in hist), 2),
@@ -77,31 +102,15 @@ def throughput(tok, steps: int, sync: bool) -> dict:
     }
 
 
-def solved_rate(model, tok, cfg: RLConfig, n: int = 16) -> float:
-    server = InProcessServer(copy.deepcopy(model), tok, 256, 16, seed=123)
-    got = []
-    with tempfile.TemporaryDirectory() as d:
-        eval_cfg = RLConfig(group_size=n, max_new_tokens=cfg.max_new_tokens, concurrency=16, seed=123)
-        orch = Orchestrator(ScriptedFamily(), HELD_OUT, server, tok, eval_cfg, Path(d), got.append, max_model_len=256)
-        try:
-            orch.run_groups(orch.next_ids(len(HELD_OUT)))  # the first epoch of the order covers every task once
-        finally:
-            orch.close()
-            server.close()
-    return sum(1 for r in got if r.solved) / len(got)
-
-
 def learning_curve(tok, steps: int, every: int) -> dict:
     model = peaky_model()
     cfg = RLConfig(steps=steps, groups_per_step=2, group_size=8, max_new_tokens=5, lr=5e-3, sync=True, concurrency=16)
-    points = [(0, solved_rate(model, tok, cfg))]
-
-    def log(row):
-        if row["step"] % every == 0:
-            points.append((row["step"], solved_rate(model, tok, cfg)))
-
     with tempfile.TemporaryDirectory() as d:
-        hist = run_rl(model, tok, ScriptedFamily(), digit_tasks(4), cfg, Path(d), max_model_len=256, log=log)
+        held = HeldOut(ScriptedFamily(), HELD_OUT, 16, tok, cfg, Path(d) / "eval", max_model_len=256)
+        hist = run_rl(model, tok, ScriptedFamily(), digit_tasks(4), cfg, Path(d) / "run", max_model_len=256,
+                      evaluate=held, eval_every=every)  # fmt: skip
+    points = [(0, hist[0]["eval_before"]["eval_solved_rate"])]
+    points += [(h["step"], h["eval_solved_rate"]) for h in hist if "eval_solved_rate" in h]
     return {
         "train_reward_by_step": [round(h["reward_mean"], 4) for h in hist],
         "held_out_solved_rate": [{"step": s, "solved_rate": round(v, 4)} for s, v in points],
@@ -112,6 +121,8 @@ def learning_curve(tok, steps: int, every: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=2, help="sync/async pairs, interleaved")
+    ap.add_argument("--no-curve", action="store_true", help="throughput only")
     ap.add_argument("--curve-steps", type=int, default=20)
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
@@ -120,25 +131,34 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tok = Tokenizer.shipped()
     throughput(tok, 1, sync=False)  # untimed: first-use costs (kernel probes, allocator) fall on neither side
-    sync = throughput(tok, args.steps, sync=True)
-    print(json.dumps(sync), flush=True)
-    asyn = throughput(tok, args.steps, sync=False)
-    print(json.dumps(asyn), flush=True)
-    curve = learning_curve(tok, args.curve_steps, args.every)
-    print(json.dumps(curve["held_out_solved_rate"]), flush=True)
+    rounds = []
+    for _ in range(args.rounds):
+        pair = {}
+        for sync in (True, False):
+            pair["sync" if sync else "async"] = throughput(tok, args.steps, sync=sync)
+            print(json.dumps(pair["sync" if sync else "async"]), flush=True)
+        for key in ("rollouts_per_s", "rollouts_per_cpu_s"):
+            pair[f"async_over_sync_{key}"] = round(pair["async"][key] / pair["sync"][key], 3)
+        rounds.append(pair)
+    curve = None if args.no_curve else learning_curve(tok, args.curve_steps, args.every)
+    if curve is not None:
+        print(json.dumps(curve["held_out_solved_rate"]), flush=True)
     result = {
         "benchmark": "bench_rl",
         "command": "python benchmarks/bench_rl.py " + " ".join(sys.argv[1:]),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": args.threads, "note": "CPU shared with other jobs"},  # fmt: skip
-        "throughput": {"sync": sync, "async": asyn,
-                       "async_over_sync_rollouts_per_s": round(asyn["rollouts_per_s"] / sync["rollouts_per_s"], 3)},
+        "throughput": rounds,
         "learning": curve,
     }  # fmt: skip
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"async / sync rollouts per second: {result['throughput']['async_over_sync_rollouts_per_s']}x; "
-          f"held-out solved rate {curve['held_out_solved_rate'][0]['solved_rate']} -> "
-          f"{curve['held_out_solved_rate'][-1]['solved_rate']}; wrote {args.out}")  # fmt: skip
+    ratios = ", ".join(f"{r['async_over_sync_rollouts_per_s']}x ({r['async_over_sync_rollouts_per_cpu_s']}x per CPU s)"
+                       for r in rounds)  # fmt: skip
+    msg = f"async / sync rollouts per second by round: {ratios}"
+    if curve is not None:
+        msg += (f"; held-out solved rate {curve['held_out_solved_rate'][0]['solved_rate']} -> "
+                f"{curve['held_out_solved_rate'][-1]['solved_rate']}")  # fmt: skip
+    print(f"{msg}; wrote {args.out}")
 
 
 if __name__ == "__main__":

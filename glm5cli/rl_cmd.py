@@ -101,8 +101,21 @@ def rl(
     partial_credit: bool = typer.Option(False, help="swe: reward the fraction of FAIL_TO_PASS tests that pass."),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
-        10, min=0, help="completion: checkpoint every N steps (agentic runs checkpoint every step); rerun resumes."
+        10,
+        min=0,
+        help="completion: checkpoint every N steps; rerun resumes. Agentic (which checkpoints every step): also "
+        "write the LoRA adapter of every N-th step and of the last to OUT/adapters/step-K (each servable: `glm5 "
+        "serve MODEL --lora OUT/adapters/step-K`, for a learning curve measured by `glm5 bench`); 0: none.",
     ),
+    eval_tasks: Path | None = typer.Option(
+        None,
+        "--eval-tasks",
+        help="swe / terminal: held-out tasks (swe: a tasks file; terminal: a task folder or a folder of them), "
+        "disjoint from the training tasks. Before training, every --save-every steps and after the last step, "
+        "the pushed policy runs --eval-samples sessions per held-out task, graded by the bench; the solved rate "
+        "goes into that step's rl_log.jsonl row (eval_solved_rate; before training: row 1's eval_before).",
+    ),
+    eval_samples: int = typer.Option(2, min=2, help="Agentic, with --eval-tasks: sessions per held-out task."),
     merge: bool = typer.Option(
         False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
     ),
@@ -123,6 +136,10 @@ def rl(
     Resumable: rerun the same command after a kill. OUT/rl_log.jsonl holds each step's rewards, solved rate,
     groups kept and dropped (and why), staleness, IS-masked fraction, logprob mismatch, KL, gradient norm,
     tokens/s and idle times. Serve the result with `glm5 serve MODEL --lora OUT/adapter` (or --merge).
+
+    Learning curve: --save-every N keeps the adapter of every N-th step in OUT/adapters/step-K, to serve and
+    measure with `glm5 bench` on held-out tasks; --eval-tasks HELD_OUT measures the pushed policy on them during
+    the run (the bench's grading, --eval-samples sessions per task), into rl_log.jsonl.
     """
     if env not in ENVS:
         fail(f"--env must be one of {', '.join(ENVS)}, not {env!r}", code=EXIT_USAGE)
@@ -144,8 +161,11 @@ def rl(
         )  # fmt: skip
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)
+    if eval_tasks is not None and env not in ("swe", "terminal"):
+        fail("--eval-tasks is for --env swe / terminal (held-out bench tasks)", code=EXIT_USAGE)
+    held_out = (eval_tasks, eval_samples)
     _agentic(model, out, env, tasks_file, task_dirs or [], reward, cfg, rank, alpha, max_model_len, rollout_url,
-             merge, json_out)  # fmt: skip
+             merge, json_out, save_every, held_out)  # fmt: skip
 
 
 def _environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg, reward: str | None):
@@ -180,8 +200,25 @@ def _environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg, 
     return bench, tasks, {"tasks": where, "reward": reward}
 
 
-def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, max_model_len, urls, merge, json_out):
+def _held_out(env: str, path: Path, rl_env, tasks: list):
+    """--eval-tasks -> the held-out tasks, checked disjoint from the training tasks (a usage error otherwise)."""
+    from finetune.rl.bench_env import load_bench_tasks
+    from finetune.rl.evaluate import disjoint
+
+    try:
+        held = load_bench_tasks(env, path if env == "swe" else None, [path] if env == "terminal" else [])
+        disjoint(tasks, held)
+    except (ValueError, OSError) as e:
+        fail(f"--eval-tasks {path}: {e}", code=EXIT_USAGE)
+    if not held:
+        fail(f"--eval-tasks {path}: no tasks", code=EXIT_USAGE)
+    return held
+
+
+def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, max_model_len, urls, merge, json_out,
+             save_every=0, held_out=(None, 2)):  # fmt: skip
     import dataclasses
+    import os
     import shutil
 
     from glm5cli.finetune_cmd import _checkpoint_tokenizer, _load_for_training, _progress, _Run, _write_adapter
@@ -190,6 +227,11 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     rl_env, tasks, described = _environment(env, tasks_file, task_dirs, cfg, reward)
     settings = {"model": str(model.resolve()), "env": env, **described, "config": dataclasses.asdict(cfg)}
     settings |= {"rank": rank, "alpha": alpha, "merge": merge, "max_model_len": max_model_len, "rollout_url": urls}
+    eval_path, eval_samples = held_out
+    held = _held_out(env, eval_path, rl_env, tasks) if eval_path is not None else None
+    if held is not None:
+        settings |= {"eval_tasks": str(eval_path.resolve()), "eval_samples": eval_samples}
+    settings["save_every"] = save_every
     run = _Run(out, settings)
     from finetune.grpo import RL_TARGETS
     from finetune.rl.run import run_rl, summary
@@ -205,6 +247,26 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=cfg.seed)
     state = run.start({"tasks": len(tasks)})
     del state  # the agentic run keeps its own state in the work folder (finetune/rl/run.py)
+    evaluate = None
+    if held is not None:
+        from finetune.rl.evaluate import HeldOut
+
+        evaluate = HeldOut(rl_env, held, eval_samples, tok, cfg, run.work / "eval-sessions", max_model_len)
+    fingerprint: list[str] = []
+
+    def save_step_adapter(k: int) -> None:
+        """OUT/adapters/step-K, written aside and renamed: a kill never leaves half an adapter there."""
+        from finetune.lora import save_adapter, weights_fingerprint
+
+        if not fingerprint:
+            fingerprint.append(weights_fingerprint(net))  # the base weights: the same at every step
+        dest = run.work / "adapters" / f"step-{k}"
+        tmp = dest.with_name(dest.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_adapter(net, tmp, base=str(model.resolve()), fingerprint=fingerprint[0])
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+
     log_path = run.work / "rl_log.jsonl"
     done = len(log_path.read_text().splitlines()) if log_path.is_file() else 0
     if done:
@@ -215,12 +277,17 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
         def log(row: dict) -> None:
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
+            if save_every and (row["step"] % save_every == 0 or row["step"] == cfg.steps):
+                save_step_adapter(row["step"])
             solved = "" if row["solved_rate"] is None else f", solved {row['solved_rate']:.0%}"
+            if row.get("eval_solved_rate") is not None:
+                solved += f", held-out {row['eval_solved_rate']:.0%}"
             drop = f", dropped {row['groups_dropped']}" if row["groups_dropped"] else ""
             bar.update(task, advance=1, description=f"RL ({env}), reward {row['reward_mean']:.3f}{solved}{drop}")
 
         try:
-            hist = run_rl(net, tok, rl_env, tasks, cfg, run.work, server=server, max_model_len=max_model_len, log=log)
+            hist = run_rl(net, tok, rl_env, tasks, cfg, run.work, server=server, max_model_len=max_model_len, log=log,
+                          evaluate=evaluate, eval_every=save_every)  # fmt: skip
         except Exception as e:  # noqa: BLE001 - the run folder is kept; rerunning resumes
             fail(
                 f"the RL run stopped: {type(e).__name__}: {e}",
@@ -229,10 +296,17 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     # rl_log.jsonl is rewritten from the state's history: the rows of killed runs' last steps appear once.
     (run.work / "rl_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
     _write_adapter(model, net, run.work, merge)
-    for name in ("rollouts", "sessions", "pushes"):
+    for name in ("rollouts", "sessions", "pushes", "eval-sessions"):
         shutil.rmtree(run.work / name, ignore_errors=True)
     result = {"out": str(out), "adapter": str(out / "adapter"), "merged_checkpoint": str(out) if merge else None}
     result |= {"env": env, "tasks": len(tasks), **summary(hist), "seconds": round(time.monotonic() - t0, 1)}
+    if save_every:
+        result["step_adapters"] = sorted(str(out / "adapters" / p.name) for p in (run.work / "adapters").glob("step-*"))
+    if held is not None:
+        before = hist[0].get("eval_before") if hist else None
+        curve = [{"step": 0, "solved_rate": before["eval_solved_rate"]}] if before else []
+        curve += [{"step": h["step"], "solved_rate": h["eval_solved_rate"]} for h in hist if "eval_solved_rate" in h]
+        result["held_out_solved_rate"] = curve
     run.finish()
     if json_out:
         print_json(result)

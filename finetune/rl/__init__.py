@@ -23,6 +23,8 @@ Module map:
 - trainer.py        Trainer: the explicit optimizer step over a batch of groups; optional optimizer reset
 - weight_push.py    WeightPush: the trainer's weights to the rollout server after each step, no restart
 - run.py            run_rl: the wiring (sync or async), resume from the run folder, rl_log rows; summary
+- evaluate.py       HeldOut: the pushed policy on held-out tasks (the bench's grading for swe / terminal) before
+                    training and every N steps, into rl_log rows; `disjoint` refuses training tasks held out
 
 Life of a run: run_rl -> Orchestrator runs sessions (env.reset -> the agent queries a SessionModel ->
 TitoSession builds prompt ids -> the server samples ids + logprobs + version -> env.grade) -> RolloutBuffer

@@ -80,9 +80,14 @@ def run_rl(
     max_model_len: int = 4096,
     log: Callable[[dict], None] | None = None,
     push_dir: Path | None = None,
+    evaluate: Callable[[object, int], dict] | None = None,
+    eval_every: int = 0,
 ) -> list[dict]:
     """Train `model`'s trainable parameters (LoRA's after `add_lora`) on sessions in `env` -> the log rows.
-    `server`: a RolloutServer (default: an in-process engine). Reruns with the same WORK resume."""
+    `server`: a RolloutServer (default: an in-process engine). Reruns with the same WORK resume.
+    `evaluate(server, step) -> {eval_...}` (evaluate.HeldOut): run before the first step and after the push of
+    every `eval_every`-th step and the last one, on the server's pushed weights; its fields join that step's row
+    (the step-0 result is the first row's `eval_before`)."""
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(model, cfg)
@@ -91,9 +96,11 @@ def run_rl(
     history: list[dict] = []
     consumed: set[int] = set()
     dropped: set[int] = set()
+    evals: dict[int, dict] = {}  # step -> its evaluation (step 0: before training)
     if state is not None:
         trainer.restore(state["trainer"])
         history, consumed, dropped = state["history"], set(state["consumed"]), set(state["dropped"])
+        evals = dict(state.get("evals", {}))
     buffer = RolloutBuffer(work / "rollouts", cfg.group_size, cfg.staleness)
     resumed_rollouts = buffer.load(consumed | dropped)
     own_server = server is None
@@ -117,18 +124,41 @@ def run_rl(
         return orch.started + n_prior - n_dropped[0]
 
     def gate(_g: int) -> bool:
-        return live() < (pushed[0] + cfg.staleness + 1) * B
+        # AReaL's staleness bound, and never more groups than the run has steps for: a group started past the
+        # last step would be cut off unfinished, its sessions' compute taken from the ones that are trained.
+        return live() < min(pushed[0] + cfg.staleness + 1, cfg.steps) * B
 
     def on_dropped(rep: TakeReport, seen: set) -> None:
         new = [g for g in rep.dropped if g not in seen]
         seen.update(new)
         n_dropped[0] += len(new)
 
-    if not cfg.sync:
-        orch.start(gate, buffer.changed)
-    prev = {"gen": server.stats()["generated_tokens"], "idle": server.stats()["idle_s"], "t": time.monotonic()}
+    def save() -> None:
+        _save(state_path, {"trainer": trainer.state(), "history": history, "consumed": sorted(consumed),
+                           "dropped": sorted(dropped), "evals": evals})  # fmt: skip
+
+    def due(k: int) -> bool:
+        every = k == 0 or k == cfg.steps or (eval_every > 0 and k % eval_every == 0)
+        return evaluate is not None and k not in evals and every
+
+    def run_eval(k: int) -> dict:
+        t0 = time.monotonic()
+        ev = {n: (round(v, 6) if isinstance(v, float) else v) for n, v in evaluate(server, k).items()}
+        evals[k] = {**ev, "eval_s": round(time.monotonic() - t0, 3)}
+        save()
+        return evals[k]
+
+    def mark() -> dict:  # where the next row's throughput and idle figures start (evaluations left out)
+        st = server.stats()
+        return {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": time.monotonic()}
+
     start = trainer.version
     try:
+        if due(start):  # before the first step; a resumed run whose last evaluation was cut short redoes it
+            run_eval(start)
+        if not cfg.sync:
+            orch.start(gate, buffer.changed)
+        prev = mark()
         for step in range(start, cfg.steps):
             t_wait = time.monotonic()
             seen_drops: set = set()
@@ -160,9 +190,10 @@ def run_rl(
             }
             prev = {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": now}
             row = step_row(step + 1, trainer.version, groups, rep, train, extra)
+            if row["step"] == 1 and 0 in evals:
+                row["eval_before"] = evals[0]
             history.append(row)
-            _save(state_path, {"trainer": trainer.state(), "history": history,
-                               "consumed": sorted(consumed), "dropped": sorted(dropped)})  # fmt: skip
+            save()
             buffer.forget(rep.kept)
             if cfg.reset_optimizer:
                 trainer.reset_optimizer()
@@ -170,6 +201,10 @@ def run_rl(
             with buffer.changed:
                 pushed[0] = version
                 buffer.changed.notify_all()  # the gate opens for the next version's groups
+            if due(trainer.version):
+                row.update(run_eval(trainer.version))
+                save()
+                prev = mark()
             if log is not None:
                 log(row)
     finally:

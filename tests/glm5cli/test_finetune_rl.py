@@ -119,6 +119,7 @@ def test_agentic_rl_on_the_scripted_family_writes_an_adapter_and_a_log(ckpt, tmp
     out = tmp_path / "agentic"
     args = ["finetune", "rl", str(ckpt), "--out", str(out), "--env", "scripted", "--steps", "3", "--group-size", "4"]
     args += ["--groups-per-step", "2", "--max-new-tokens", "5", "--max-turns", "2", "--max-model-len", "512"]
+    args += ["--save-every", "2"]
     r = runner.invoke(app, [*args, "--lr", "5e-3", "--rank", "4", "--max-staleness", "1", "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout[r.stdout.index("{") :])
@@ -133,6 +134,14 @@ def test_agentic_rl_on_the_scripted_family_writes_an_adapter_and_a_log(ckpt, tmp
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
     assert not (out / "rollouts").exists() and not (out / "state.pt").exists()
     load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), out / "adapter")  # it loads onto its base
+    # --save-every 2: the adapters of step 2 and of the last step, each loadable onto the base (servable)
+    assert summary["step_adapters"] == [str(out / "adapters" / "step-2"), str(out / "adapters" / "step-3")]
+    assert sorted(p.name for p in (out / "adapters").iterdir()) == ["step-2", "step-3"]
+    last = load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), out / "adapters" / "step-3")
+    final = load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), out / "adapter")
+    a = {n: p for n, p in last.named_parameters() if "lora" in n}
+    b = {n: p for n, p in final.named_parameters() if "lora" in n}
+    assert a and all(torch.equal(a[n], b[n]) for n in a)  # step-3 is the final adapter
 
 
 @pytest.mark.parametrize(
@@ -151,4 +160,18 @@ def test_bad_agentic_options_are_usage_errors(ckpt, tmp_path, monkeypatch, extra
     (tmp_path / "t.jsonl").write_text("")
     r = runner.invoke(app, ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), *extra])
     assert r.exit_code == 2 and msg in r.output, r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_held_out_tasks_must_be_bench_tasks_disjoint_from_the_training_tasks(ckpt, tmp_path):  # noqa: F811
+    from plugins.bench_suites.swe_suite import SWESuite
+
+    [jsonl] = SWESuite().materialize(tmp_path / "suite")
+    base = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o")]
+    r = runner.invoke(app, [*base, "--env", "scripted", "--eval-tasks", str(jsonl)])
+    assert r.exit_code == 2 and "--eval-tasks is for --env swe / terminal" in r.output, r.output
+    r = runner.invoke(app, [*base, "--env", "swe", "--tasks", str(jsonl), "--eval-tasks", str(jsonl)])
+    assert r.exit_code == 2 and "held-out task(s) are also training tasks" in r.output, r.output
+    r = runner.invoke(app, [*base, "--env", "swe", "--tasks", str(jsonl), "--eval-tasks", str(tmp_path / "no.jsonl")])
+    assert r.exit_code == 2 and "--eval-tasks" in r.output, r.output
     assert not (tmp_path / "o").exists()

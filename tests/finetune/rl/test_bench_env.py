@@ -5,11 +5,17 @@ verdict; an infra error is an environment failure, never a 0."""
 
 from __future__ import annotations
 
-from finetune.rl.bench_env import BenchEnv, load_bench_tasks
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.bench.trial import TrialResult
+from finetune.rl.bench_env import BenchEnv, BenchSession, load_bench_tasks
 from finetune.rl.config import RLConfig
 from finetune.rl.orchestrator import Orchestrator
 from finetune.rl.rollout import ENV_ERROR, OK
-from finetune.rl.server import InProcessServer
+from finetune.rl.server import Generated, InProcessServer
 from plugins.bench_suites.swe_suite import SWESuite
 from tests.finetune.rl.conftest import peaky_model
 
@@ -56,3 +62,57 @@ def test_an_infra_error_is_an_environment_failure(tok, tmp_path):
         server.close()
     assert [r.status for r in got] == [ENV_ERROR, ENV_ERROR] and all(r.reward is None for r in got)
     assert all(r.error for r in got)
+
+
+class ScriptedServer:
+    """A rollout server that writes a fixed reply per call (the fake is the model, which is outside the product):
+    the agent's ids still go through TITO, our parser, `glm5 code`'s tools and the bench's grading."""
+
+    def __init__(self, tok, replies: list[str]):
+        self.tok, self.replies, self.calls = tok, replies, 0
+        self.version = 0
+
+    def generate(self, prompt_ids, params, session=""):
+        text = self.replies[min(self.calls, len(self.replies) - 1)]
+        self.calls += 1
+        ids = self.tok.encode(text)
+        return Generated(ids, [-0.5] * len(ids), 0, 0, "stop")
+
+    def stats(self):
+        return {"idle_s": 0.0, "generated_tokens": 0}
+
+    def close(self):
+        pass
+
+
+# configlite-1: "on"/"off" (any case) must parse as booleans; FAIL_TO_PASS is on-True, OFF-False, On-True. The
+# scripted fix adds "on" only, so two of the three pass (and every PASS_TO_PASS test still passes).
+HALF_FIX = [
+    "</think>Add on.<tool_call>bash<arg_key>command</arg_key><arg_value>sed -i "
+    '\'s/"yes", "1"/"yes", "on", "1"/\' configlite/values.py</arg_value></tool_call><|observation|>',
+    "</think>Done.<|user|>",
+]
+
+
+@pytest.mark.slow
+def test_partial_credit_is_the_fraction_of_fail_to_pass_tests_the_bench_saw_pass(tok, tmp_path):
+    [jsonl] = SWESuite().materialize(tmp_path / "suite")
+    [task] = [t for t in load_bench_tasks("swe", jsonl, []) if t.instance_id.endswith("__configlite-1")]
+    env = BenchEnv("swe", max_turns=3, partial_credit=True, cache_dir=tmp_path / "cache")
+    cfg = RLConfig(group_size=2, max_new_tokens=64, max_turns=3, concurrency=1, partial_credit=True)
+    orch = Orchestrator(env, [task], ScriptedServer(tok, HALF_FIX), tok, cfg, tmp_path / "s", lambda r: None)
+    try:
+        r = orch.run_session(0, 0)
+    finally:
+        orch.close()
+    assert r.status == OK, r.error
+    assert len(r.calls) == 2  # the fix, then the submission: both calls recorded token in, token out
+    tests = r.detail["tests"]
+    assert [tests.get(t) for t in task.FAIL_TO_PASS] == ["PASSED", "FAILED", "PASSED"], tests  # the bench's verdicts
+    assert r.detail["status"] == "unresolved" and r.solved is False
+    assert r.reward == pytest.approx(2 / 3)
+    # The same trial without the flag (graded from the bench's report.json, not run again): unresolved is 0.
+    plain = BenchSession(BenchEnv("swe", partial_credit=False, cache_dir=tmp_path / "cache"), task, tmp_path / "p")
+    plain.result = TrialResult.from_dict(json.loads((Path(r.detail["trial_dir"]) / "report.json").read_text()))
+    g = plain.grade()
+    assert (g.reward, g.solved, g.status) == (0.0, False, OK)

@@ -77,6 +77,14 @@ def test_async_runs_ahead_within_the_staleness_bound_and_drops_crashed_groups(to
     assert sum(h["padded_samples"] for h in hist) >= 1
 
 
+def test_async_starts_no_group_past_the_last_step(tok, tmp_path):
+    # tau = 2 would admit 3 steps' groups ahead; the run has 2 steps: exactly their 2 x 2 groups x 4 sessions start
+    fam = CountingFamily()
+    cfg = RLConfig(steps=2, max_staleness=2, **SMALL)
+    hist = run_rl(peaky_model(), tok, fam, digit_tasks(4), cfg, tmp_path, max_model_len=256)
+    assert len(hist) == 2 and len(fam.resets) == 2 * 2 * 4, sorted(fam.resets)
+
+
 def test_a_weight_push_is_visible_as_the_servers_version(tok, tmp_path):
     model = peaky_model()
     import copy
