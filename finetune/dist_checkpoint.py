@@ -20,8 +20,10 @@ losses) with every tensor in this run's layout (sharded DTensors under FSDP, pla
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -45,7 +47,8 @@ def save_dcp(work: Path, state: dict, named, dist=None) -> Path:
     names, osd = _trained(named), state["optimizer"]
     order = [i for g in osd["param_groups"] for i in g["params"]]
     optim = {names[i]: osd["state"][i] for i in order if i in osd["state"]}
-    dcp.save({"params": state["params"], "optim": optim}, checkpoint_id=folder, no_dist=dist is None)
+    with _single_process(dist):
+        dcp.save({"params": state["params"], "optim": optim}, checkpoint_id=folder, no_dist=dist is None)
     if dist is None or dist.is_main:
         meta = {
             "step": state["step"],
@@ -64,6 +67,16 @@ def save_dcp(work: Path, state: dict, named, dist=None) -> Path:
     if dist is not None:
         dist.barrier()  # no rank runs on (or exits) while rank 0 still finishes the folder
     return folder
+
+
+@contextlib.contextmanager
+def _single_process(dist):
+    """DCP warns when it runs without a process group: a plain process reading or writing a checkpoint is
+    what we mean to do."""
+    with warnings.catch_warnings():
+        if dist is None:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _kind(v) -> str:
@@ -86,6 +99,7 @@ def latest_dcp(work: Path) -> tuple[Path, dict] | None:
 def load_dcp(folder: Path, meta: dict, named, dist=None) -> dict:
     """A DCP checkpoint as a training_state in this run's layout (DCP reads the shards each tensor needs)."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     by_name = dict(named)
     names = _trained(named)
@@ -101,8 +115,9 @@ def load_dcp(folder: Path, meta: dict, named, dist=None) -> dict:
     }
     template = {"params": params, "optim": optim}
     try:
-        dcp.load(template, checkpoint_id=folder, no_dist=dist is None)
-    except Exception as e:  # DCP's own message lists missing keys or mismatched shapes
+        with _single_process(dist):
+            dcp.load(template, checkpoint_id=folder, no_dist=dist is None)
+    except (CheckpointException, ValueError, RuntimeError) as e:  # DCP's message names the keys and shapes
         raise ValueError(f"{folder} does not fit this model and configuration: {e}") from e
     index = {n: i for i, n in enumerate(names)}
     groups = [dict(g, params=list(range(len(names)))) for g in meta["param_groups"]]

@@ -2,7 +2,8 @@
 clipping norm on FSDP2-sharded `tiny` models (LoRA, full) against the same model unsharded in rank 0, for
 batches that split unevenly over the ranks (and one row only: a rank with nothing but an empty micro-batch).
 Rank 0 writes {case: [max relative gradient error, sharded norm, reference norm, sharded loss, reference loss]}
-as JSON to argv[1]."""
+as JSON to argv[1]. On CUDA the sharded model runs FSDP's mixed precision (bf16 parameters, fp32 reduction)
+against the fp32 reference on the CPU."""
 
 from __future__ import annotations
 
