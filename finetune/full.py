@@ -45,7 +45,8 @@ def prepare_full(model, s: FullSettings = FullSettings()) -> list[tuple[str, tor
 class RouterBalancer:
     """Counts each router's expert loads during training forwards; `update()` applies the balancing rule and
     starts the next count. Hooks removed by `close()`. `distributed`: the loads are summed over the ranks
-    (which count their own padding: a batch split over ranks pads less, so the counts can differ slightly)."""
+    (which count their own padding, and an empty micro-batch's two tokens: finetune/distributed.py; a batch split
+    over ranks pads less, so the counts, and where loads tie the rule's sign, can differ from one process's)."""
 
     def __init__(self, model, rate: float, distributed: bool = False):
         from model.moe import Router
