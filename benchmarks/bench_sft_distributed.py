@@ -1,7 +1,9 @@
 """SFT step time at 1 vs 2 processes on the same global batch: one plain process (all the machine's threads)
 against `torchrun --nproc-per-node 2` with FSDP2 (gloo; each rank gets its share of the threads), LoRA on the
 same checkpoint, data and batch. Runs are interleaved (1, 2, 1, 2, ...) so that both sides see the same machine
-load; `uptime` before and after goes in the JSON. Writes benchmarks/bench_sft_distributed.json.
+load; `uptime` before and after goes in the JSON. A plain process at one thread is timed too: on a loaded
+machine a process whose two OpenMP threads wait on each other at every barrier can be far slower than two
+single-threaded ranks, which says more about the load than about FSDP. Writes benchmarks/bench_sft_distributed.json.
 
     .venv/bin/python benchmarks/bench_sft_distributed.py [--preset tiny] [--steps 6] [--rounds 2] [--len 256]
 
@@ -57,13 +59,17 @@ def worker(args) -> None:
         dist.close()
 
 
-def run(nproc: int, ckpt: Path, args, out: Path) -> dict:
+def run(nproc: int, ckpt: Path, args, out: Path, threads: int | None = None) -> dict:
+    """One timed run: a plain process (`threads`: its OMP_NUM_THREADS, default torch's: every core), or
+    torchrun with `nproc` ranks sharing the cores."""
     common = [str(Path(__file__).absolute()), "--worker", "--ckpt", str(ckpt), "--out", str(out)]
     common += ["--steps", str(args.steps), "--seqs", str(args.seqs), "--len", str(args.len)]
     common += ["--batch", str(args.batch)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if nproc == 1:
         cmd = [sys.executable, *common]
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
     else:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -109,12 +115,26 @@ def main() -> None:
         ckpt = make_checkpoint(args.preset, Path(tmp) / "ckpt")
         for r in range(args.rounds):
             one = run(1, ckpt, args, Path(tmp) / f"one{r}.json")
+            one_1t = run(1, ckpt, args, Path(tmp) / f"one1t{r}.json", threads=1)
             two = run(2, ckpt, args, Path(tmp) / f"two{r}.json")
-            s1, s2 = statistics.median(one["seconds"][1:]), statistics.median(two["seconds"][1:])
-            rounds.append({"one_s": s1, "two_s": s2, "two_over_one": s2 / s1, "one_threads": one["threads"]})
+            s1, s1t, s2 = (statistics.median(x["seconds"][1:]) for x in (one, one_1t, two))
             rel = max(abs(a - b) / abs(b) for a, b in zip(two["losses"], one["losses"], strict=True))
-            rounds[-1]["max_rel_loss_diff"] = rel
-            print(f"round {r}: 1 process {s1:.3f} s/step, 2 processes {s2:.3f} s/step ({s2 / s1:.2f}x)", flush=True)
+            rounds.append(
+                {
+                    "one_s": s1,
+                    "one_threads": one["threads"],
+                    "one_1thread_s": s1t,
+                    "two_s": s2,
+                    "two_over_one": s2 / s1,
+                    "two_over_one_1thread": s2 / s1t,
+                    "max_rel_loss_diff": rel,
+                }
+            )
+            print(
+                f"round {r}: 1 process {s1:.3f} s/step ({one['threads']} threads), 1 process 1 thread {s1t:.3f}, "
+                f"2 processes {s2:.3f} s/step ({s2 / s1:.2f}x, {s2 / s1t:.2f}x)",
+                flush=True,
+            )
     result = {
         "preset": args.preset,
         "steps": args.steps,
@@ -122,6 +142,7 @@ def main() -> None:
         "len": args.len,
         "rounds": rounds,
         "two_over_one_median": statistics.median(r["two_over_one"] for r in rounds),
+        "two_over_one_1thread_median": statistics.median(r["two_over_one_1thread"] for r in rounds),
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "uptime_before": uptime_before,
