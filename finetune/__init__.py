@@ -17,6 +17,10 @@ Module map:
                      checkpoint, or the student's base with its LoRA off) score them, per-token reverse KL
 - distill_run.py     what `glm5 finetune distill` runs on: teachers and prompt files by domain, the step log
 - run_dir.py         a resumable run's folder (.OUT.partial -> OUT, settings, data, checkpoints)
+- distributed.py     torchrun + FSDP2: the process group, fully_shard per decoder layer + a loss root, each
+                     rank's rows of the global batch with a summed gradient (the one-process curve), rank 0 writes
+- dist_checkpoint.py DCP checkpoints in the run folder (dcp-STEP/), read back as the loop's state at any world
+                     size; a plain process reads them too, and a torchrun run reads a plain one's state.pt
 - data/              training data in: glm5 trajectories, bench runs, OpenAI chat JSONL, mini-swe-agent, Harbor
                      ATIF -> one sequence per session branch with target masks (TITO where recorded); batches,
                      packing, prompt files (its own module map)
@@ -29,4 +33,6 @@ The life of `glm5 finetune sft`: data/sources.py reads every file into (ids, tar
 -> run_dir.py opens (or resumes) the run folder -> lora.py adds adapters (or full.py picks the parameters) ->
 sft.train_sft runs train_loop.train on sft_loss (padded or packed batches, micro-batched), checkpointing into the
 run folder -> lora.save_adapter writes OUT/adapter (or OUT becomes a checkpoint) -> run_dir renames it to OUT.
+Under `torchrun --nproc-per-node N -m glm5cli finetune sft`, distributed.py shards the model after LoRA (or
+prepare_full), each rank trains on its rows, dist_checkpoint.py checkpoints, and rank 0 writes OUT.
 """

@@ -44,12 +44,14 @@ def prepare_full(model, s: FullSettings = FullSettings()) -> list[tuple[str, tor
 
 class RouterBalancer:
     """Counts each router's expert loads during training forwards; `update()` applies the balancing rule and
-    starts the next count. Hooks removed by `close()`."""
+    starts the next count. Hooks removed by `close()`. `distributed`: the loads are summed over the ranks
+    (which count their own padding, and an empty micro-batch's two tokens: finetune/distributed.py; a batch split
+    over ranks pads less, so the counts, and where loads tie the rule's sign, can differ from one process's)."""
 
-    def __init__(self, model, rate: float):
+    def __init__(self, model, rate: float, distributed: bool = False):
         from model.moe import Router
 
-        self.rate = rate
+        self.rate, self.distributed = rate, distributed
         self.loads: dict[Router, torch.Tensor] = {}
         self.hooks = [m.register_forward_hook(self._count) for m in model.modules() if isinstance(m, Router)]
 
@@ -58,10 +60,17 @@ class RouterBalancer:
             return
         idx = output[1].detach().flatten()
         n = router.e_score_correction_bias.numel()
-        self.loads[router] = self.loads.get(router, torch.zeros(n)) + torch.bincount(idx, minlength=n).float()
+        self.loads[router] = (
+            self.loads.get(router, torch.zeros(n, device=idx.device)) + torch.bincount(idx, minlength=n).float()
+        )
 
     @torch.no_grad()
     def update(self) -> None:
+        if self.distributed:  # each rank counted its own rows: the rule takes the whole batch's loads
+            import torch.distributed as td
+
+            for load in self.loads.values():
+                td.all_reduce(load)
         for router, load in self.loads.items():
             router.e_score_correction_bias.add_(self.rate * torch.sign(load.mean() - load))
         self.loads = {}

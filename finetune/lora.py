@@ -90,9 +90,12 @@ def weights_fingerprint(model) -> str:
     return h.hexdigest()
 
 
-def save_adapter(model, path: Path, base: str | None = None, fingerprint: str | None = None) -> None:
+def save_adapter(
+    model, path: Path, base: str | None = None, fingerprint: str | None = None, state: dict | None = None
+) -> None:
     """peft's adapter files (adapter_config.json with `base_model_name_or_path`, adapter_model.safetensors) and
-    adapter_base.json: the base checkpoint and its `weights_fingerprint`, which `load_adapter` checks."""
+    adapter_base.json: the base checkpoint and its `weights_fingerprint`, which `load_adapter` checks.
+    `state`: the model's parameters by name, whole (a sharded model's, gathered: finetune/distributed.py)."""
     import json
 
     import peft
@@ -104,7 +107,7 @@ def save_adapter(model, path: Path, base: str | None = None, fingerprint: str | 
     if base is not None:
         cfg.base_model_name_or_path = str(base)
     cfg.save_pretrained(str(path))
-    state = {k: v.detach().contiguous() for k, v in peft.get_peft_model_state_dict(model).items()}
+    state = {k: v.detach().contiguous() for k, v in peft.get_peft_model_state_dict(model, state).items()}
     save_file(state, str(path / "adapter_model.safetensors"))
     fp = fingerprint or weights_fingerprint(model)
     (path / BASE_FILE).write_text(json.dumps({"base_model_name_or_path": base, "weights_fingerprint": fp}, indent=1))

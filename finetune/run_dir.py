@@ -1,9 +1,9 @@
 """A resumable training run's folder: every finetune command writes OUT this way.
 
 The run works in `.OUT.partial` beside OUT: `run.json` (the settings), `sequences.json` (the data, exactly as
-it was trained on), `state.pt` (the last checkpoint of the training loop) and `train_log.jsonl` (one line per
-step), and renames that folder into place when it is done, so OUT is complete or absent. Rerunning the same
-command after a kill resumes from the last checkpoint; other settings are refused rather than mixed into the
+it was trained on), `state.pt` (the last checkpoint of the training loop; under torchrun `dcp-STEP/`,
+finetune/dist_checkpoint.py) and `train_log.jsonl` (one line per step), and renames that folder into place
+when it is done, so OUT is complete or absent. Rerunning the same command after a kill resumes from the last checkpoint; other settings are refused rather than mixed into the
 interrupted run. Every file is written aside and renamed (a kill mid-write leaves the previous one).
 """
 
@@ -46,28 +46,36 @@ class RunDir:
         path = self.work / "sequences.json"
         return json.loads(path.read_text()) if self.resuming and path.is_file() else None
 
-    def start(self, data: dict) -> dict | None:
-        """From here on the run can be resumed: its settings and data are written. -> the last checkpoint."""
+    def start(self, data: dict, load: bool = True) -> dict | None:
+        """From here on the run can be resumed: its settings and data are written. -> the last checkpoint
+        (state.pt; None with `load=False`, for a caller that reads DCP checkpoints too: dist_checkpoint.py)."""
         import torch
 
         self.work.mkdir(parents=True, exist_ok=True)
         write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
         write_atomic(self.work / "sequences.json", json.dumps(data))
         state_path = self.work / "state.pt"
+        if not load:
+            return None
         return torch.load(state_path, weights_only=False) if self.resuming and state_path.is_file() else None
 
     def save(self, state: dict) -> None:
-        """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one."""
+        """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one. A torchrun run's
+        older DCP checkpoints (dcp-STEP/, when this run resumed one) go: this one is newer."""
         import torch
 
         tmp = self.work / "state.pt.tmp"
         torch.save(state, tmp)
         os.replace(tmp, self.work / "state.pt")
+        for old in self.work.glob("dcp-*"):
+            shutil.rmtree(old, ignore_errors=True)
 
     def finish(self) -> None:
         """Drop the resume files and move the finished folder to OUT."""
         for name in self.FILES:
             (self.work / name).unlink(missing_ok=True)
+        for old in self.work.glob("dcp-*"):
+            shutil.rmtree(old, ignore_errors=True)
         os.replace(self.work, self.out)
 
 
@@ -81,9 +89,17 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_checkpoint(source: Path, net, dest: Path) -> None:
-    """`net`'s weights plus everything else of the `source` checkpoint (config, tokenizer, chat template)."""
+def write_checkpoint(source: Path, net, dest: Path, state: dict | None = None) -> None:
+    """`net`'s weights plus everything else of the `source` checkpoint (config, tokenizer, chat template).
+    `state`: the weights by name, whole, when `net` holds only shards of them (finetune/distributed.py)."""
+    from types import SimpleNamespace
+
+    from model.checkpoint import save_pretrained
+
     shutil.copytree(
         source, dest, ignore=shutil.ignore_patterns("*.safetensors", "model.safetensors.index.json"), dirs_exist_ok=True
     )
-    net.save_pretrained(dest)
+    if state is None:
+        net.save_pretrained(dest)
+    else:  # save_pretrained reads a model's `config` and `state_dict()`: here the gathered tensors
+        save_pretrained(SimpleNamespace(config=net.config, state_dict=lambda: state), dest)

@@ -87,11 +87,13 @@ def train_sft(
     on_step=None,
     named: list[tuple[str, torch.Tensor]] | None = None,
     router_bias_rate: float = 0.0,
+    dist=None,
 ) -> list[LossTerms]:
     """Masked next-token loss on the targets of (ids, prompt length or target mask) pairs; what trains is `named`
     (full.prepare_full's), by default whatever requires grad (the LoRA parameters after add_lora). The loop's
     resume / save / save_every give exact resume. `router_bias_rate` > 0: the routers' balancing rule after
-    every step (finetune/full.py)."""
+    every step (finetune/full.py). `dist` (finetune/distributed.py, the model sharded by it): this rank trains
+    on its rows of each batch, and the losses returned are the whole batch's, as in one process."""
     from finetune.full import RouterBalancer
 
     named = named if named is not None else [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -106,9 +108,12 @@ def train_sft(
 
     def step(batch) -> LossTerms:
         denom = batch[1][:, 1:].sum().clamp(min=1)  # the whole batch's targets
+        if dist is not None:
+            denom = denom.to(dist.device)
+            return dist.backward(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, denom=denom))
         return backward_micro(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, denom=denom))
 
-    balancer = RouterBalancer(model, router_bias_rate) if router_bias_rate > 0 else None
+    balancer = RouterBalancer(model, router_bias_rate, dist is not None) if router_bias_rate > 0 else None
 
     def after(info) -> None:
         if balancer is not None:

@@ -175,6 +175,23 @@ class _Run:
             err_console.print(f"resuming {self.work} from step {state['step']} of {self.settings['steps']}")
         return state
 
+    def start_resumable(self, data: dict, named, dist) -> dict | None:
+        """`start` for a run whose last checkpoint may be a torchrun run's (DCP) or a single process's
+        (state.pt), resumed at this run's world size (finetune/dist_checkpoint.py); only rank 0 writes."""
+        from finetune.dist_checkpoint import load_resume
+
+        if dist is None or dist.is_main:
+            self._dir.start(data, load=False)
+        if dist is not None:
+            dist.barrier()
+        try:
+            state = load_resume(self.work, named, dist)
+        except ValueError as e:
+            fail(str(e), hint=f"delete {self.work} to start over")
+        if state is not None and (dist is None or dist.is_main):
+            err_console.print(f"resuming {self.work} from step {state['step']} of {self.settings['steps']}")
+        return state
+
     def save(self, state: dict) -> None:
         self._dir.save(state)
 
@@ -188,9 +205,15 @@ class _Run:
             "save_every": save_every,
         }
 
-    def loop_args(self, state: dict | None, save_every: int, bar: _TrainProgress) -> dict:
-        """The training loop's arguments: resume from `state`, checkpoint here, report each step to `bar`."""
-        return {"resume": state, "save": self.save, "save_every": save_every, "on_step": bar.on_step}
+    def loop_args(self, state: dict | None, save_every: int, bar: _TrainProgress, named=None, dist=None) -> dict:
+        """The training loop's arguments: resume from `state`, checkpoint here, report each step to `bar`.
+        Under torchrun (`dist`) the checkpoints are DCP's, of the sharded `named`."""
+        save = self.save
+        if dist is not None:
+            from finetune.dist_checkpoint import save_dcp
+
+            save = lambda st: save_dcp(self.work, st, named, dist)  # noqa: E731
+        return {"resume": state, "save": save, "save_every": save_every, "on_step": bar.on_step}
 
     def finish(self) -> None:
         self._dir.finish()
@@ -200,7 +223,7 @@ class _TrainProgress:
     """Rich progress for a training loop: step, loss, tokens/s and ETA. On a terminal a live bar; otherwise
     (a log file, CI) a plain line every tenth of the run, so a log shows the run moving too."""
 
-    def __init__(self, description: str, steps: int, state: dict | None):
+    def __init__(self, description: str, steps: int, state: dict | None, quiet: bool = False):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.description, self.steps = description, steps
@@ -214,7 +237,7 @@ class _TrainProgress:
             TextColumn("{task.fields[tps]} tok/s"),
             TimeRemainingColumn(),
         )
-        self.live = err_console.is_terminal
+        self.live, self.quiet = err_console.is_terminal and not quiet, quiet  # quiet: a torchrun rank other than 0
         self.bar = Progress(*columns, console=err_console, transient=False) if self.live else None
         self.every = max(1, steps // 10)
 
@@ -239,7 +262,7 @@ class _TrainProgress:
         tps = f"{self.tokens_per_s:,.0f}" if self.tokens_per_s else "-"
         if self.bar is not None:
             self.bar.update(self.task, completed=info.step, loss=loss, tps=tps)
-        elif info.step % self.every == 0 or info.step == info.steps:
+        elif not self.quiet and (info.step % self.every == 0 or info.step == info.steps):
             left = (info.steps - info.step) * self.seconds / max(1, info.step - self.done)
             err_console.print(
                 f"{self.description}: step {info.step}/{info.steps}  loss {loss}  {tps} tok/s  "
@@ -280,6 +303,32 @@ def _write_adapter(model: Path, net, work: Path, merge: bool) -> None:
         _write_checkpoint(model, merge_lora(net), work)
 
 
+def _write_sharded(model: Path, net, work: Path, full: bool, merge: bool, dist, fingerprint: str | None) -> None:
+    """_write_adapter / _write_checkpoint for a model sharded over torchrun's ranks: every rank sends its shards,
+    rank 0 writes. A merged checkpoint is the adapter loaded onto a fresh copy of the base and merged, as
+    `glm5 serve --lora` does."""
+    state = dist.gather(net, trained_only=not full)
+    if dist.is_main:
+        from finetune.lora import load_adapter, merge_lora, save_adapter
+
+        if full:
+            _write_checkpoint(model, net, work, state)
+        else:
+            save_adapter(net, work / "adapter", base=str(model.resolve()), fingerprint=fingerprint, state=state)
+            if merge:
+                base = _load_for_training(model, "fine-tune the full-precision checkpoint")
+                _write_checkpoint(model, merge_lora(load_adapter(base, work / "adapter")), work)
+    dist.barrier()
+
+
+def _write_train_log(work: Path, hist) -> None:
+    """train_log.jsonl: one line per step (the resumed steps' too), the loss of the whole batch."""
+    import json
+
+    lines = [json.dumps({"step": i + 1, "loss": h.lm, "tokens": h.tokens}) for i, h in enumerate(hist)]
+    _write_atomic(work / "train_log.jsonl", "\n".join(lines) + "\n")
+
+
 def _load_for_training(model: Path, int4_hint: str):
     """The checkpoint in fp32 for training; INT4 weights (which do not train) are refused with `int4_hint`."""
     import torch
@@ -300,10 +349,10 @@ def _progress():
     return Progress(*columns, console=err_console, transient=not err_console.is_terminal)
 
 
-def _write_checkpoint(source: Path, net, dest: Path) -> None:
+def _write_checkpoint(source: Path, net, dest: Path, state: dict | None = None) -> None:
     from finetune.run_dir import write_checkpoint
 
-    write_checkpoint(source, net, dest)
+    write_checkpoint(source, net, dest, state)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -411,7 +460,17 @@ def sft(
     LoRA adapters (peft) go on the attention and MLP linears of the main layers; everything else stays frozen.
     The adapter is written in peft's format; --merge also writes a checkpoint `glm5 serve` loads. Resumable
     like align-mtp; run `glm5 finetune align-mtp` on the result afterwards so that speculative decoding keeps up.
+
+    Data-parallel on several processes: `torchrun --nproc-per-node N -m glm5cli finetune sft ...` shards the
+    model with FSDP2 and each step's batch over the N ranks (the same global batch, the same loss curve as one
+    process); rank 0 prints and writes. Its checkpoints resume at any other number of processes, one included.
     """
+    from finetune.distributed import Distributed
+
+    dist = Distributed.from_env()  # under torchrun
+    if dist is not None:
+        dist.init()
+    main = dist is None or dist.is_main
     tok = _checkpoint_tokenizer(model)
     from finetune.data.trajectories import DataOptions
 
@@ -436,26 +495,45 @@ def sft(
         seqs, report = _load_data(data, tok, opts)
     if not seqs:
         fail("no responses to train on: the data holds no model turns to learn from", hint=_filtered_hint(report))
+    if dist is not None:
+        dist.barrier()  # every rank has read the run folder before rank 0 writes to it
     t0 = time.monotonic()
     net = _load_for_training(model, "fine-tune the full-precision checkpoint")
-    named = None
     if full:
         from finetune.full import FullSettings, prepare_full
 
         named = prepare_full(net, FullSettings(train_mtp=train_mtp, router_bias_rate=router_bias_rate))
     else:
         net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
-    state = run.start({"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report})
-    _show_data(report, json_out)
+        named = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    fingerprint = None
+    if dist is not None:
+        if not full:
+            from finetune.lora import weights_fingerprint
+
+            fingerprint = weights_fingerprint(net)  # of the whole base, before it is sharded
+        named = dist.shard(net, named)
+    state = run.start_resumable(
+        {"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report}, named, dist
+    )
+    if main:
+        _show_data(report, json_out)
     cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
     cfg = replace(cfg, micro_batch=micro_batch, pack=pack, pack_len=max_len)
-    extra = {"named": named, "router_bias_rate": router_bias_rate}
-    with _TrainProgress("fine-tuning (full)" if full else "fine-tuning (LoRA)", steps, state) as bar:
-        hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar), **extra)
-    if full:
+    extra = {"named": named, "router_bias_rate": router_bias_rate, "dist": dist}
+    title = "fine-tuning (full)" if full else "fine-tuning (LoRA)"
+    with _TrainProgress(title, steps, state, quiet=not main) as bar:
+        hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar, named, dist), **extra)
+    if dist is not None:
+        _write_sharded(model, net, run.work, full, merge, dist, fingerprint)
+        dist.close()
+        if not main:
+            return
+    elif full:
         _write_checkpoint(model, net, run.work)
     else:
         _write_adapter(model, net, run.work, merge)
+    _write_train_log(run.work, hist)
     summary = {
         "out": str(out),
         "adapter": None if full else str(out / "adapter"),

@@ -1,0 +1,221 @@
+"""Data-parallel training under `torchrun` with FSDP2: the process group, the sharding, each rank's rows.
+
+    dist = Distributed.from_env()                 # None outside torchrun (RANK / WORLD_SIZE / LOCAL_RANK unset)
+    dist.init()                                   # gloo on CPU, nccl on CUDA
+    named = dist.shard(model, named)              # fully_shard per decoder layer + root; -> the sharded `named`
+    out = dist.backward(batch, micro_batch, loss_of)   # this rank's rows of the global batch, the global loss
+
+What it keeps equal to one process: every rank draws the same global batch (same seed) and trains on its own
+contiguous rows of it; each rank's loss is its targets' summed cross-entropy divided by the *global* batch's
+target count, and the gradient reduction sums (divide factor 1) instead of averaging, so the reduced gradient
+is exactly the single-process gradient of the whole batch (up to summation order). The logged loss is summed
+over the ranks, so every rank holds the single-process loss curve.
+
+Every rank runs the same number of forwards and backwards (FSDP all-gathers each layer in its forward): a rank
+with fewer rows (batch 3 on 2 ranks) or none (batch 1) runs empty micro-batches, whose loss is exactly 0.
+Routed experts that get no token on one rank get a zero gradient (`set_reduce_scatter_unused_params`), so the
+ranks' reduce-scatters match; one that no rank's rows reached gets its gradient set back to None after the
+reduction, as one process would leave it (AdamW then skips it rather than moving it by its momentum).
+
+Mixed precision (CUDA only): bf16 parameters in forward and backward, fp32 gradient reduction, fp32 master
+weights and optimizer state (the model is loaded in fp32). On CPU everything stays fp32.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from finetune.train_loop import LossTerms, backward_each, micro_batches
+
+
+@dataclass
+class Distributed:
+    """This process's place in a torchrun job (and, once `shard` ran, the FSDP root it trains through)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    root: torch.nn.Module | None = field(default=None, repr=False)
+    _owners: list = field(default_factory=list, repr=False)  # modules that hold trained parameters directly
+    _used: set = field(default_factory=set, repr=False)  # those whose forward ran on real rows this step
+    _recording: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_env(cls, env: dict | None = None) -> Distributed | None:
+        """torchrun's RANK / WORLD_SIZE / LOCAL_RANK, or None when they are not set (a plain process)."""
+        env = os.environ if env is None else env
+        if "RANK" not in env or "WORLD_SIZE" not in env:
+            return None
+        return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", env["RANK"])))
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that prints progress and writes the log, the adapter and the checkpoint."""
+        return self.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+    def init(self) -> None:
+        """Join the process group (torchrun's MASTER_ADDR / MASTER_PORT rendezvous). On CPU each rank gets
+        the machine's cores divided among the ranks (torch would otherwise start one thread per core in every
+        rank and oversubscribe the machine)."""
+        import torch.distributed as td
+
+        if td.is_initialized():
+            return
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            td.init_process_group("nccl", device_id=self.device)
+        else:
+            if "OMP_NUM_THREADS" not in os.environ:
+                torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
+            td.init_process_group("gloo")
+
+    def close(self) -> None:
+        import torch.distributed as td
+
+        if td.is_initialized():
+            td.destroy_process_group()
+
+    def barrier(self) -> None:
+        import torch.distributed as td
+
+        td.barrier()
+
+    # ---- the model ----------------------------------------------------------------------------------------
+    def shard(self, model, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+        """FSDP2 over `model` in place: `fully_shard` on every decoder layer (the MTP layer included), then a
+        root around the model (embeddings, final norm, lm_head: _LossRoot). -> `named` with the sharded parameters (DTensors) that replaced
+        the originals, looked up by name; buffers (the routers' bias) stay whole on every rank."""
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+        _untie_experts(model)
+        model.to(self.device)
+        mp = MixedPrecisionPolicy()
+        if self.device.type == "cuda":
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=mp)
+        self.root = fully_shard(_LossRoot(model), mp_policy=mp)
+        for unit in self.root.modules():
+            if isinstance(unit, FSDPModule):  # (the setters reach one unit's own parameter groups only)
+                # Sum, not average: each rank's loss is already divided by the global batch's target count. A
+                # plain SUM (with a post-division by 1) because gloo has no PREMUL_SUM, FSDP's op for a factor.
+                unit.set_gradient_divide_factor(1.0)
+                unit.set_force_sum_reduction_for_comms(True)
+                unit.set_reduce_scatter_unused_params(True)  # experts unrouted on this rank: zeros, same collectives
+        self._owners = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+        for m in self._owners:
+            m.register_forward_pre_hook(self._mark_used)
+        params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
+        return [(n, params[n] if n in params else buffers[n]) for n, _ in named]
+
+    def _mark_used(self, module, _args) -> None:
+        if self._recording:
+            self._used.add(module)
+
+    def _drop_unused_grads(self) -> None:
+        """A parameter that no rank's real rows reached (a routed expert no token chose) has no gradient in one
+        process, so AdamW leaves it alone; FSDP gave it zeros (set_reduce_scatter_unused_params), on which AdamW
+        would still move it by its momentum. Its gradient goes back to None."""
+        import torch.distributed as td
+
+        used = torch.tensor([m in self._used for m in self._owners], dtype=torch.int32, device=self.device)
+        td.all_reduce(used, op=td.ReduceOp.MAX)
+        for m, u in zip(self._owners, used.tolist(), strict=True):
+            if not u:
+                for p in m.parameters(recurse=False):
+                    p.grad = None
+
+    def gather(self, model, trained_only: bool) -> dict | None:
+        """The sharded model's state dict whole, on CPU, on rank 0 (None on the others; every rank must call
+        it): for the adapter (`trained_only`: the LoRA factors) or the fine-tuned checkpoint."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trained_only)
+        state = get_model_state_dict(model, options=opts)
+        return state if self.is_main else None
+
+    # ---- the data -----------------------------------------------------------------------------------------
+    def rows(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous share [start, stop) of a batch's `n` rows (torch.tensor_split's division)."""
+        q, r = divmod(n, self.world_size)
+        start = self.rank * q + min(self.rank, r)
+        return start, start + q + (self.rank < r)
+
+    def backward(self, batch, micro_batch: int, loss_of: Callable[[object], LossTerms]) -> LossTerms:
+        """Backpropagate this rank's rows of the global `batch` (ids, mask, ...): `loss_of(micro)` must divide by
+        the global batch's target count. Every rank runs as many micro-batches as the rank with the most rows
+        (the others' extra ones are empty). -> the global batch's loss (summed over the ranks), on every rank."""
+        import torch.distributed as td
+
+        parts = batch if isinstance(batch, tuple) else (batch,)
+        n = parts[0].shape[0]
+        start, stop = self.rows(n)
+        most = -(-n // self.world_size)
+        per = micro_batch if micro_batch > 0 else most
+        count = -(-most // per)
+        mine = tuple(x[start:stop].to(self.device) for x in parts)
+        micros = micro_batches(mine, per) if stop > start else []
+        empty = count - len(micros)
+        while len(micros) < count:  # an empty micro-batch: one row of two tokens with no target
+            micros.append(tuple(x[:1, :2].to(self.device) for x in parts[:1]) + _no_targets(parts, self.device))
+        self._used = set()
+
+        def run(i: int, micro) -> LossTerms:
+            self._recording = i < len(micros) - empty
+            return self.root(loss_of, micro)[1]
+
+        out = backward_each(list(enumerate(micros)), lambda im: run(*im))
+        self._recording = False
+        self._drop_unused_grads()
+        tokens = out.tokens - 2 * empty  # the empty micro-batches' two tokens were not data
+        totals = torch.tensor([out.lm, float(tokens), *out.mtp], dtype=torch.float64, device=self.device)
+        td.all_reduce(totals)
+        lm, tokens, *mtp = totals.tolist()
+        return LossTerms(torch.tensor(lm), lm, mtp, int(tokens))
+
+
+class _LossRoot(torch.nn.Module):
+    """The FSDP root: `root(loss_of, batch)` runs the recipe's loss function inside the root's forward. FSDP
+    gathers a unit's parameters in that unit's forward hook, and the losses (sft_loss, mtp_loss) call
+    `model.model` and `model.lm_head` rather than the model's forward (only the target rows reach the lm_head),
+    so the model's own forward would never run and its root parameters would stay sharded."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, loss_of, batch) -> tuple[torch.Tensor, LossTerms]:
+        out = loss_of(batch)
+        return out.loss, out  # the loss tensor out in the open: FSDP hooks the root's backward on it
+
+
+def _untie_experts(model) -> None:
+    """Give every expert its own contiguous weights. The MoE keeps its experts' weights as transposed views of
+    two stacked tensors (moe.tie_experts: one grouped GEMM at inference), which FSDP cannot shard
+    (non-contiguous), and the stacks would stay a whole second copy on every rank. Training runs the per-expert
+    path anyway (autograd must reach each expert's parameters), which needs no tie."""
+    from torch import nn
+
+    from model.moe import MoE
+
+    for m in model.modules():
+        for name, p in list(m._parameters.items()):
+            if p is not None and not p.is_contiguous():
+                m._parameters[name] = nn.Parameter(p.detach().contiguous(), requires_grad=p.requires_grad)
+        if isinstance(m, MoE):
+            m._gate_up = m._down = None
+            m._tied_ptrs = []
+
+
+def _no_targets(parts: tuple, device) -> tuple:
+    """The rest of an empty micro-batch: the mask all False (no target), any other tensor's first row."""
+    rest = tuple(x[:1, :2].to(device) for x in parts[2:])
+    return (torch.zeros(1, 2, dtype=torch.bool, device=device),) + rest if len(parts) > 1 else rest
