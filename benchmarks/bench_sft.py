@@ -2,16 +2,21 @@
 (when trl is installed: `pip install trl`; it is not a dependency of glm5), and the peak memory of full
 fine-tuning against the parameter count's bound. Writes benchmarks/bench_sft.json.
 
-    .venv/bin/python benchmarks/bench_sft.py [--preset tiny] [--steps 8] [--seqs 32] [--len 256]
+    .venv/bin/python benchmarks/bench_sft.py [--preset tiny] [--steps 8] [--seqs 32] [--len 256] [--rounds 2]
+        [--threads N] [--mem-preset small] [--mem-steps 3]
 
 Both sides: the same checkpoint (ours written by `save_pretrained`, read by transformers as
-GlmMoeDsaForCausalLM), LoRA rank 16 / alpha 32 on the attention and MLP linears (routed experts included:
-peft's `target_parameters` for transformers' fused experts), AdamW at the same learning rate, batch 4, the same
-pre-tokenized sequences and target masks, fp32 on CPU. Timed: the steps after the first (warm-up), wall clock;
-tokens are the real (unpadded) tokens of the sequences trained on.
+GlmMoeDsaForCausalLM), LoRA rank 16 / alpha 32 on every linear of attention and MLPs, routed experts, shared
+experts and the dense MLP included (TRL's side: the layout of finetune/lora_hf.py, the same deltas), AdamW at
+the same learning rate, batch 4, the same pre-tokenized sequences and target masks, fp32 on CPU, the same torch
+threads. Timed: the steps after the first (warm-up), wall clock, each side's median step; tokens are the real
+(unpadded) tokens of the sequences trained on. The sides alternate (`--rounds`), the ratio is the median of the
+rounds' ratios. On a shared, oversubscribed machine two OpenMP threads per process spend most of a step waiting
+for each other (both sides ~40x slower than with one thread at load 17 on 2 cores): `--threads 1` measures the
+code rather than the scheduler.
 
 Full fine-tuning's bound: 16 bytes per parameter (fp32 weights, gradients, and AdamW's two moments), plus
-activations; the measured peak is the process's maximum RSS growth over the loaded model (a subprocess each).
+activations; see `full_memory` for what is measured.
 """
 
 from __future__ import annotations
