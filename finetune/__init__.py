@@ -13,6 +13,8 @@ Module map:
                      by the balancing rule (RouterBalancer)
 - lora.py            peft LoRA on GLM-5: add_lora, save/load_adapter (the base's path and weights fingerprint,
                      checked on load), merge_lora
+- lora_hf.py         export_hf_adapter: the adapter in transformers' layout (fused experts via peft target_parameters),
+                     OUT/adapter_hf, which peft loads into GlmMoeDsaForCausalLM
 - distill.py         cross-stage on-policy distillation (report Eq. 2): student samples, teachers by domain (a
                      checkpoint, or the student's base with its LoRA off) score them, per-token reverse KL
 - distill_run.py     what `glm5 finetune distill` runs on: teachers and prompt files by domain, the step log

@@ -111,7 +111,22 @@ def backward_each(pieces: list, loss_of: Callable[[object], LossTerms]) -> LossT
 
 
 def make_optimizer(params: list[torch.Tensor], cfg: OptimConfig) -> torch.optim.AdamW:
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    """AdamW, fused (one C++ kernel over all the tensors) wherever torch has the kernel: on CPU torch's default is
+    its for-loop, about ten ops per tensor, which with LoRA's hundreds of small factors was ~10% of a `tiny` SFT
+    step (tiny's 144 factors: 174 ms loop vs 47 ms fused per step on a loaded 2-core box). The same update as the
+    loop (tests/finetune/test_train_loop.py). FSDP2's sharded DTensors keep the loop."""
+    return torch.optim.AdamW(
+        params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95), fused=_fusable(params) or None
+    )
+
+
+def _fusable(params: list[torch.Tensor]) -> bool:
+    if torch.distributed.is_available():
+        from torch.distributed.tensor import DTensor
+
+        if any(isinstance(p, DTensor) for p in params):
+            return False
+    return bool(params) and all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in params)
 
 
 def train(

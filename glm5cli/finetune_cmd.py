@@ -295,10 +295,14 @@ def _prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
 
 
 def _write_adapter(model: Path, net, work: Path, merge: bool) -> None:
-    """The LoRA adapter (peft format) in WORK/adapter; with `merge`, WORK also becomes a plain checkpoint."""
+    """The LoRA adapter (peft format) in WORK/adapter, and in WORK/adapter_hf the same adapter in transformers'
+    layout (peft loads it into GlmMoeDsaForCausalLM, whose experts are fused); with `merge`, WORK also becomes a
+    plain checkpoint."""
     from finetune.lora import merge_lora, save_adapter
+    from finetune.lora_hf import export_hf_adapter
 
     save_adapter(net, work / "adapter", base=str(model.resolve()))
+    export_hf_adapter(work / "adapter", work / "adapter_hf", getattr(net.config, "n_routed_experts", None))
     if merge:
         _write_checkpoint(model, merge_lora(net), work)
 
@@ -537,6 +541,7 @@ def sft(
     summary = {
         "out": str(out),
         "adapter": None if full else str(out / "adapter"),
+        "adapter_hf": None if full else str(out / "adapter_hf"),  # for peft + transformers
         "merged_checkpoint": str(out) if merge or full else None,
         "examples": len(seqs),
         "trained_tokens": sum(sum(m) for _, m in seqs),

@@ -8,7 +8,7 @@ import torch
 
 from finetune.mtp_objective import loss_denominators, mtp_loss
 from finetune.sft import sft_loss
-from finetune.train_loop import backward_micro, micro_batches
+from finetune.train_loop import OptimConfig, backward_micro, make_optimizer, micro_batches
 from model import GLM5ForCausalLM
 from model.config import preset
 
@@ -56,3 +56,28 @@ def test_micro_batches_cut_rows_after_their_last_target():
     assert a_ids.tolist() == [[0, 1, 2]] and a_mask.tolist() == [[False, True, True]]
     assert b_ids.shape == (1, 6)
     assert [m.shape for m in micro_batches(ids, 1)] == [(1, 6), (1, 6)]  # no mask: whole rows
+
+
+def test_the_fused_optimizer_makes_the_for_loops_updates():
+    """make_optimizer's fused AdamW (one kernel over all tensors) against torch's plain for-loop AdamW: the same
+    parameters after steps with weight decay and a warm-up, to fp32 rounding relative to the values' scale."""
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(s, generator=gen) for s in [(16, 64), (64, 16), (300,), (5, 7, 3)]]
+    cfg = OptimConfig(steps=6, lr=1e-2, warmup=2, weight_decay=0.1, grad_clip=0.0)
+    fused = [t.clone().requires_grad_() for t in start]
+    plain = [t.clone().requires_grad_() for t in start]
+    opt = make_optimizer(fused, cfg)
+    assert opt.defaults["fused"]
+    ref = torch.optim.AdamW(plain, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95), foreach=False)
+    for step in range(cfg.steps):
+        for o in (opt, ref):
+            for g in o.param_groups:
+                g["lr"] = cfg.lr_at(step)
+        for a, b in zip(fused, plain, strict=True):
+            a.grad = torch.randn(a.shape, generator=gen)
+            b.grad = a.grad.clone()
+        opt.step()
+        ref.step()
+    for a, b, s in zip(fused, plain, start, strict=True):
+        assert not torch.equal(a, s)  # it moved
+        assert (a - b).abs().max() <= 1e-5 * b.abs().max()

@@ -67,6 +67,7 @@ def test_sft_learns_the_responses_and_writes_a_peft_adapter_and_a_merged_checkpo
     summary = json.loads(r.stdout[r.stdout.index("{") :])
     assert summary["examples"] == 3 and summary["loss_last"] < summary["loss_first"] / 4, summary
     assert (out / "adapter" / "adapter_config.json").is_file() and (out / "tokenizer.json").is_file()
+    assert (out / "adapter_hf" / "adapter_config.json").is_file()  # for transformers: tests/finetune/test_lora_hf.py
     # peft itself loads the adapter onto the untouched base model...
     base = GLM5ForCausalLM.from_pretrained(ckpt).eval()
     ids = list(range(100, 140))
