@@ -12,6 +12,7 @@ import typer
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.distill_cmd import distill as distill_command
 from glm5cli.rl_cmd import rl as rl_command
+from glm5cli.stages_cmd import apply_qat, dsa_warmup, qat_settings, write_qat_checkpoints
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -393,6 +394,15 @@ def sft(
         help="With --full, update the routers' bias by the auxiliary-loss-free balancing rule at this rate "
         "(DeepSeek-V3: 1e-3); 0 keeps it frozen.",
     ),
+    qat: str | None = typer.Option(
+        None,
+        "--qat",
+        help="Quantization-aware training: 'int4' trains (--full) through the same group-wise INT4 rounding that "
+        "`glm5 model quantize` applies, straight-through gradients; OUT/int4 is then the INT4 checkpoint to serve.",
+    ),
+    qat_group_size: int = typer.Option(
+        128, help="With --qat int4: input columns per scale, as `glm5 model quantize --group-size` (32-256)."
+    ),
     save_every: int = typer.Option(
         50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
     ),
@@ -423,6 +433,9 @@ def sft(
         settings |= {"full": True, "train_mtp": train_mtp, "router_bias_rate": router_bias_rate}
     elif train_mtp or router_bias_rate:
         fail("--train-mtp and --router-bias-rate apply to --full fine-tuning", code=EXIT_USAGE)
+    qat_scheme = qat_settings(qat, qat_group_size, full)
+    if qat_scheme is not None:
+        settings |= {"qat": qat, "qat_group_size": qat_group_size}
     run = _Run(out, settings | {"merge": merge})
 
     from finetune.lora import LoraSettings, add_lora
@@ -443,6 +456,7 @@ def sft(
         from finetune.full import FullSettings, prepare_full
 
         named = prepare_full(net, FullSettings(train_mtp=train_mtp, router_bias_rate=router_bias_rate))
+        qat_linears = apply_qat(net, qat_scheme) if qat_scheme is not None else 0
     else:
         net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
     state = run.start({"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report})
@@ -452,7 +466,9 @@ def sft(
     extra = {"named": named, "router_bias_rate": router_bias_rate}
     with _TrainProgress("fine-tuning (full)" if full else "fine-tuning (LoRA)", steps, state) as bar:
         hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar), **extra)
-    if full:
+    if qat_scheme is not None:
+        write_qat_checkpoints(model, net, run.work, qat_scheme)
+    elif full:
         _write_checkpoint(model, net, run.work)
     else:
         _write_adapter(model, net, run.work, merge)
@@ -469,6 +485,8 @@ def sft(
         "seconds": round(time.monotonic() - t0, 1),
         "data": report,
     }
+    if qat_scheme is not None:
+        summary |= {"int4_checkpoint": str(out / "int4"), "qat_linears": qat_linears}
     run.finish()
     if json_out:
         print_json(summary)
@@ -482,6 +500,8 @@ def sft(
     )
     if merge or full:
         console.print(f"serve it with: glm5 serve {out}   (then `glm5 finetune align-mtp {out} ...` for MTP drafts)")
+    if qat_scheme is not None:
+        console.print(f"the INT4 weights it was trained for: glm5 serve {out / 'int4'}")
 
 
 def _load_data(paths: list[Path], tokenizer, opts) -> tuple[list[tuple[list[int], list[bool]]], dict]:
@@ -522,3 +542,4 @@ def _show_data(report: dict, json_out: bool) -> None:
 
 app.command("rl")(rl_command)  # `glm5 finetune rl` lives in rl_cmd.py
 app.command("distill")(distill_command)  # `glm5 finetune distill` lives in distill_cmd.py
+app.command("dsa-warmup")(dsa_warmup)  # GLM-5's DSA adaptation stage lives in stages_cmd.py
