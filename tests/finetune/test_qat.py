@@ -93,13 +93,11 @@ def _perplexity(model, seqs) -> float:
 
 
 def _sft(base, seqs, qat: QATSettings | None):
-    """Full SFT of the layers (embeddings and head frozen: the work is in the linears INT4 quantizes)."""
+    """Full SFT (`--full`'s parameters), with or without QAT, on (ids, prompt length 1) sequences."""
     model = copy.deepcopy(base)
     if qat is not None:
         apply_qat(model, qat)
-    named = [(n, p) for n, p in prepare_full(model) if not n.startswith(("lm_head", "model.embed_tokens"))]
-    for n, p in model.named_parameters():
-        p.requires_grad_(any(n == m for m, _ in named))
+    named = prepare_full(model)
     train_sft(model, [(s, 1) for s in seqs], SFTConfig(steps=30, lr=3e-3, warmup=2, batch_size=4), named=named)
     remove_qat(model)
     return model
@@ -107,27 +105,29 @@ def _sft(base, seqs, qat: QATSettings | None):
 
 @pytest.mark.slow
 def test_qat_brings_the_int4_model_closer_to_full_precision_than_ptq():
-    """`tiny` learns to count (token a -> a + 1, over 48 tokens) with its layers alone; held-out sequences start
-    elsewhere. Served in INT4 (group 32: tiny's linears are 32-128 wide), the QAT model's perplexity is closer
-    to the full-precision SFT model's than the same SFT quantized after training (PTQ)."""
+    """`tiny` learns to count (token a -> a + 1, over 48 tokens); held-out sequences start elsewhere. Its linears
+    have one large weight per INT4 group, as trained LLMs have outlier weights: the group's scale is set by the
+    outlier, so the small weights, where the fine-tuning lives, round coarsely. Served in INT4 (group 32:
+    tiny's linears are 32-128 wide), the QAT model's perplexity is closer to the full-precision SFT model's
+    than the same SFT quantized after training (PTQ). Measured (Zen 3, loaded): fp 24.4, PTQ 42.2, QAT 24.9."""
+    s = QATSettings(group_size=32)
     base = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
+    g = torch.Generator().manual_seed(5)
     with torch.no_grad():
         base.lm_head.weight.mul_(20.0)  # a trained model's logit range (see test_finetune_sft's `ckpt`)
+        for name in qat_targets(base, s):
+            w = base.get_submodule(name).weight
+            w[:, :: s.group_size] = 0.3 * (torch.randint(0, 2, w[:, :: s.group_size].shape, generator=g) * 2 - 1)
     g = torch.Generator().manual_seed(0)
     train = [_counting(int(torch.randint(0, 48, (1,), generator=g))) for _ in range(16)]
-    held_out = [_counting(s) for s in (3, 17, 29, 41)]
-    s = QATSettings(group_size=32)
+    held_out = [_counting(start) for start in (3, 17, 29, 41)]
     fp = _sft(base, train, None)
     qat = _sft(base, train, s)
 
-    def int4(m):
+    def int4(m):  # what `glm5 serve` runs: the fast INT4 kernels, bf16 activations
         return quantize_int4(copy.deepcopy(m), group_size=s.group_size, strict=False)
 
-    ppl_fp, ppl_ptq, ppl_qat = (
-        _perplexity(fp, held_out),
-        _perplexity(int4(fp), held_out),
-        _perplexity(int4(qat), held_out),
-    )
+    ppl_fp, ppl_ptq, ppl_qat = (_perplexity(m, held_out) for m in (fp, int4(fp), int4(qat)))
     assert _perplexity(base, held_out) > 10 * ppl_fp  # the SFT learned the task
-    assert abs(ppl_qat - ppl_fp) < 0.5 * abs(ppl_ptq - ppl_fp), (ppl_fp, ppl_ptq, ppl_qat)
+    assert abs(ppl_qat - ppl_fp) < 0.25 * abs(ppl_ptq - ppl_fp), (ppl_fp, ppl_ptq, ppl_qat)
     assert ppl_qat < ppl_ptq
