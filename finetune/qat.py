@@ -15,6 +15,8 @@ rounding were the identity (`W + (Q(W) - W).detach()`), the rule of the QAT lite
 Which linears: those `quantize_checkpoint` quantizes (not in DEFAULT_SKIP, in_features a multiple of the group
 size); the rest stay full precision in the INT4 checkpoint and train as usual here. The swap keeps each
 linear's `weight` / `bias` Parameter objects, so names, optimizer state and checkpoints are unchanged.
+With LoRA (peft layers from finetune/lora.py) what INT4 stores is the merged weight W + scaling * B A, so a
+LoRA layer's forward fake-quantizes that merge (`_lora_qat_forward`) and the gradient reaches A and B.
 """
 
 from __future__ import annotations
@@ -78,13 +80,35 @@ class Int4FakeQuantLinear(nn.Linear):
         return f"{super().extra_repr()}, int4 fake-quant group_size={self.settings.group_size}"
 
 
+def _lora_qat_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """A peft LoRA linear's forward under QAT: the weight it will be merged into, W + scaling * B A (peft's own
+    merge formula), fake-quantized with a straight-through gradient, which reaches A and B through the merge."""
+    (name,) = self.active_adapters
+    base = self.base_layer
+    merged = base.weight + (self.lora_B[name].weight @ self.lora_A[name].weight) * self.scaling[name]
+    with torch.no_grad():
+        q = fake_quantize_weight(merged.detach(), *self._qat.scheme)
+    return F.linear(x, merged + (q - merged).detach(), base.bias)
+
+
+class _LoraQAT:
+    """What `apply_qat` keeps on a peft LoRA layer: the scheme, read by `_lora_qat_forward`."""
+
+    def __init__(self, s: QATSettings) -> None:
+        self.scheme = (s.group_size, s.symmetric, s.mse)
+
+
 def qat_targets(model: nn.Module, s: QATSettings) -> list[str]:
     """The linears an INT4 checkpoint of `model` quantizes (`quantize_checkpoint`'s rule), by name."""
-    return [
-        name
-        for name, mod in model.named_modules()
-        if type(mod) is nn.Linear and not is_skipped(name, s.skip) and mod.in_features % s.group_size == 0
-    ]
+    out = []
+    for name, mod in model.named_modules():
+        lora = hasattr(mod, "base_layer") and type(mod.base_layer) is nn.Linear  # a peft LoRA layer: its merge
+        inside_lora = name.endswith(".base_layer") or ".lora_" in name  # its parts: the layer itself counts
+        if (type(mod) is nn.Linear and not inside_lora) or lora:
+            lin = mod.base_layer if lora else mod
+            if not is_skipped(name, s.skip) and lin.in_features % s.group_size == 0:
+                out.append(name)
+    return out
 
 
 def apply_qat(model: nn.Module, s: QATSettings = QATSettings(), names: Iterable[str] | None = None) -> list[str]:
@@ -95,19 +119,31 @@ def apply_qat(model: nn.Module, s: QATSettings = QATSettings(), names: Iterable[
             f"no linear layer has in_features divisible by the INT4 group size {s.group_size}: nothing would be "
             "quantized; choose a smaller group size"
         )
+    import types
+
     for name in names:
-        set_submodule(model, name, Int4FakeQuantLinear(model.get_submodule(name), s))
+        mod = model.get_submodule(name)
+        if hasattr(mod, "base_layer"):  # peft LoRA: its own forward replaced, its class and state untouched
+            if len(mod.active_adapters) != 1 or not isinstance(mod.lora_dropout[mod.active_adapters[0]], nn.Identity):
+                raise ValueError(f"{name}: QAT takes one active LoRA adapter, without dropout")
+            mod._qat = _LoraQAT(s)
+            mod.forward = types.MethodType(_lora_qat_forward, mod)
+        else:
+            set_submodule(model, name, Int4FakeQuantLinear(mod, s))
     return names
 
 
 def remove_qat(model: nn.Module) -> int:
     """Back to plain nn.Linear layers holding the same (trained, full-precision) Parameters. -> how many."""
+    lora = [m for m in model.modules() if "_qat" in m.__dict__]
+    for mod in lora:
+        del mod.forward, mod._qat  # back to the class's forward
     swapped = [(n, m) for n, m in model.named_modules() if isinstance(m, Int4FakeQuantLinear)]
     for name, mod in swapped:
         lin = nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None, device="meta")
         lin.weight, lin.bias = mod.weight, mod.bias
         set_submodule(model, name, lin)
-    return len(swapped)
+    return len(swapped) + len(lora)
 
 
 def write_int4_checkpoint(fp_checkpoint: Path, out: Path, s: QATSettings) -> dict:

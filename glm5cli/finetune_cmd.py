@@ -397,8 +397,9 @@ def sft(
     qat: str | None = typer.Option(
         None,
         "--qat",
-        help="Quantization-aware training: 'int4' trains (--full) through the same group-wise INT4 rounding that "
-        "`glm5 model quantize` applies, straight-through gradients; OUT/int4 is then the INT4 checkpoint to serve.",
+        help="Quantization-aware training: 'int4' trains through the same group-wise INT4 rounding that `glm5 model "
+        "quantize` applies (of the merged weights with LoRA, which then needs --merge), straight-through "
+        "gradients; OUT/int4 is then the INT4 checkpoint to serve.",
     ),
     qat_group_size: int = typer.Option(
         128, help="With --qat int4: input columns per scale, as `glm5 model quantize --group-size` (32-256)."
@@ -433,7 +434,7 @@ def sft(
         settings |= {"full": True, "train_mtp": train_mtp, "router_bias_rate": router_bias_rate}
     elif train_mtp or router_bias_rate:
         fail("--train-mtp and --router-bias-rate apply to --full fine-tuning", code=EXIT_USAGE)
-    qat_scheme = qat_settings(qat, qat_group_size, full)
+    qat_scheme = qat_settings(qat, qat_group_size, full, merge)
     if qat_scheme is not None:
         settings |= {"qat": qat, "qat_group_size": qat_group_size}
     run = _Run(out, settings | {"merge": merge})
@@ -456,9 +457,9 @@ def sft(
         from finetune.full import FullSettings, prepare_full
 
         named = prepare_full(net, FullSettings(train_mtp=train_mtp, router_bias_rate=router_bias_rate))
-        qat_linears = apply_qat(net, qat_scheme) if qat_scheme is not None else 0
     else:
         net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
+    qat_linears = apply_qat(net, qat_scheme) if qat_scheme is not None else 0
     state = run.start({"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report})
     _show_data(report, json_out)
     cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
@@ -467,7 +468,7 @@ def sft(
     with _TrainProgress("fine-tuning (full)" if full else "fine-tuning (LoRA)", steps, state) as bar:
         hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar), **extra)
     if qat_scheme is not None:
-        write_qat_checkpoints(model, net, run.work, qat_scheme)
+        write_qat_checkpoints(model, net, run.work, qat_scheme, lora=not full)
     elif full:
         _write_checkpoint(model, net, run.work)
     else:

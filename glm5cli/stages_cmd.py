@@ -172,7 +172,10 @@ class _StepLog:
         if state is not None and path.is_file():
             at = (STAGES.index(state["stage"]), state["step"])
             for line in path.read_text().splitlines():
-                rec = json.loads(line)
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:  # the line a kill -9 tore mid-write: its step runs again
+                    continue
                 if (STAGES.index(rec["stage"]), rec["step"]) <= at:
                     keep.append(line)
         path.write_text("".join(x + "\n" for x in keep))
@@ -199,7 +202,7 @@ def _tail_mean(xs: list[float], n: int = 10) -> float:
 # ---- `glm5 finetune sft --qat int4` -------------------------------------------------------------------------
 
 
-def qat_settings(qat: str | None, group_size: int, full: bool):
+def qat_settings(qat: str | None, group_size: int, full: bool, merge: bool):
     """The QAT scheme of `--qat` / `--qat-group-size` (None without --qat); bad values are usage errors."""
     if qat is None:
         return None
@@ -208,11 +211,11 @@ def qat_settings(qat: str | None, group_size: int, full: bool):
 
     if qat not in QAT_SCHEMES:
         fail(f"--qat {qat!r} is not supported", code=EXIT_USAGE, hint=f"choose one of {', '.join(QAT_SCHEMES)}")
-    if not full:
+    if not (full or merge):
         fail(
-            "--qat int4 trains the full weights through their INT4 rounding: add --full",
+            "--qat int4 with LoRA trains the merged weights for INT4: add --merge (or use --full)",
             code=EXIT_USAGE,
-            hint="a LoRA adapter is merged into the weights before quantization, so LoRA cannot train for it",
+            hint="INT4 quantizes the checkpoint with the adapter merged in; an adapter alone is not what is served",
         )
     if group_size not in GROUP_SIZES:
         fail(f"--qat-group-size {group_size} is not supported", code=EXIT_USAGE, hint=f"choose one of {GROUP_SIZES}")
@@ -229,13 +232,16 @@ def apply_qat(net, s) -> int:
         fail(str(e), code=EXIT_USAGE)
 
 
-def write_qat_checkpoints(model: Path, net, work: Path, s) -> None:
-    """WORK: the trained full-precision checkpoint; WORK/int4: it in compressed-tensors INT4 with the trained
-    scheme, which `glm5 serve WORK/int4` loads."""
+def write_qat_checkpoints(model: Path, net, work: Path, s, lora: bool) -> None:
+    """WORK: the trained full-precision checkpoint (with LoRA: WORK/adapter too, and the merge); WORK/int4: it in
+    compressed-tensors INT4 with the trained scheme, which `glm5 serve WORK/int4` loads."""
     from finetune.qat import remove_qat, write_int4_checkpoint
-    from finetune.run_dir import write_checkpoint
+    from glm5cli.finetune_cmd import _write_adapter, _write_checkpoint
 
     remove_qat(net)
-    write_checkpoint(model, net, work)
+    if lora:
+        _write_adapter(model, net, work, merge=True)
+    else:
+        _write_checkpoint(model, net, work)
     with console.status("writing the INT4 checkpoint..."):
         write_int4_checkpoint(work, work / "int4", s)

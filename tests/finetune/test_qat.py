@@ -17,7 +17,7 @@ from finetune.qat import Int4FakeQuantLinear, QATSettings, apply_qat, qat_target
 from finetune.sft import SFTConfig, train_sft
 from model.config import preset
 from model.modeling import GLM5ForCausalLM
-from model.quant_int4 import Int4Linear, dequantize_weight, quantize_int4, quantize_weight
+from model.quant_int4 import Int4Linear, dequantize_weight, fake_quantize_weight, quantize_int4, quantize_weight
 
 
 def _linear(k=96, n=40, seed=0) -> nn.Linear:
@@ -72,6 +72,30 @@ def test_the_swap_covers_what_an_int4_checkpoint_quantizes_and_keeps_the_paramet
     assert all(p is params[n] for n, p in model.named_parameters())
     with pytest.raises(ValueError, match="group size"):
         QATSettings(group_size=48)
+
+
+def test_lora_qat_fake_quantizes_the_merged_weight_that_int4_will_store():
+    """With LoRA, INT4 stores W + scaling * B A after the merge: the QAT forward multiplies by exactly its
+    fake-quantized value, and the gradient reaches the adapter (not the frozen base)."""
+    from finetune.lora import LoraSettings, add_lora, merge_lora
+
+    model = add_lora(GLM5ForCausalLM.from_config(preset("tiny"), seed=0), LoraSettings(rank=4, alpha=8))
+    name = "model.layers.0.self_attn.q_a_proj"
+    layer = model.get_submodule(name)
+    with torch.no_grad():
+        layer.lora_B["default"].weight.normal_(0, 0.05)  # peft starts B at zero: make the delta real
+    s = QATSettings(group_size=32)
+    assert name in apply_qat(model, s)
+    a, b, scaling = layer.lora_A["default"].weight, layer.lora_B["default"].weight, layer.scaling["default"]
+    w_q = fake_quantize_weight((layer.base_layer.weight + (b @ a) * scaling).detach(), 32)
+    x = torch.randn(3, 64)
+    y = layer(x)
+    torch.testing.assert_close(y, F.linear(x, w_q), rtol=1e-5, atol=1e-6)
+    y.sum().backward()
+    assert a.grad.abs().sum() > 0 and b.grad.abs().sum() > 0 and layer.base_layer.weight.grad is None
+    remove_qat(model)
+    merged = merge_lora(model).get_submodule(name).weight.detach()
+    assert torch.equal(fake_quantize_weight(merged, 32), w_q)  # peft's merge is the sum QAT quantized
 
 
 # ---- QAT vs post-training quantization -------------------------------------------------------------------------

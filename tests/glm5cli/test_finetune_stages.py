@@ -134,13 +134,14 @@ def test_dsa_warmup_resumes_exactly_at_every_stage(peaky, tmp_path, monkeypatch)
     assert any(not torch.equal(base[k], b[k]) for k in base if ".indexer." not in k)  # the sparse stage trained
 
 
-def test_sft_qat_int4_writes_the_int4_checkpoint_it_trained_for(peaky, tmp_path):
+@pytest.mark.parametrize("mode", [["--full"], ["--merge", "--rank", "4"]], ids=["full", "lora"])
+def test_sft_qat_int4_writes_the_int4_checkpoint_it_trained_for(peaky, tmp_path, mode):
     from model.compressed_tensors import Int4Scheme, decompress, packed_modules, read_tensors
     from model.quant_int4 import dequantize_weight, fake_quantize_weight
 
     sessions = _sessions(tmp_path / "s", n=2)
     out = tmp_path / "qat"
-    args = ["finetune", "sft", str(peaky), "--out", str(out), "--data", str(sessions), "--full", "--qat", "int4"]
+    args = ["finetune", "sft", str(peaky), "--out", str(out), "--data", str(sessions), *mode, "--qat", "int4"]
     r = runner.invoke(app, [*args, "--qat-group-size", "32", "--steps", "3", "--lr", "1e-3", "--json"])
     assert r.exit_code == 0, r.output
     summary = _json(r)
@@ -162,7 +163,7 @@ def test_sft_qat_int4_writes_the_int4_checkpoint_it_trained_for(peaky, tmp_path)
 @pytest.mark.parametrize(
     "extra, msg",
     [
-        (["--qat", "int4"], "add --full"),
+        (["--qat", "int4"], "add --merge"),
         (["--full", "--qat", "int8"], "not supported"),
         (["--full", "--qat", "int4", "--qat-group-size", "48"], "not supported"),
     ],
