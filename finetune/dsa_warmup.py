@@ -117,15 +117,20 @@ def visible_keys(q_idx: torch.Tensor, S: int, topk_BTK: torch.Tensor | None, B: 
     return causal & chosen
 
 
+_PROB_ELEMS = 1 << 26  # heads per chunk of the target so that [B, heads, T, S] stays below ~64M floats
+
+
 @torch.no_grad()
-def attention_probs(mla, rec: _Record) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's attention probabilities -> (probs [B, H, T, S] fp32, qr [B, T, Q]). Plain math (scores, mask,
-    softmax: MLA.attend_expanded's reference) over the keys the layer attended to: dense, or its top-k."""
+def attention_probs(mla, rec: _Record, heads: slice = slice(None)) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's attention probabilities for `heads` -> (probs [B, h, T, S] fp32, qr [B, T, Q]). Plain math
+    (scores, mask, softmax: MLA.attend_expanded's reference) over the keys the layer attended to: dense, or its
+    top-k."""
     x = rec.x.detach()
     B, T, _ = x.shape
     q_nope, q_pe, qr = mla.project_q(x, rec.cos, rec.sin)
     c_kv, k_pe = mla.project_kv(x, rec.cos, rec.sin)
     k_nope = mla.kv_b_proj(c_kv).view(B, T, mla.n_heads, mla.dn + mla.dv)[..., : mla.dn]
+    q_nope, q_pe, k_nope = q_nope[:, :, heads], q_pe[:, :, heads], k_nope[:, :, heads]
     scores = torch.einsum("bthd,bshd->bhts", q_nope.float(), k_nope.float())
     scores = (scores + torch.einsum("bthr,bsr->bhts", q_pe.float(), k_pe.float())) * mla.scale
     visible = visible_keys(rec.q_idx, T, rec.topk, B)
@@ -133,9 +138,16 @@ def attention_probs(mla, rec: _Record) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def attention_target(mla, rec: _Record) -> tuple[torch.Tensor, torch.Tensor]:
-    """The KL target: the attention summed over heads and L1-normalised -> (p [B, T, S] fp32, qr [B, T, Q])."""
-    probs, qr = attention_probs(mla, rec)
-    return probs.mean(1), qr  # the mean of H distributions: their sum, L1-normalised
+    """The KL target: the attention summed over heads and L1-normalised -> (p [B, T, S] fp32, qr [B, T, Q]).
+    Summed a chunk of heads at a time, so the [B, H, T, S] probabilities of a long sequence never all exist.
+    (Each chunk projects q and k again: cheap next to the [T, S] scores.)"""
+    B, T, _ = rec.x.shape
+    chunk = max(1, _PROB_ELEMS // (B * T * T))
+    total, qr = None, None
+    for h0 in range(0, mla.n_heads, chunk):
+        probs, qr = attention_probs(mla, rec, slice(h0, h0 + chunk))
+        total = probs.sum(1) if total is None else total.add_(probs.sum(1))
+    return total / mla.n_heads, qr  # the sum of H distributions, L1-normalised
 
 
 def indexer_log_probs(indexer, rec: _Record, qr: torch.Tensor) -> torch.Tensor:

@@ -142,3 +142,17 @@ def test_sparse_stage_each_loss_reaches_only_its_part():
     kl.backward()
     assert all(p.grad is None for p in main.values())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in indexer.items() if "layers.3." not in n)
+
+
+def test_the_target_summed_by_chunks_of_heads_is_the_mean_over_all_heads(monkeypatch):
+    import finetune.dsa_warmup as dw
+
+    model = peaky_model()
+    tap = LayerTap(model)
+    with torch.no_grad():
+        model.model(_ids(_seqs(2)), torch.arange(T).expand(2, -1))
+    tap.close()
+    mla, rec = tap.layers[0].self_attn, tap.records[0]
+    whole = attention_probs(mla, rec)[0].mean(1)
+    monkeypatch.setattr(dw, "_PROB_ELEMS", 3 * 2 * T * T)  # 3 heads a chunk: chunks of 3 and 1 of tiny's 4
+    torch.testing.assert_close(attention_target(mla, rec)[0], whole, rtol=1e-6, atol=1e-7)
