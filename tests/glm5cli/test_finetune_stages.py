@@ -175,3 +175,40 @@ def test_sft_qat_bad_input(tiny_checkpoint, tmp_path, extra, msg):  # noqa: F811
     )
     assert r.exit_code == 2 and msg in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_dsa_warmup_resumes_exactly_after_kill_9(peaky, tmp_path):
+    """A real `kill -9` of the process in the sparse stage, once a checkpoint of it is on disk; the rerun ends
+    with the checkpoint of a run never interrupted, bit for bit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sessions = _sessions(tmp_path / "s", n=2)
+
+    def cmd(out):
+        return [sys.executable, "-m", "glm5cli", "finetune", "dsa-warmup", str(peaky), "--out", str(out)] + [
+            *["--data", str(sessions), "--warmup-steps", "4", "--sparse-steps", "20", "--save-every", "2"],
+            *["--lr", "1e-2", "--sparse-lr", "1e-3", "--batch-size", "2"],
+        ]
+
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    whole = tmp_path / "whole"
+    subprocess.run(cmd(whole), check=True, capture_output=True, env=env)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    log = tmp_path / ".killed.partial" / "train_log.jsonl"
+    while proc.poll() is None and not (log.is_file() and '"stage": "sparse", "step": 3' in log.read_text()):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()  # killed mid-run, in the sparse stage after its checkpoint at step 2
+    r = subprocess.run(cmd(out), capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "resuming" in r.stderr and "sparse stage" in r.stderr, r.stderr
+    a, b = load_file(whole / "model.safetensors"), load_file(out / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [(x["stage"], x["step"]) for x in map(json.loads, (out / "train_log.jsonl").open())]
+    assert steps == [("warmup", i) for i in range(1, 5)] + [("sparse", i) for i in range(1, 21)]
