@@ -90,7 +90,9 @@ def indexer_layers(model) -> dict:
 
 
 def indexer_parameters(model) -> list[tuple[str, torch.Tensor]]:
-    return [(n, p) for n, p in model.named_parameters() if ".indexer." in n]
+    """The main layers' indexer parameters (the MTP layer's stays frozen with the rest of that layer)."""
+    prefixes = tuple(f"model.layers.{i}.self_attn.indexer." for i in indexer_layers(model))
+    return [(n, p) for n, p in model.named_parameters() if n.startswith(prefixes)]
 
 
 @contextmanager

@@ -55,7 +55,13 @@ def dsa_warmup(
 
     tok = ft._checkpoint_tokenizer(model)
     from finetune.data.trajectories import DataOptions
-    from finetune.dsa_warmup import DSAWarmupConfig, indexer_layers, train_dense_warmup, train_sparse
+    from finetune.dsa_warmup import (
+        DSAWarmupConfig,
+        indexer_layers,
+        indexer_parameters,
+        train_dense_warmup,
+        train_sparse,
+    )
     from finetune.run_dir import RunDir, RunError
 
     opts = DataOptions(max_len=max_len)
@@ -108,7 +114,7 @@ def dsa_warmup(
         tps.append(bar.tokens_per_s or 0.0)
         state = None
         if sparse_steps:  # the warm-up's result, so that a kill during the sparse stage does not redo it
-            indexer = {n: p.detach().clone() for n, p in net.named_parameters() if ".indexer." in n}
+            indexer = {n: p.detach().clone() for n, p in indexer_parameters(net)}
             run.save({"stage": "warmup_done", "step": warmup_steps, "indexer": indexer, "warmup_kl": kl_hist})
     elif stage == "warmup_done":
         _load_indexer(net, state["indexer"])
