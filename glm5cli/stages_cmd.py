@@ -161,7 +161,7 @@ def dsa_warmup(
         return
     line = f"[green]warmed up[/] the indexers of {model}"
     if kl_hist:
-        line += f": KL to dense attention {summary['kl_first']:.4f} -> {summary['kl_last']:.4f}"
+        line += f": KL to dense attention {summary['kl_first']:.4g} -> {summary['kl_last']:.4g}"
     if sparse_hist:
         line += f"; sparse LM loss {summary['sparse_loss_first']:.3f} -> {summary['sparse_loss_last']:.3f}"
     console.print(f"{line}, in {summary['seconds']:.0f}s; wrote {out}")
@@ -239,15 +239,27 @@ def apply_qat(net, s) -> int:
 
 
 def write_qat_checkpoints(model: Path, net, work: Path, s, lora: bool) -> None:
-    """WORK: the trained full-precision checkpoint (with LoRA: WORK/adapter too, and the merge); WORK/int4: it in
-    compressed-tensors INT4 with the trained scheme, which `glm5 serve WORK/int4` loads."""
+    """WORK: the trained full-precision checkpoint (with LoRA: WORK/adapter, and the merge); WORK/int4: it in
+    compressed-tensors INT4 with the trained scheme, which `glm5 serve WORK/int4` loads. The checkpoint is
+    assembled in WORK/.checkpoint first: the INT4 writer copies every file beside the weights, and WORK also
+    holds the run's own files (its data, the optimizer state)."""
+    import os
+    import shutil
+
+    from finetune.lora import merge_lora, save_adapter
     from finetune.qat import remove_qat, write_int4_checkpoint
-    from glm5cli.finetune_cmd import _write_adapter, _write_checkpoint
+    from finetune.run_dir import write_checkpoint
 
     remove_qat(net)
     if lora:
-        _write_adapter(model, net, work, merge=True)
-    else:
-        _write_checkpoint(model, net, work)
+        save_adapter(net, work / "adapter", base=str(model.resolve()))
+        net = merge_lora(net)
+    staging = work / ".checkpoint"
+    for old in (staging, work / "int4"):  # what a run killed while writing left
+        shutil.rmtree(old, ignore_errors=True)
+    write_checkpoint(model, net, staging)
     with console.status("writing the INT4 checkpoint..."):
-        write_int4_checkpoint(work, work / "int4", s)
+        write_int4_checkpoint(staging, work / "int4", s)
+    for f in staging.iterdir():
+        os.replace(f, work / f.name)
+    staging.rmdir()

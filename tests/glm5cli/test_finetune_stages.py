@@ -142,9 +142,18 @@ def test_sft_qat_int4_writes_the_int4_checkpoint_it_trained_for(peaky, tmp_path,
     sessions = _sessions(tmp_path / "s", n=2)
     out = tmp_path / "qat"
     args = ["finetune", "sft", str(peaky), "--out", str(out), "--data", str(sessions), *mode, "--qat", "int4"]
-    r = runner.invoke(app, [*args, "--qat-group-size", "32", "--steps", "3", "--lr", "1e-3", "--json"])
+    r = runner.invoke(app, [*args, "--qat-group-size", "32", "--steps", "3", "--lr", "1e-3", "--save-every", "1"])
+    assert r.exit_code == 0, r.output
+    assert f"glm5 serve {out / 'int4'}" in r.output.replace("\n", "")
+    shutil.rmtree(out)
+    r = runner.invoke(
+        app, [*args, "--qat-group-size", "32", "--steps", "3", "--lr", "1e-3", "--save-every", "1", "--json"]
+    )
     assert r.exit_code == 0, r.output
     summary = _json(r)
+    # OUT/int4 is a checkpoint and nothing else (the run's data and optimizer state stay out of it).
+    assert {p.name for p in (out / "int4").iterdir()} & {"run.json", "sequences.json", "state.pt"} == set()
+    assert not (out / ".checkpoint").exists() and (out / "adapter").is_dir() == ("--merge" in mode)
     assert summary["int4_checkpoint"] == str(out / "int4")
     fp = GLM5ForCausalLM.from_pretrained(out)
     served = GLM5ForCausalLM.from_pretrained(out / "int4")  # compressed-tensors W4A16, as `glm5 serve` loads it
