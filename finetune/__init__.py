@@ -18,6 +18,10 @@ Module map:
 - distill.py         cross-stage on-policy distillation (report Eq. 2): student samples, teachers by domain (a
                      checkpoint, or the student's base with its LoRA off) score them, per-token reverse KL
 - distill_run.py     what `glm5 finetune distill` runs on: teachers and prompt files by domain, the step log
+- dsa_warmup.py      DSA adaptation (DeepSeek-V3.2's recipe): the indexers' dense warm-up (KL to the attention
+                     summed over heads, the model frozen), then sparse training with the indexers' loss detached
+- qat.py             INT4 quantization-aware training: fake-quant linears through model.quant_int4's quantizer,
+                     straight-through gradients; the INT4 checkpoint written with the trained scheme
 - run_dir.py         a resumable run's folder (.OUT.partial -> OUT, settings, data, checkpoints)
 - distributed.py     torchrun + FSDP2: the process group, fully_shard per decoder layer + a loss root, each
                      rank's rows of the global batch with a summed gradient (the one-process curve), rank 0 writes

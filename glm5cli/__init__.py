@@ -6,6 +6,7 @@
 - serve_cmd.py  `glm5 serve`: OpenAI-compatible server (embedded engine, or sglang / vLLM)
 - finetune_cmd.py `glm5 finetune`: align-mtp (the MTP layer on the model's own output), sft (LoRA), rl (GRPO + IcePop)
 - distill_cmd.py `glm5 finetune distill`: cross-stage on-policy distillation (teachers by domain)
+- stages_cmd.py `glm5 finetune dsa-warmup` (DSA indexer warm-up + sparse stage) and `sft --qat int4`'s helpers
 - bench_cmd.py  `glm5 bench`: agentic and serving benchmarks
 - common.py     helpers shared by the commands (errors, console, JSON output)
 

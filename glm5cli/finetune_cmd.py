@@ -12,6 +12,7 @@ import typer
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.distill_cmd import distill as distill_command
 from glm5cli.rl_cmd import rl as rl_command
+from glm5cli.stages_cmd import apply_qat, dsa_warmup, qat_settings, write_qat_checkpoints
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -446,6 +447,16 @@ def sft(
         help="With --full, update the routers' bias by the auxiliary-loss-free balancing rule at this rate "
         "(DeepSeek-V3: 1e-3); 0 keeps it frozen.",
     ),
+    qat: str | None = typer.Option(
+        None,
+        "--qat",
+        help="Quantization-aware training: 'int4' trains through the same group-wise INT4 rounding that `glm5 model "
+        "quantize` applies (of the merged weights with LoRA, which then needs --merge), straight-through "
+        "gradients; OUT/int4 is then the INT4 checkpoint to serve.",
+    ),
+    qat_group_size: int = typer.Option(
+        128, help="With --qat int4: input columns per scale, as `glm5 model quantize --group-size` (32-256)."
+    ),
     save_every: int = typer.Option(
         50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
     ),
@@ -486,6 +497,11 @@ def sft(
         settings |= {"full": True, "train_mtp": train_mtp, "router_bias_rate": router_bias_rate}
     elif train_mtp or router_bias_rate:
         fail("--train-mtp and --router-bias-rate apply to --full fine-tuning", code=EXIT_USAGE)
+    qat_scheme = qat_settings(qat, qat_group_size, full, merge)
+    if qat_scheme is not None and dist is not None:
+        fail("--qat is not supported under torchrun yet: run it as one process", code=EXIT_USAGE)
+    if qat_scheme is not None:
+        settings |= {"qat": qat, "qat_group_size": qat_group_size}
     run = _Run(out, settings | {"merge": merge})
 
     from finetune.lora import LoraSettings, add_lora
@@ -510,6 +526,7 @@ def sft(
     else:
         net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
         named = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    qat_linears = apply_qat(net, qat_scheme) if qat_scheme is not None else 0
     fingerprint = None
     if dist is not None:
         if not full:
@@ -533,6 +550,8 @@ def sft(
         dist.close()
         if not main:
             return
+    elif qat_scheme is not None:
+        write_qat_checkpoints(model, net, run.work, qat_scheme, lora=not full)
     elif full:
         _write_checkpoint(model, net, run.work)
     else:
@@ -552,6 +571,8 @@ def sft(
         "seconds": round(time.monotonic() - t0, 1),
         "data": report,
     }
+    if qat_scheme is not None:
+        summary |= {"int4_checkpoint": str(out / "int4"), "qat_linears": qat_linears}
     run.finish()
     if json_out:
         print_json(summary)
@@ -565,6 +586,8 @@ def sft(
     )
     if merge or full:
         console.print(f"serve it with: glm5 serve {out}   (then `glm5 finetune align-mtp {out} ...` for MTP drafts)")
+    if qat_scheme is not None:
+        console.print(f"the INT4 weights it was trained for: glm5 serve {out / 'int4'}")
 
 
 def _load_data(paths: list[Path], tokenizer, opts) -> tuple[list[tuple[list[int], list[bool]]], dict]:
@@ -605,3 +628,4 @@ def _show_data(report: dict, json_out: bool) -> None:
 
 app.command("rl")(rl_command)  # `glm5 finetune rl` lives in rl_cmd.py
 app.command("distill")(distill_command)  # `glm5 finetune distill` lives in distill_cmd.py
+app.command("dsa-warmup")(dsa_warmup)  # GLM-5's DSA adaptation stage lives in stages_cmd.py

@@ -138,6 +138,16 @@ def dequantize_weight(t: Int4Tensors, dtype: torch.dtype = torch.float32) -> tor
     return (q * t.scale.to(dtype).unsqueeze(-1)).view(n, groups * gs)[:, :k]
 
 
+def fake_quantize_weight(
+    w_NK: torch.Tensor, group_size: int = 128, symmetric: bool = True, mse: bool = True
+) -> torch.Tensor:
+    """The weight an INT4 checkpoint of `w_NK` multiplies by: dequantize(quantize(w)) in w's dtype, with the
+    scales stored as `quantize_checkpoint` and `Int4Linear.from_linear` store them. QAT (finetune/qat.py)
+    trains through this very function, so trained and served numerics cannot drift apart."""
+    t = quantize_weight(w_NK, group_size, symmetric, mse, scale_dtype=_scale_dtype(w_NK.dtype))
+    return dequantize_weight(t, w_NK.dtype)
+
+
 class Int4Linear(nn.Module):
     """A linear layer with group-wise int4 weights (see the module docstring for the two `impl`s)."""
 
