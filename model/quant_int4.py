@@ -450,6 +450,11 @@ class Int4GateUp:
                 x_BK.to(torch.bfloat16), self.pack, self.gate.group_size, self.scales_and_zeros
             )
         g, u = y[:, : self.gate.out_features], y[:, self.split : self.split + self.up.out_features]
+        if self.glm5 and x.dtype == torch.float32:
+            # Contiguous, as the two calls' outputs are (tinygemm's get that from the cast to x's dtype): torch's
+            # element-wise ops walk a strided view row by row, a contiguous tensor as one run, and their vector
+            # and scalar tails round differently, so the SwiGLU after this would not give the two calls' bits.
+            g, u = g.contiguous(), u.contiguous()
         if x.dim() != 2:
             g, u = g.reshape(*x.shape[:-1], -1), u.reshape(*x.shape[:-1], -1)
         return g.to(x.dtype), u.to(x.dtype)
