@@ -41,9 +41,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model.config import preset  # noqa: E402
+from model.kernels import int4 as int4_kernel  # noqa: E402
 from model.kv_cache import KVCache  # noqa: E402
 from model.modeling import GLM5ForCausalLM  # noqa: E402
-from model.kernels import int4 as int4_kernel  # noqa: E402
 from model.quant_int4 import Int4Linear, quantize_checkpoint, quantize_int4  # noqa: E402
 
 
@@ -57,6 +57,7 @@ def tinygemm_int4(build):
         os.environ.pop("GLM5_INT4_CPU_KERNEL")
         if before is not None:
             os.environ["GLM5_INT4_CPU_KERNEL"] = before
+
 
 CORPUS_MODULES = (
     "argparse", "textwrap", "json.decoder", "json.encoder", "pathlib", "shlex", "difflib", "string",
@@ -202,7 +203,7 @@ def gemv_bench(batch: int, working_set: int = 256 * 2**20, calls: int = 64) -> l
 
         tg = None
         if int4[0].cpu_kernel != "tinygemm":  # the kernel the machine did not choose, for comparison
-            tg = tinygemm_int4(lambda: [Int4Linear(t) for t in qs])
+            tg = tinygemm_int4(lambda qs=qs: [Int4Linear(t) for t in qs])
         with torch.no_grad():
             t_fp32 = per_call(lambda w, x=x: F.linear(x, w), fp32)
             t_int4 = per_call(lambda m, x=x: m(x), int4)

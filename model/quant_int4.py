@@ -41,7 +41,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.kernels import int4 as int4_kernel
 from model.compressed_tensors import (
     CompressedTensorsError,
     Int4Scheme,
@@ -52,6 +51,7 @@ from model.compressed_tensors import (
     packed_modules,
     write_quantized_checkpoint,
 )
+from model.kernels import int4 as int4_kernel
 
 # Regexes (re.search on the full module name) of linears kept in high precision, after GLM-5-FP8's split.
 DEFAULT_SKIP: tuple[str, ...] = (

@@ -184,14 +184,14 @@ def test_gate_and_up_pair_on_our_kernel_is_one_call_with_the_same_bits(glm5, mon
     """The pair concatenates the two layers' blocks of 16 rows (any row count: 72 pads to 80), one kernel call
     for both, the bits of the two calls; the layers' packed weights become views of the pair's buffer."""
     torch.manual_seed(8)
+    real = int4.linear
     for inter in (128, 72):
         mlp = quantize_int4(MLP(256, inter), group_size=64, strict=False)  # 72: down_proj stays dense
         pair = mlp.__dict__.get("int4_gate_up")
         assert pair is not None and pair.glm5 and pair.current(mlp)
         assert mlp.up_proj.int4_w.untyped_storage().data_ptr() == pair.pack.untyped_storage().data_ptr()
-        calls = []
-        real = int4.linear
-        monkeypatch.setattr(int4, "linear", lambda *a: calls.append(1) or real(*a))
+        calls: list[int] = []
+        monkeypatch.setattr(int4, "linear", lambda *a, calls=calls, real=real: calls.append(1) or real(*a))
         for rows in (1, 5):
             x = torch.randn(rows, 256)
             with torch.no_grad():
