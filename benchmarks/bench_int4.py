@@ -11,8 +11,10 @@
    g128 is measured twice: swapped in by `quantize_int4`, and written with `quantize_checkpoint`
    (compressed-tensors pack-quantized) and loaded with `GLM5ForCausalLM.from_pretrained`; the two must agree.
 3. Weight bytes: the quantized linears (int4 + scales) against the same weights in bf16, and the whole model.
-4. Decode tokens/s at batch 1 and 16 with a KV cache, fp32 vs int4 (fast kernels) vs int4 plain path,
-   interleaved in rounds in the same process; best and median of the rounds (the machine may be shared).
+4. Decode tokens/s at batch 1 and 16 with a KV cache, fp32 vs int4 (fast kernels: on CPU the one this machine
+   chooses, `model.kernels.int4.cpu_kernel`) vs int4 on torch's tinygemm kernel (where that is not the one
+   chosen) vs int4 plain path, interleaved in rounds in the same process; best and median of the rounds (the
+   machine may be shared).
 
 `--profile` instead profiles batch-1 decode steps of fp32 and int4 (torch.profiler, the top ops by self CPU time
 per token), to see what bounds INT4 on a given CPU; `--gemv-only` times single linears at fixed shapes.
@@ -26,6 +28,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -38,9 +41,23 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model.config import preset  # noqa: E402
+from model.kernels import int4 as int4_kernel  # noqa: E402
 from model.kv_cache import KVCache  # noqa: E402
 from model.modeling import GLM5ForCausalLM  # noqa: E402
 from model.quant_int4 import Int4Linear, quantize_checkpoint, quantize_int4  # noqa: E402
+
+
+def tinygemm_int4(build):
+    """`build()` with fast CPU layers on torch's tinygemm kernel, whatever this machine would choose."""
+    before = os.environ.get("GLM5_INT4_CPU_KERNEL")
+    os.environ["GLM5_INT4_CPU_KERNEL"] = "tinygemm"
+    try:
+        return build()
+    finally:
+        os.environ.pop("GLM5_INT4_CPU_KERNEL")
+        if before is not None:
+            os.environ["GLM5_INT4_CPU_KERNEL"] = before
+
 
 CORPUS_MODULES = (
     "argparse", "textwrap", "json.decoder", "json.encoder", "pathlib", "shlex", "difflib", "string",
@@ -128,7 +145,9 @@ def decode_tps(model, cfg, batch: int, prompt: int, tokens: int, seed: int = 0) 
 
 
 def engine_decode(fp32, int4, prompt: int, tokens: int, rounds: int) -> dict:
-    """Batch-1 decode tokens/s of the embedded engine on the fp32 and the INT4 model, interleaved rounds."""
+    """Batch-1 decode tokens/s of the embedded engine on the fp32 and the INT4 model, interleaved rounds; per
+    wall-clock second and per CPU second of this process (on a shared machine the CPU-time ratio is the one
+    that holds)."""
     from serve.engine import EngineConfig, LLMEngine, SamplingParams
 
     engines = {
@@ -136,18 +155,23 @@ def engine_decode(fp32, int4, prompt: int, tokens: int, rounds: int) -> dict:
         for name, m in (("fp32", fp32), ("int4", int4))
     }
     runs: dict[str, list[float]] = {name: [] for name in engines}
+    cpu_runs: dict[str, list[float]] = {name: [] for name in engines}
     for r in range(rounds + 1):
         ids = torch.randint(0, 256, (prompt,), generator=torch.Generator().manual_seed(r)).tolist()
         for name, eng in engines.items():
             eng.add_request(ids, SamplingParams(temperature=0.0, max_tokens=tokens + 1, ignore_eos=True))
             eng.step()  # prefill
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             while eng.has_unfinished:
                 eng.step()
             if r:  # round 0 warms up (fusion, allocator)
                 runs[name].append(tokens / (time.perf_counter() - t))
+                cpu_runs[name].append(tokens / (time.process_time() - c))
     med = {k: statistics.median(v) for k, v in runs.items()}
-    return {"tokens_per_s_median": med, "runs": runs, "int4_vs_fp32_median": med["int4"] / med["fp32"]}
+    cpu_med = {k: statistics.median(v) for k, v in cpu_runs.items()}
+    return {"tokens_per_s_median": med, "runs": runs, "int4_vs_fp32_median": med["int4"] / med["fp32"],
+            "tokens_per_cpu_s_median": cpu_med, "cpu_runs": cpu_runs,
+            "int4_vs_fp32_cpu_time": cpu_med["int4"] / cpu_med["fp32"]}  # fmt: skip
 
 
 # (name, out_features N, in_features K): the small preset's decode linears and GLM-5's real expert shapes.
@@ -170,12 +194,11 @@ def gemv_bench(batch: int, working_set: int = 256 * 2**20, calls: int = 64) -> l
     for name, n, k in GEMV_SHAPES:
         x = torch.randn(batch, k)
         fp32 = [torch.randn(n, k) for _ in range(max(1, -(-working_set // (4 * n * k))))]
-        int4 = [
-            Int4Linear(
-                Int4Tensors(torch.randint(-8, 8, (n, k), dtype=torch.int8), torch.rand(n, k // 128) / 100, None, 128)
-            )
+        qs = [
+            Int4Tensors(torch.randint(-8, 8, (n, k), dtype=torch.int8), torch.rand(n, k // 128) / 100, None, 128)
             for _ in range(max(1, -(-working_set // (n * k // 2))))
         ]
+        int4 = [Int4Linear(t) for t in qs]
 
         def per_call(fn, weights) -> float:
             for w in weights[:4]:
@@ -185,13 +208,22 @@ def gemv_bench(batch: int, working_set: int = 256 * 2**20, calls: int = 64) -> l
                 fn(weights[i % len(weights)])
             return (time.process_time() - c) / calls * 1e6
 
+        tg = None
+        if int4[0].cpu_kernel != "tinygemm":  # the kernel the machine did not choose, for comparison
+            tg = tinygemm_int4(lambda qs=qs: [Int4Linear(t) for t in qs])
         with torch.no_grad():
             t_fp32 = per_call(lambda w, x=x: F.linear(x, w), fp32)
             t_int4 = per_call(lambda m, x=x: m(x), int4)
-        rows.append({"layer": name, "N": n, "K": k, "batch": batch, "fp32_us": t_fp32, "int4_us": t_int4,
-                     "speedup": t_fp32 / t_int4})  # fmt: skip
-        print(f"  gemv {name} [{n}x{k}] batch {batch}: fp32 {t_fp32:.0f} us, int4 {t_int4:.0f} us", flush=True)
-        del fp32, int4
+            t_tg = per_call(lambda m, x=x: m(x), tg) if tg else None
+        row = {"layer": name, "N": n, "K": k, "batch": batch, "fp32_us": t_fp32, "int4_us": t_int4,
+               "speedup": t_fp32 / t_int4, "int4_kernel": int4[0].cpu_kernel}  # fmt: skip
+        if t_tg:
+            row.update(int4_tinygemm_us=t_tg, tinygemm_speedup=t_fp32 / t_tg)
+        rows.append(row)
+        tg_note = f", tinygemm {t_tg:.0f} us" if t_tg else ""
+        print(f"  gemv {name} [{n}x{k}] batch {batch}: fp32 {t_fp32:.0f} us, int4 {t_int4:.0f} us{tg_note}",
+              flush=True)  # fmt: skip
+        del fp32, int4, tg, qs
     return rows
 
 
@@ -324,14 +356,19 @@ def main() -> None:
 
     # ---- decode speed
     plain = quantize_int4(copy.deepcopy(fp32), group_size=128, impl="plain")
+    models = {"fp32": fp32, "int4": int4_g128, "int4_plain": plain}
+    results["int4_cpu_kernel"] = int4_kernel.status()
+    print(f"  {results['int4_cpu_kernel']}", flush=True)
+    if int4_kernel.cpu_kernel() != "tinygemm":  # torch's kernel as a peer, in the same rounds
+        models["int4_tinygemm"] = tinygemm_int4(lambda: quantize_int4(copy.deepcopy(fp32), group_size=128))
     speed: dict = {}
     for batch in (1, 16):
-        runs: dict[str, list[float]] = {"fp32": [], "int4": [], "int4_plain": []}
-        cpu_runs: dict[str, list[float]] = {"fp32": [], "int4": [], "int4_plain": []}
-        for m in (fp32, int4_g128, plain):  # warm-up, not timed (allocator, caches, the first calls' set-up)
+        runs: dict[str, list[float]] = {name: [] for name in models}
+        cpu_runs: dict[str, list[float]] = {name: [] for name in models}
+        for m in models.values():  # warm-up, not timed (allocator, caches, the first calls' set-up)
             decode_tps(m, cfg, batch, args.prompt, 4, seed=99)
         for r in range(args.rounds):
-            for name, m in (("fp32", fp32), ("int4", int4_g128), ("int4_plain", plain)):
+            for name, m in models.items():
                 wall, cpu = decode_tps(m, cfg, batch, args.prompt, args.decode_tokens, seed=r)
                 runs[name].append(wall)
                 cpu_runs[name].append(cpu)
@@ -349,9 +386,11 @@ def main() -> None:
             "int4_vs_fp32_best": best["int4"] / best["fp32"],
             "int4_vs_fp32_cpu_time": cpu_med["int4"] / cpu_med["fp32"],
         }
+        if "int4_tinygemm" in cpu_med:
+            speed[f"batch{batch}"]["int4_vs_tinygemm_cpu_time"] = cpu_med["int4"] / cpu_med["int4_tinygemm"]
         print(f"  decode batch {batch}: {speed[f'batch{batch}']}", flush=True)
     results["decode"] = speed
-    del plain
+    del plain, models
     # The same at batch 1 through the embedded engine, the serving path (fused fp32 projections and stacked
     # experts; INT4 modules called as they are).
     results["engine_decode_batch1"] = engine_decode(fp32, int4_g128, args.prompt, args.decode_tokens, args.rounds)

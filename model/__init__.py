@@ -18,8 +18,8 @@ Module map, in reading order (a forward goes top to bottom through the network p
 - fp8.py             GLM-5-FP8's block format: dequantize / quantize float8_e4m3fn with 128 x 128 scales
 - checkpoint.py      Hugging Face safetensors load (meta device, mmap, FP8 dequant, shards; a checkpoint without its
                      MTP layer loads without it) and save
-- quant_int4.py      INT4 weight-only: Int4Linear (torch's int4 kernel + a plain dequantise path), quantize_int4,
-                     quantize / load compressed-tensors checkpoints
+- quant_int4.py      INT4 weight-only: Int4Linear (an int4 kernel, ours or torch's, + a plain dequantise path),
+                     quantize_int4, quantize / load compressed-tensors checkpoints
 - compressed_tensors.py  the compressed-tensors pack-quantized (W4A16) format: packing, quantization_config
 - tokenizer.py       loads tokenizer.json (a checkpoint's or the shipped one), special ids by name; writes the
                      tokenizer files of a new checkpoint (save_tokenizer_files)

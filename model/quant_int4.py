@@ -8,8 +8,11 @@ Numerics (shared with the compressed-tensors checkpoint format, `model/compresse
 (asymmetric only) an int4 zero point, and `w = (q - zero_point) * scale`.
 
 Two implementations, chosen by `impl`:
-- "fast": torch's tinygemm int4 kernels: `aten._weight_int4pack_mm_for_cpu` on CPU, `aten._weight_int4pack_mm`
-  on CUDA. Their weight layout is device- and ISA-specific, so it is built at swap time and never saved.
+- "fast": an int4 kernel, its weight layout built at swap time and never saved. On CPU one of two, chosen per
+  machine when the layer is built (`model.kernels.int4.cpu_kernel`): our own ("glm5", model/kernels/cpu_int4.c:
+  fp32 in and out, each weight decoded once per 4 input rows) where the CPU's best vector code is AVX2 and the
+  layer is fp32 and symmetric, else torch's tinygemm ("tinygemm", below). On CUDA torch's tinygemm.
+  Tinygemm: `aten._weight_int4pack_mm_for_cpu` on CPU, `aten._weight_int4pack_mm` on CUDA.
   The kernels compute `x @ ((u - 8) * s + z)^T` with unsigned `u = q + 8` and `(s, z)` pairs stored as
   `scales_and_zeros [G, N, 2]`, so our `(q - zp) * scale` maps to `s = scale, z = -zp * scale`; symmetric is
   `z = 0`. They run in bf16: the CPU kernel also accepts fp32 activations but its fp32 path is unvectorised
@@ -48,6 +51,7 @@ from model.compressed_tensors import (
     packed_modules,
     write_quantized_checkpoint,
 )
+from model.kernels import int4 as int4_kernel
 
 # Regexes (re.search on the full module name) of linears kept in high precision, after GLM-5-FP8's split.
 DEFAULT_SKIP: tuple[str, ...] = (
@@ -170,6 +174,7 @@ class Int4Linear(nn.Module):
         # The dtype the layer computes in (the replaced linear's); what dense_weight() returns.
         self.compute_dtype = compute_dtype or _scale_dtype(t.scale.dtype)
         self._dense: torch.Tensor | None = None
+        self.cpu_kernel: str | None = None  # fast on CPU: "glm5" or "tinygemm" (model/kernels/int4.py)
         if impl == "plain":
             for name, tensor in compress(t, scale_dtype).items():
                 self.register_buffer(name, tensor)
@@ -216,6 +221,16 @@ class Int4Linear(nn.Module):
             raise ValueError(f"in_features {k} must be a multiple of 32 for the CUDA int4 kernel; use impl='plain'")
         if dev.type not in ("cpu", "cuda"):
             raise ValueError(f"no int4 kernel for device {dev}; use impl='plain'")
+        self._device_type = dev.type
+        if dev.type == "cpu":
+            self.cpu_kernel = int4_kernel.cpu_kernel(t.zero_point is None, gs, self.compute_dtype)
+            if self.cpu_kernel == "glm5":
+                w, s = int4_kernel.repack(t.q, t.scale)
+                self.register_buffer("int4_w", w, persistent=False)
+                self.register_buffer("int4_s", s, persistent=False)
+                self._cpu_hot = False
+                self._glm5 = True  # forward's inlined path
+                return
         mult = _CPU_N_MULTIPLE if dev.type == "cpu" else _CUDA_N_MULTIPLE
         n_pad = -(-n // mult) * mult
         # Padded rows are q=0 with scale 0: they produce zeros, sliced off after the matmul.
@@ -233,7 +248,7 @@ class Int4Linear(nn.Module):
         # Kernel layouts depend on device and ISA: rebuilt from the checkpoint, never saved.
         self.register_buffer("int4pack", packed, persistent=False)
         self.register_buffer("scales_and_zeros", sz_GNp2, persistent=False)
-        self._device_type = dev.type
+        self._glm5 = False
         # forward's inlined path: CPU kernel, nothing to slice off or add
         self._cpu_hot = dev.type == "cpu" and n_pad == n and self.bias is None
 
@@ -250,6 +265,15 @@ class Int4Linear(nn.Module):
                 x.to(torch.bfloat16), b["int4pack"], self.group_size, b["scales_and_zeros"]
             )
             return y.to(x.dtype)
+        if self.__dict__.get("_glm5") and x.device.type == "cpu" and not (x.requires_grad and torch.is_grad_enabled()):
+            # Our CPU kernel: fp32 in and out, bias added in the kernel (`_forward_fast`, inlined for decode).
+            b = self._buffers
+            x_BK = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+            y = int4_kernel.linear(x_BK.float(), b["int4_w"], b["int4_s"], self.out_features, self.group_size,
+                                   None if self.bias is None else self.bias.float())  # fmt: skip
+            return (y if x.dim() == 2 else y.view(*x.shape[:-1], self.out_features)).to(x.dtype)
+        if self.__dict__.get("_glm5"):  # autograd through x (the kernel has no backward): the dense weight's
+            return F.linear(x, self.dequantize(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
         y = self._forward_fast(x) if self.impl == "fast" else self._forward_plain(x)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
@@ -262,6 +286,10 @@ class Int4Linear(nn.Module):
                 f"Int4Linear was packed for {self._device_type} but got input on {x.device.type}: "
                 "move the model to its device before quantize_int4 / loading"
             )
+        if self.__dict__.get("_glm5"):
+            x_BK = x.reshape(-1, self.in_features).float()
+            y = int4_kernel.linear(x_BK, self.int4_w, self.int4_s, self.out_features, self.group_size)
+            return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
         # Decode calls this ~20 times per layer per token, so skip the no-op reshapes and slices.
         x_BK = (x if x.dim() == 2 else x.reshape(-1, self.in_features)).to(torch.bfloat16)
         if self._device_type == "cpu":
@@ -287,8 +315,10 @@ class Int4Linear(nn.Module):
         """The full-precision weight `[N, K]` that this module multiplies by."""
         if self.impl == "plain":
             return dequantize_weight(self.int4_tensors(), dtype)
-        # The kernel applied to the identity returns W^T exactly (each output is one weight, in bf16).
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16, device=self.int4pack.device)
+        # The kernel applied to the identity returns W^T exactly (each output is one weight, in bf16 for
+        # tinygemm, in fp32 for ours).
+        dt = torch.float32 if self.__dict__.get("_glm5") else torch.bfloat16
+        eye = torch.eye(self.in_features, dtype=dt, device=next(self.buffers()).device)
         return self._forward_fast(eye).t().to(dtype)
 
     def dense_weight(self) -> torch.Tensor:
@@ -308,7 +338,8 @@ class Int4Linear(nn.Module):
         sym = "symmetric" if self.symmetric else "asymmetric"
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, "
-            f"{sym}, impl={self.impl}, bias={self.bias is not None}"
+            f"{sym}, impl={self.impl}{'' if self.cpu_kernel is None else f' ({self.cpu_kernel})'}, "
+            f"bias={self.bias is not None}"
         )
 
 
@@ -368,17 +399,28 @@ class Int4GateUp:
     attribute (not in its state_dict); `current` tells whether it still matches the MLP's modules."""
 
     # The CPU packer lays rows out in blocks of 64: concatenating two packs is the pack of the concatenated
-    # weights only when the first has whole blocks (measured; `fuse_gate_up` also checks the result).
+    # weights only when the first has whole blocks (measured; `fuse_gate_up` also checks the result). Our own
+    # kernel's blocks of 16 rows are independent, padded rows included, so its packs always concatenate.
     ROW_BLOCK = 64
 
     def __init__(self, gate: Int4Linear, up: Int4Linear):
         self.gate, self.up = gate, up
+        self.glm5 = gate.cpu_kernel == "glm5"
+        if self.glm5:
+            self.split = gate.int4_w.shape[0] * int4_kernel.BLOCK  # the gate's rows as packed (padded to 16)
+            self.pack = torch.cat([gate.int4_w, up.int4_w])
+            self.scales_and_zeros = torch.cat([gate.int4_s, up.int4_s])
+            return
         self.split = gate.int4pack.shape[0]  # the gate's rows as packed (the kernel pads N)
         self.pack = torch.cat([gate.int4pack, up.int4pack])
         self.scales_and_zeros = torch.cat([gate.scales_and_zeros, up.scales_and_zeros], dim=1).contiguous()
 
     def share_storage(self) -> None:
         """Make the two modules' packed weights row views of the pair's buffer (frees their own copies)."""
+        if self.glm5:
+            blocks = self.gate.int4_w.shape[0]
+            self.gate.int4_w, self.up.int4_w = self.pack[:blocks], self.pack[blocks:]
+            return
         self.gate.int4pack, self.up.int4pack = self.pack[: self.split], self.pack[self.split :]
 
     @staticmethod
@@ -388,11 +430,15 @@ class Int4GateUp:
             and isinstance(up, Int4Linear)
             and gate.impl == up.impl == "fast"
             and gate._device_type == up._device_type == "cpu"
+            and gate.cpu_kernel == up.cpu_kernel
             and gate.bias is None
             and up.bias is None
             and (gate.in_features, gate.group_size) == (up.in_features, up.group_size)
-            and gate.scales_and_zeros.dtype == up.scales_and_zeros.dtype
-            and gate.int4pack.shape[0] % Int4GateUp.ROW_BLOCK == 0
+            and (
+                gate.cpu_kernel == "glm5"
+                or gate.scales_and_zeros.dtype == up.scales_and_zeros.dtype
+                and gate.int4pack.shape[0] % Int4GateUp.ROW_BLOCK == 0
+            )
         )
 
     def current(self, mlp) -> bool:
@@ -400,14 +446,25 @@ class Int4GateUp:
         return (
             mods["gate_proj"] is self.gate
             and mods["up_proj"] is self.up
-            and self.gate.int4pack.data_ptr() == self.pack.data_ptr()
+            and (self.gate.int4_w if self.glm5 else self.gate.int4pack).data_ptr() == self.pack.data_ptr()
         )
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (gate_proj(x), up_proj(x)) in x's dtype."""
-        x_BK = (x if x.dim() == 2 else x.reshape(-1, x.shape[-1])).to(torch.bfloat16)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x_BK, self.pack, self.gate.group_size, self.scales_and_zeros)
+        x_BK = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        if self.glm5:
+            n = self.split + self.up.out_features
+            y = int4_kernel.linear(x_BK.float(), self.pack, self.scales_and_zeros, n, self.gate.group_size)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                x_BK.to(torch.bfloat16), self.pack, self.gate.group_size, self.scales_and_zeros
+            )
         g, u = y[:, : self.gate.out_features], y[:, self.split : self.split + self.up.out_features]
+        if self.glm5 and x.dtype == torch.float32:
+            # Contiguous, as the two calls' outputs are (tinygemm's get that from the cast to x's dtype): torch's
+            # element-wise ops walk a strided view row by row, a contiguous tensor as one run, and their vector
+            # and scalar tails round differently, so the SwiGLU after this would not give the two calls' bits.
+            g, u = g.contiguous(), u.contiguous()
         if x.dim() != 2:
             g, u = g.reshape(*x.shape[:-1], -1), u.reshape(*x.shape[:-1], -1)
         return g.to(x.dtype), u.to(x.dtype)

@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 _SRC = Path(__file__).with_name("cpu_kernels.c")
 _SRC_VEC = Path(__file__).with_name("cpu_kernels_vec.cpp")
+# The INT4 linear (model/kernels/int4.py loads it on its own, when an INT4 model is built): plain C with AVX2 /
+# FMA intrinsics, checked to a tolerance rather than bit for bit, so it is not one of the ops' kernels here.
+_SRC_INT4 = Path(__file__).with_name("cpu_int4.c")
+_SOURCES = {"c": _SRC, "cpp": _SRC_VEC, "int4": _SRC_INT4}
 _FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared")
 # torch's CPU sum reads rows as vectors of this many floats (8 measured for torch 2.x on x86-64, AVX2 and
 # AVX-512 builds alike); if the probe finds otherwise, the other width is tried.
@@ -176,9 +180,9 @@ def _cpu_id() -> str:
 
 def _command(kind: str, *defines: str) -> list[str] | None:
     """The compile command for one source, without its output path; None without a compiler."""
-    if kind == "c":
+    if kind in ("c", "int4"):
         cc = shutil.which(os.environ.get("CC", "cc"))
-        return None if cc is None else [cc, *_FLAGS, *defines, str(_SRC), "-lm"]
+        return None if cc is None else [cc, *_FLAGS, *defines, str(_SOURCES[kind]), "-lm"]
     cxx = shutil.which(os.environ.get("CXX", "c++"))
     if cxx is None:
         return None
@@ -197,7 +201,7 @@ def _compile(kind: str, *defines: str) -> Path | None:
     cmd = _command(kind, *defines)
     if cmd is None:
         return None
-    src = (_SRC if kind == "c" else _SRC_VEC).read_bytes()
+    src = _SOURCES[kind].read_bytes()
     key = hashlib.sha256(b"\0".join([src, " ".join(cmd).encode(), torch.__version__.encode(), _cpu_id().encode()]))
     out = _cache_dir() / f"glm5_cpu_kernels_{kind}_{key.hexdigest()[:16]}.so"
     if out.exists():

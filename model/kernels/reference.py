@@ -124,3 +124,13 @@ def moe_experts(
     h = torch._grouped_mm(x.index_select(0, token), gate_up, offs=offs)  # [pairs, 2I]
     g, u = h.split(down.shape[1], dim=-1)
     return out.index_add_(0, token, torch._grouped_mm(swiglu(g, u, w), down, offs=offs))
+
+
+def int4_linear(
+    x: torch.Tensor, q_NK: torch.Tensor, scale_NG: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A symmetric group-wise INT4 linear (model/kernels/int4.py): dequantize `w = q * scale` in fp32, then
+    `F.linear`. The INT4 kernel's weights are these bits; its sums agree to a tolerance, not bit for bit."""
+    n, k = q_NK.shape
+    w = (q_NK.float().view(n, scale_NG.shape[1], -1) * scale_NG.float().unsqueeze(-1)).view(n, k)
+    return F.linear(x, w, bias)

@@ -82,7 +82,9 @@ def test_zero_is_exact_and_constant_groups_do_not_divide_by_zero():
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("out_features", [64, 72])  # 72: not a multiple of the CPU kernel's 16, so padded
-def test_fast_kernel_agrees_with_plain_path(symmetric, group_size, out_features):
+@pytest.mark.parametrize("kernel", ["tinygemm", "glm5"])  # glm5: where this machine built it, else tinygemm
+def test_fast_kernel_agrees_with_plain_path(symmetric, group_size, out_features, kernel, monkeypatch):
+    monkeypatch.setenv("GLM5_INT4_CPU_KERNEL", kernel)
     torch.manual_seed(1)
     lin = nn.Linear(256, out_features, bias=True)
     fast = Int4Linear.from_linear(lin, group_size, symmetric, impl="fast")
@@ -101,7 +103,7 @@ def test_fast_kernel_agrees_with_plain_path(symmetric, group_size, out_features)
     assert torch.allclose(fast.dequantize(), plain.dequantize(), atol=2e-2 * plain.dequantize().abs().max().item())
 
 
-def test_fast_kernel_batch_16_and_single_row():
+def test_fast_kernel_batch_16_and_single_row(tinygemm):
     torch.manual_seed(2)
     lin = nn.Linear(512, 128, bias=False)
     fast = Int4Linear.from_linear(lin, 128, True, "fast")
@@ -245,7 +247,14 @@ def test_quantize_int4_swaps_linears_and_keeps_the_fp8_split_in_high_precision()
     assert isinstance(model.lm_head, Int4Linear)
 
 
-def test_gate_and_up_run_as_one_kernel_call_with_the_same_bits():
+@pytest.fixture
+def tinygemm(monkeypatch):
+    """Fast CPU layers built in the test run torch's int4 kernel, whatever this machine would choose (on AVX2
+    CPUs it is our own kernel: tests/model/test_int4_kernel.py)."""
+    monkeypatch.setenv("GLM5_INT4_CPU_KERNEL", "tinygemm")
+
+
+def test_gate_and_up_run_as_one_kernel_call_with_the_same_bits(tinygemm):
     """quantize_int4 pairs an MLP's gate_proj and up_proj (Int4GateUp): one kernel call at inference, their
     packed weights views of one buffer (nothing stored twice), the output bit-identical to two calls; a module
     swapped in afterwards makes the MLP use its modules again. Rows not in whole blocks of the CPU layout (64)
@@ -335,7 +344,7 @@ def test_cuda_kernel_agrees_with_plain_path():
         assert (y_fast - y_plain).abs().max() < 0.02 * y_plain.abs().max()
 
 
-def test_a_paired_mlp_keeps_its_pair_through_deepcopy_and_training():
+def test_a_paired_mlp_keeps_its_pair_through_deepcopy_and_training(tinygemm):
     """The pairing is the MLP's own forward (set by fuse_gate_up, the class untouched): a deep copy runs its own
     pair on its own weights, and with autograd on the MLP runs its modules."""
     import copy
