@@ -31,6 +31,10 @@ class ToolRegistry:
     def schemas(self) -> list[dict[str, Any]]:
         return [schema(t) for t in self._tools.values()]
 
+    def restrict(self, names: list[str]) -> None:
+        """Keep only `names` (an agent profile's subset, agent/profiles.py); the others are not offered."""
+        self._tools = {n: t for n, t in self._tools.items() if n in names}
+
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 

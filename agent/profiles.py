@@ -1,0 +1,37 @@
+"""Agent profiles: which tools the model is offered and which system prompt it gets.
+
+    full     every registered tool (built-ins, MCP, plugins) and context.SYSTEM_PROMPT: the default
+    compact  read, edit, bash and glob, and a four-line prompt: for a small model served on little compute
+
+Why `compact` exists: the full prefix (prompt + seven tool schemas) is ~1,700 tokens, while a small model writes
+~150 tokens in a typical repair session; every turn re-reads the prefix, and training on recorded sessions pays
+for it on every step. A compact session costs a fraction of that, and a model trained on compact sessions must
+be served with the same profile (what was trained is what is measured). Set with `[agent] profile = "compact"`,
+`GLM5_AGENT_PROFILE`, `glm5 code --profile` or `glm5 bench swe --agent-profile`. Instruction files (AGENTS.md)
+and hook context are still appended to the compact prompt.
+"""
+
+from __future__ import annotations
+
+PROFILES = ("full", "compact")
+COMPACT_TOOLS = ("read", "edit", "bash", "glob")
+
+COMPACT_PROMPT = """\
+You are glm5, a coding agent. Working folder: {cwd}.
+Read a file before you edit it; `edit` replaces an exact, unique old_string. `bash` runs a command.
+Run the tests that cover your change.
+When done, reply with one sentence and no tool call.
+"""
+
+
+def check_profile(name: str) -> str:
+    if name not in PROFILES:
+        raise ValueError(f"agent profile {name!r} is not one of {', '.join(PROFILES)}")
+    return name
+
+
+def tool_names(profile: str, registered: list[str]) -> list[str]:
+    """The registered tools a profile offers, in registration order."""
+    if check_profile(profile) == "full":
+        return list(registered)
+    return [n for n in registered if n in COMPACT_TOOLS]
