@@ -93,7 +93,9 @@ def build_session(
     pctx = PluginContext(settings=settings, env=env)
     pm = plugin_manager or PluginManager()
     pm.register_tools(registry, pctx)
-    registry.restrict(profiles.tool_names(settings.profile, registry.names()))
+    registry.restrict(
+        profiles.tool_names(settings.profile, registry.names()), profiles.schema_rewrite(settings.profile)
+    )
     warnings += pm.load_errors + pctx.warnings
 
     p = settings.provider
@@ -159,7 +161,9 @@ def build_session(
             h = hooks.run("SessionStart", {"source": "startup"})
             warnings += h.warnings
             extra = h.context
-        agent.add_message({"role": "system", "content": context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile)})
+        agent.add_message(
+            {"role": "system", "content": context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile)}
+        )
     session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
     session.closers = [*pctx.closers, writer.close, getattr(client, "close", lambda: None)]
     return session

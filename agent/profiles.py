@@ -1,7 +1,8 @@
 """Agent profiles: which tools the model is offered and which system prompt it gets.
 
     full     every registered tool (built-ins, MCP, plugins) and context.SYSTEM_PROMPT: the default
-    compact  read, edit, bash and glob, and a four-line prompt: for a small model served on little compute
+    compact  read, edit, bash and glob with one-sentence schemas (required arguments only), and a four-line
+             prompt: for a small model served on little compute
 
 Why `compact` exists: the full prefix (prompt + seven tool schemas) is ~1,700 tokens, while a small model writes
 ~150 tokens in a typical repair session; every turn re-reads the prefix, and training on recorded sessions pays
@@ -12,6 +13,10 @@ and hook context are still appended to the compact prompt.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
 
 PROFILES = ("full", "compact")
 COMPACT_TOOLS = ("read", "edit", "bash", "glob")
@@ -35,3 +40,20 @@ def tool_names(profile: str, registered: list[str]) -> list[str]:
     if check_profile(profile) == "full":
         return list(registered)
     return [n for n in registered if n in COMPACT_TOOLS]
+
+
+def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's schema as the compact profile offers it: the description's first sentence, the required
+    arguments only, without their descriptions. The tool still accepts its optional arguments."""
+    fn = schema["function"]
+    params = fn.get("parameters") or {}
+    required = list(params.get("required") or [])
+    props = {k: {kk: vv for kk, vv in v.items() if kk != "description"}
+             for k, v in (params.get("properties") or {}).items() if k in required}  # fmt: skip
+    first = re.split(r"(?<=[.!?])\s", fn.get("description", ""), maxsplit=1)[0]
+    return {**schema, "function": {"name": fn["name"], "description": first,
+                                   "parameters": {"type": "object", "properties": props, "required": required}}}  # fmt: skip
+
+
+def schema_rewrite(profile: str) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    return compact_schema if check_profile(profile) == "compact" else None

@@ -22,19 +22,26 @@ def _first_request(fake_model, repo, flags=None):
     finally:
         s.close()
     req = fake_model.requests[-1]  # a run of one model call
-    return [t["function"]["name"] for t in req["tools"]], req["messages"][0]["content"]
+    return [t["function"]["name"] for t in req["tools"]], req["messages"][0]["content"], req["tools"]
 
 
 def test_default_is_the_full_agent(repo, fake_model):
-    tools, system = _first_request(fake_model, repo)
+    tools, system, _ = _first_request(fake_model, repo)
     assert set(tools) >= {"read", "write", "edit", "glob", "grep", "bash", "todo"}
     assert system.startswith(context.SYSTEM_PROMPT.split("\n")[0])
 
 
 def test_compact_profile_sends_four_tools_and_a_short_prompt(repo, fake_model, isolated_config):
     (isolated_config / "config.toml").write_text('[agent]\nprofile = "compact"\n')
-    tools, system = _first_request(fake_model, repo)
-    _, full_system = _first_request(fake_model, repo, flags={"profile": "full"})  # the flag beats the file
+    tools, system, offered = _first_request(fake_model, repo)
+    schemas = {t["function"]["name"]: t["function"] for t in offered}
+    _, full_system, offered = _first_request(fake_model, repo, flags={"profile": "full"})  # the flag beats the file
+    full_schemas = {t["function"]["name"]: t["function"] for t in offered}
+    # one-sentence descriptions, required arguments only: the schemas are a fraction of the full ones
+    assert list(schemas["read"]["parameters"]["properties"]) == ["path"]
+    assert sorted(schemas["edit"]["parameters"]["required"]) == ["new_string", "old_string", "path"]
+    assert schemas["bash"]["description"].endswith(".") and schemas["bash"]["description"].count(". ") == 0
+    assert len(json.dumps(schemas)) < len(json.dumps({k: full_schemas[k] for k in schemas})) / 2
     assert sorted(tools) == ["bash", "edit", "glob", "read"]
     assert f"Working folder: {repo}" in system and "glob, grep and read" not in system
     assert len(system) < len(full_system) / 2
@@ -42,7 +49,7 @@ def test_compact_profile_sends_four_tools_and_a_short_prompt(repo, fake_model, i
 
 def test_compact_prompt_keeps_the_repository_instructions(repo, fake_model):
     (repo / "AGENTS.md").write_text("Always run pytest -q.\n")
-    _, system = _first_request(fake_model, repo, flags={"profile": "compact"})
+    _, system, _ = _first_request(fake_model, repo, flags={"profile": "compact"})
     assert "Always run pytest -q." in system
 
 
