@@ -4,9 +4,9 @@
     compact  read, edit, bash and glob with one-sentence schemas (required arguments only), and a four-line
              prompt: for a small model served on little compute
 
-Why `compact` exists: the full prefix (prompt + seven tool schemas) is ~1,700 tokens, while a small model writes
+Why `compact` exists: the full prefix (prompt + seven tool schemas) is 1,681 tokens, while a small model writes
 ~150 tokens in a typical repair session; every turn re-reads the prefix, and training on recorded sessions pays
-for it on every step. A compact session costs a fraction of that, and a model trained on compact sessions must
+for it on every step. The compact prefix is 560 tokens (a proof repair session 954 instead of 2,075), and a model trained on compact sessions must
 be served with the same profile (what was trained is what is measured). Set with `[agent] profile = "compact"`,
 `GLM5_AGENT_PROFILE`, `glm5 code --profile` or `glm5 bench swe --agent-profile`. Instruction files (AGENTS.md)
 and hook context are still appended to the compact prompt.

@@ -56,8 +56,8 @@ class ProofConfig:
     distill_prompts_per_step: int = 4
     distill_lr: float = 1e-4
     # the agent profile (agent/profiles.py) of every session: the expert's, the corpus's (copied from the
-    # expert's), RL's and the measurement's. `compact` (4 tools, a short prompt) makes a session ~4x shorter
-    # than the full agent's; what was trained is what is measured either way.
+    # expert's), RL's and the measurement's. `compact` (4 tools, a short prompt) makes an expert session
+    # 954 tokens instead of 2,075 (the prefix 560 instead of 1,681); what was trained is what is measured.
     agent_profile: str = "compact"
     batch_size: int = 8
     max_len: int = 2560
