@@ -185,8 +185,11 @@ def swe(
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
     flaky_reruns: int = typer.Option(1, "--flaky-reruns", help="Reruns of a failing test run (flaky tests named)."),
-    agent_profile: str = typer.Option(None, "--agent-profile", help="glm5 agent: full (default) or compact (read, "
-                                      "edit, bash, glob and a short prompt: for small models).")
+    agent_profile: str = typer.Option(
+        None,
+        "--agent-profile",
+        help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
+    ),
 ) -> None:
     """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does.
 
@@ -227,8 +230,11 @@ def terminal(
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's /app."),
-    agent_profile: str = typer.Option(None, "--agent-profile", help="glm5 agent: full (default) or compact (read, "
-                                      "edit, bash, glob and a short prompt: for small models).")
+    agent_profile: str = typer.Option(
+        None,
+        "--agent-profile",
+        help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
+    ),
 ) -> None:
     """Run Harbor / Terminal-Bench 2.0 tasks with an agent; the verifier's reward file is the score.
 

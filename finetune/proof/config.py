@@ -59,6 +59,9 @@ class ProofConfig:
     # expert's), RL's and the measurement's. `compact` (4 tools, a short prompt) makes an expert session
     # 954 tokens instead of 2,075 (the prefix 560 instead of 1,681); what was trained is what is measured.
     agent_profile: str = "compact"
+    # torch threads of every subprocess (OMP_NUM_THREADS); 0: torch's default, one per core. On a machine shared
+    # with other jobs 1 was 3.7-7.2x faster than 2 for a compact session's training step (benchmarks/RESULTS.md)
+    threads: int = 0
     batch_size: int = 8
     max_len: int = 2560
     # the measurement: each stage served as deployed, benched on held-out
@@ -99,6 +102,8 @@ class ProofConfig:
                      "distill_steps", "distill_prompts_per_step"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: torch's default), not {self.threads}")
         if self.preset not in ("tiny", "small"):
             raise ValueError(f"preset {self.preset!r}: expected tiny or small")
 

@@ -97,6 +97,18 @@ def test_a_resumed_run_must_ask_for_the_same_configuration(tmp_path):
         ProofConfig(agent_profile="tiny")
 
 
+def test_the_pinned_thread_count_reaches_every_subprocess(tmp_path, monkeypatch):
+    from finetune.proof.measure import child_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    claim(tmp_path / "a", ProofConfig.smoke())
+    assert "OMP_NUM_THREADS" not in child_env(tmp_path / "a")  # 0: torch's default
+    claim(tmp_path / "b", ProofConfig.smoke(threads=1))
+    assert child_env(tmp_path / "b")["OMP_NUM_THREADS"] == "1"
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        ProofConfig(threads=-1)
+
+
 def _bench(folder, resolved, graded, ci, k=4, steps=(3, 5)):
     folder.mkdir(parents=True)
     summary = {"tasks": graded // k, "trials": graded, "graded": graded, "resolved": resolved,
