@@ -26,6 +26,8 @@ trajectories, hooks, MCP, TUI and headless runs.
     mcp.py          MCP servers' tools (stdio, streamable HTTP) through the `mcp` SDK
     checkpoints.py  working-tree snapshots in hidden git refs; exact restores
     context.py      AGENTS.md / CLAUDE.md collection, the system prompt, compaction messages
+    profiles.py     agent profiles: full (every tool, the full prompt) or compact (read, edit, bash, glob, a short
+                    prompt: for small models); `[agent] profile`, `glm5 code --profile`, `--agent-profile`
     hooks.py        PreToolUse, PostToolUse, UserPromptSubmit, Stop, SessionStart, PreCompact commands
     trajectory.py   the JSONL session record (schema glm5-trajectory/1), writer and reader
     session.py      where sessions live; --continue / --resume lookup

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent import context
+from agent import context, profiles
 from agent.checkpoints import Checkpoints, git_root
 from agent.child_env import scrubbed_env
 from agent.client import ChatClient, ClientConfig
@@ -93,6 +93,9 @@ def build_session(
     pctx = PluginContext(settings=settings, env=env)
     pm = plugin_manager or PluginManager()
     pm.register_tools(registry, pctx)
+    registry.restrict(
+        profiles.tool_names(settings.profile, registry.names()), profiles.schema_rewrite(settings.profile)
+    )
     warnings += pm.load_errors + pctx.warnings
 
     p = settings.provider
@@ -130,6 +133,7 @@ def build_session(
         input_cost_per_mtok=p.input_cost_per_mtok,
         output_cost_per_mtok=p.output_cost_per_mtok,
         send_reasoning=settings.send_reasoning,
+        profile=settings.profile,
     )
     agent = Agent(
         client,
@@ -157,7 +161,9 @@ def build_session(
             h = hooks.run("SessionStart", {"source": "startup"})
             warnings += h.warnings
             extra = h.context
-        agent.add_message({"role": "system", "content": context.system_prompt(root, cwd, sandbox.warning, extra)})
+        agent.add_message(
+            {"role": "system", "content": context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile)}
+        )
     session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
     session.closers = [*pctx.closers, writer.close, getattr(client, "close", lambda: None)]
     return session

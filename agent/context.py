@@ -74,7 +74,14 @@ def instructions_text(root: Path, cwd: Path) -> str:
     return "\n\n".join(parts)
 
 
-def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, extra: str = "") -> str:
+def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, extra: str = "",
+                  profile: str = "full") -> str:  # fmt: skip
+    """The system prompt of `profile` (agent/profiles.py), with instruction files and hook context appended."""
+    if profile == "compact":
+        from agent.profiles import COMPACT_PROMPT
+
+        prompt = COMPACT_PROMPT.format(cwd=cwd) + (f"Note: {sandbox_warning}\n" if sandbox_warning else "")
+        return _with_context(prompt, root, cwd, extra)
     prompt = SYSTEM_PROMPT.format(
         cwd=cwd,
         root=root,
@@ -85,6 +92,10 @@ def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, ext
         else "Commands run in a sandbox: the repository is "
         "writable, the rest of the filesystem read-only, and the network may be off.\n",
     )
+    return _with_context(prompt, root, cwd, extra)
+
+
+def _with_context(prompt: str, root: Path, cwd: Path, extra: str) -> str:
     inst = instructions_text(root, cwd)
     if inst:
         prompt += "\nProject instructions (follow them):\n\n" + inst + "\n"

@@ -79,6 +79,7 @@ class AgentConfig:
     output_cost_per_mtok: float = 0.0
     # GLM-5 wants its earlier reasoning back (interleaved thinking); endpoints that reject the field can drop it
     send_reasoning: bool = True
+    profile: str = "full"  # agent/profiles.py: the system prompt rebuilt at compaction is this profile's
 
 
 class Agent:
@@ -124,7 +125,7 @@ class Agent:
         self.add_message({"role": "tool", "tool_call_id": call_id, "content": content})
 
     def system_prompt(self) -> str:
-        return context.system_prompt(self.env.root, self.env.cwd, self.sandbox_warning)
+        return context.system_prompt(self.env.root, self.env.cwd, self.sandbox_warning, profile=self.config.profile)
 
     def warn(self, warnings: list[str]) -> None:
         for w in warnings:

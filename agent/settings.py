@@ -20,7 +20,8 @@ but never drop a global `deny`. A repository's files are someone else's input: u
     output_cost_per_mtok = 0.0
     extra_body = { logprobs = true }   # merged into every request body (token ids / logprobs for training)
     [agent]     max_steps, max_tokens, max_cost_usd, max_wall_s, compact_ratio, stream, temperature,
-                send_reasoning (false: strip reasoning_content from the history sent back)
+                send_reasoning (false: strip reasoning_content from the history sent back),
+                profile = "full" | "compact" (agent/profiles.py: 4 tools and a short prompt, for small models)
     [permissions] mode = "ask" | "accept-edits" | "plan" | "auto"; allow / ask / deny = ["bash(git push)", ...];
                 additional_dirs = ["/abs/path"]
     [sandbox]   enabled = true, network = false, env = { NAME = "value" }, pass_env = ["NAME"] (variables
@@ -41,6 +42,8 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
+
+from agent.profiles import PROFILES
 
 MODES = ("ask", "accept-edits", "plan", "auto")
 
@@ -109,6 +112,7 @@ class Settings:
     stream: bool = True
     temperature: float | None = None
     send_reasoning: bool = True
+    profile: str = "full"  # agent/profiles.py: full, or compact (4 tools, a short prompt) for small models
     sources: tuple[str, ...] = ()  # files that contributed, for `glm5 code --help`-style diagnostics
     env: dict[str, str] = field(default_factory=dict)  # [sandbox] env: set for every command
     pass_env: tuple[str, ...] = ()  # [sandbox] pass_env: host variables commands may see
@@ -280,6 +284,9 @@ def load_settings(
     mode = flags.get("mode") or env.get("GLM5_PERMISSION_MODE") or perms.get("mode", "ask")
     if mode not in MODES:
         raise SettingsError(f"permission mode {mode!r} is not one of {', '.join(MODES)}")
+    profile = flags.get("profile") or env.get("GLM5_AGENT_PROFILE") or a.get("profile", "full")
+    if profile not in PROFILES:
+        raise SettingsError(f"agent profile {profile!r} is not one of {', '.join(PROFILES)} ([agent] profile)")
     sb = data.get("sandbox") or {}
     for key in ("env", "pass_env"):
         if key in sb and not isinstance(sb[key], dict if key == "env" else list):
@@ -307,6 +314,7 @@ def load_settings(
         stream=bool(a.get("stream", True)),
         temperature=a.get("temperature"),
         send_reasoning=bool(a.get("send_reasoning", True)),
+        profile=profile,
         sources=tuple(sources),
         env={str(k): str(v) for k, v in (sb.get("env") or {}).items()},
         pass_env=tuple(str(n) for n in sb.get("pass_env") or ()),

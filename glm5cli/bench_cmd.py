@@ -31,7 +31,7 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          base_url: str | None, model: str | None, provider: str | None, api_key_env: str | None,
          repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
          max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool,
-         flaky_reruns: int = 1) -> None:  # fmt: skip
+         flaky_reruns: int = 1, agent_profile: str | None = None) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
     from agent.bench.job import below, load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
@@ -49,7 +49,8 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
     try:
         tasks, source, base_dir = load_tasks(kind, paths, suite, out / "suite")
         bench_agent = make_agent(agent, base_url=base_url, model=model, provider=provider, api_key_env=api_key_env,
-                                 temperature=temperature) if agent == "glm5" else make_agent(agent)  # fmt: skip
+                                 temperature=temperature, profile=agent_profile) if agent == "glm5" \
+            else make_agent(agent)  # fmt: skip
         options = RunOptions(k=k, concurrency=n, shard=parse_shard(shard), filter=filter_, env=env, retries=retries,
                              limits=AgentLimits(max_turns, timeout, max_cost, memory_mb), test_timeout_s=test_timeout,
                              keep_workdirs=keep_workdirs, repos_dir=repos, base_dir=base_dir, force=force,
@@ -184,6 +185,11 @@ def swe(
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
     flaky_reruns: int = typer.Option(1, "--flaky-reruns", help="Reruns of a failing test run (flaky tests named)."),
+    agent_profile: str = typer.Option(
+        None,
+        "--agent-profile",
+        help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
+    ),
 ) -> None:
     """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does.
 
@@ -191,7 +197,7 @@ def swe(
     """
     _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
          base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
-         temperature, keep_workdirs, flaky_reruns)  # fmt: skip
+         temperature, keep_workdirs, flaky_reruns, agent_profile)  # fmt: skip
 
 
 @app.command("terminal")
@@ -224,6 +230,11 @@ def terminal(
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's /app."),
+    agent_profile: str = typer.Option(
+        None,
+        "--agent-profile",
+        help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
+    ),
 ) -> None:
     """Run Harbor / Terminal-Bench 2.0 tasks with an agent; the verifier's reward file is the score.
 
@@ -231,7 +242,7 @@ def terminal(
     """
     _run("terminal", list(task_dirs or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit,
          as_json, base_url, model, provider, api_key_env, None, suite, force, min_resolved, 1800.0, max_cost,
-         memory_mb, temperature, keep_workdirs)  # fmt: skip
+         memory_mb, temperature, keep_workdirs, 1, agent_profile)  # fmt: skip
 
 
 @app.command("validate")

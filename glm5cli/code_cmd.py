@@ -22,6 +22,8 @@ def code(
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="At most this many model calls for the task."),
     approval: str = typer.Option("deny", "--approval", help="Headless answer to permission asks: auto or deny."),
     mode: str = typer.Option(None, "--mode", help="Permission mode: ask, accept-edits, plan or auto."),
+    profile: str = typer.Option(None, "--profile", help="Agent profile: full (default) or compact (read, edit, bash, "
+                                "glob and a short prompt: for small models)."),  # fmt: skip
     continue_: bool = typer.Option(False, "--continue", "-c", help="Continue the latest session here."),
     resume: bool = typer.Option(False, "--resume", "-r", help="Resume a session: `--resume [ID]` (latest without ID)."),
     session_id: str = typer.Argument(None, metavar="[ID]", help="The session to resume (with --resume)."),
@@ -68,6 +70,7 @@ def code(
         "model": model,
         "api_key_env": api_key_env,
         "mode": mode,
+        "profile": profile,
         "max_turns": max_turns,
         "max_cost_usd": max_cost,
         "allow": tuple(allow or ()),

@@ -21,7 +21,22 @@ def proof(
     base_steps: int = typer.Option(None, "--base-steps", help="Steps of the base model's training from scratch."),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories."),
     rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split."),
-    stages: str = typer.Option(None, "--stages", help="Comma-separated model stages, in order (base,sft,rl,forget)."),
+    threads: int = typer.Option(
+        None,
+        "--threads",
+        min=0,
+        help="Torch threads of every stage's process (0: one "
+        "per core; 1 is faster on a machine shared with other jobs).",
+    ),
+    agent_profile: str = typer.Option(
+        None,
+        "--agent-profile",
+        help="The agent profile of every session: compact "
+        "(the default: 4 tools, a short prompt) or full (`glm5 code`'s default).",
+    ),
+    stages: str = typer.Option(
+        None, "--stages", help="Comma-separated model stages, in order (base,sft,rl,forget,distill)."
+    ),
     plan: bool = typer.Option(
         False, "--plan", help="Print each step, whether it is done, and its command; run nothing."
     ),
@@ -32,9 +47,11 @@ def proof(
 
     A generated family of one-line repair tasks (train and held-out share no function) -> an expert's sessions
     recorded by `glm5 bench swe` -> a GLM-5 model trained from scratch on synthetic sessions (base) -> SFT on
-    the expert's -> agentic RL on train -> a forgetting stage (SFT on another task kind). After each stage the
-    model is served as deployed (INT4, MTP) and benched on held-out with -k attempts; RUN/table.md holds the
-    stage table, RUN/plots/ the plots.
+    the expert's -> agentic RL on train -> a forgetting stage (SFT on another task kind) -> on-policy
+    distillation from the stage before forget. Every session uses the compact agent profile (4 tools, a short
+    prompt: `glm5 code --profile compact`), so the model is served with the prompt it was trained on. After each
+    stage the model is served as deployed (INT4, MTP) and benched on held-out with -k attempts; RUN/table.md
+    holds the stage table, RUN/plots/ the plots.
 
     Example: glm5 bench proof --out runs/proof --smoke     (minutes: checks every step works)
     """
@@ -43,6 +60,7 @@ def proof(
 
     given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k,
              "concurrency": n, "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
+             "threads": threads, "agent_profile": agent_profile,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
     given = {key: v for key, v in given.items() if v is not None}
     try:

@@ -150,21 +150,23 @@ class Glm5Agent:
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
                  max_turns: int | None = None, *, api_key_env: str | None = None, provider: str | None = None,
                  temperature: float | None = None, extra_body: dict[str, Any] | None = None,
-                 client: Any = None):  # fmt: skip
+                 client: Any = None, profile: str | None = None):  # fmt: skip
         """Endpoint and model as `glm5 code` takes them (flags > GLM5_* > config > defaults). `api_key` is the key
         itself; `api_key_env` names a variable holding it (the CLI's way). `max_turns` overrides the trial's
         limit. `client` replaces the HTTP client with any object speaking the loop's Model protocol (the RL
-        orchestrator's in-process model); one whose `failure` attribute is set after the run failed as infra."""
+        orchestrator's in-process model); one whose `failure` attribute is set after the run failed as infra.
+        `profile`: the agent profile (agent/profiles.py; None: the config's, else full)."""
         self.base_url, self.model, self.api_key, self.api_key_env = base_url, model, api_key, api_key_env
         self.provider, self.max_turns, self.temperature = provider, max_turns, temperature
         self.extra_body = dict(extra_body or {})
         self.client = client
+        self.profile = profile
 
     def settings(self, trial_dir: Path, limits: AgentLimits) -> Any:
         from agent.settings import Limits, load_settings
 
         flags = {"provider": self.provider, "base_url": self.base_url, "model": self.model,
-                 "api_key_env": self.api_key_env, "mode": "auto"}  # fmt: skip
+                 "api_key_env": self.api_key_env, "mode": "auto", "profile": self.profile}  # fmt: skip
         s = load_settings(None, flags)  # the user's config only: never the task repository's .glm5/
         p = s.provider
         if self.extra_body:
@@ -178,9 +180,11 @@ class Glm5Agent:
     def describe(self) -> dict[str, Any]:
         from agent.settings import load_settings
 
-        p = load_settings(None, {"provider": self.provider, "base_url": self.base_url, "model": self.model}).provider
+        s = load_settings(None, {"provider": self.provider, "base_url": self.base_url, "model": self.model,
+                                 "profile": self.profile})  # fmt: skip
+        p = s.provider
         return {"agent": "glm5", "base_url": p.base_url, "model": p.model, "temperature": self.temperature,
-                "extra_body": self.extra_body}  # fmt: skip
+                "extra_body": self.extra_body, "profile": s.profile}  # fmt: skip
 
     def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
         from agent.builder import build_session

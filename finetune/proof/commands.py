@@ -6,13 +6,14 @@ packages are the ones used. The layout of a run folder:
     RUN/proof.json                 the configuration (a resumed run must ask for the same)
     RUN/tasks/{train,heldout}/     the repair family's two splits (repos + SWE-bench JSONL)
     RUN/expert/                    `glm5 bench swe` of the expert on train: the SFT data
-    RUN/corpus/chat.jsonl          the base model's synthetic conversations; forget.jsonl: renames only
-    RUN/models/<stage>/            init, base, sft, rl, rl-sync, forget: each stage's checkpoint (full
+    RUN/corpus/chat.jsonl          the base model's synthetic conversations; forget.jsonl: renames only;
+                                   distill.jsonl: the train split's first-turn prompts (system, issue, tools)
+    RUN/models/<stage>/            init, base, sft, rl, rl-sync, forget, distill: each stage's checkpoint (full
                                    fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
     RUN/logs/<step>.log            every subprocess's output
-    RUN/config/config.toml         the GLM5_CONFIG_DIR of every subprocess: only the response cap (the user's
-                                   ~/.config/glm5 is not read)
+    RUN/config/config.toml         the GLM5_CONFIG_DIR of every subprocess: the response cap and the agent
+                                   profile (the user's ~/.config/glm5 is not read)
     RUN/table.{md,json}, RUN/plots/*.png
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from finetune.proof.config import ProofConfig
+from finetune.proof.config import ProofConfig, teacher_of
 
 MODEL_NAME = "glm5-proof"
 
@@ -77,7 +78,17 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
                     "--group-size", c.rl_group_size, "--groups-per-step", c.rl_groups_per_step,
                     "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
                     "--concurrency", c.concurrency * 2, "--seed", c.seed)  # fmt: skip
+    if stage == "distill":
+        teacher = model_dir(run, teacher_of(c.stages) or "")
+        return glm5("finetune", "distill", src, "--teacher", teacher, "--prompts", distill_prompts(run), "--out", out,
+                    "--full", "--steps", c.distill_steps, "--prompts-per-step", c.distill_prompts_per_step,
+                    "--max-new-tokens", c.max_response_tokens, "--lr", c.distill_lr, "--seed", c.seed,
+                    "--save-every", max(1, c.distill_steps // 4))  # fmt: skip
     raise ValueError(f"no command for stage {stage!r}")
+
+
+def distill_prompts(run: Path) -> Path:
+    return run / "corpus" / "distill.jsonl"
 
 
 def rl_sync_cmd(run: Path, c: ProofConfig) -> list[str]:
@@ -92,7 +103,7 @@ def expert_cmd(run: Path, c: ProofConfig, base_url: str) -> list[str]:
     # --force: a resumed run's expert listens on another port; it is the same expert
     return glm5("bench", "swe", task_file(run, "train"), "--out", run / "expert", "--agent", "glm5",
                 "--base-url", base_url, "--model", "glm5-expert", "-n", c.concurrency, "--max-turns", 8,
-                "--force")  # fmt: skip
+                "--agent-profile", c.agent_profile, "--force")  # fmt: skip
 
 
 def serve_cmd(model: Path, port: int, c: ProofConfig, api_key: str) -> list[str]:
@@ -106,7 +117,7 @@ def bench_cmd(run: Path, stage: str, c: ProofConfig, base_url: str, key_env: str
     return glm5("bench", "swe", task_file(run, "heldout"), "--out", run / "bench" / stage, "--agent", "glm5",
                 "--base-url", base_url, "--model", MODEL_NAME, "--api-key-env", key_env, "-k", c.k,
                 "-n", c.concurrency, "--max-turns", c.max_turns, "--temperature", c.temperature,
-                "--force")  # fmt: skip
+                "--agent-profile", c.agent_profile, "--force")  # fmt: skip
 
 
 def compare_cmd(run: Path, a: str, b: str) -> list[str]:
@@ -114,5 +125,7 @@ def compare_cmd(run: Path, a: str, b: str) -> list[str]:
 
 
 def agent_config(c: ProofConfig) -> str:
-    """RUN/config/config.toml: the bench agent's provider sends max_tokens with every request."""
-    return f"[providers.local]\nextra_body = {{ max_tokens = {c.max_response_tokens} }}\n"
+    """RUN/config/config.toml: the bench agent's provider sends max_tokens with every request, and every agent
+    (the bench's, RL's rollouts) uses the run's profile."""
+    return (f"[providers.local]\nextra_body = {{ max_tokens = {c.max_response_tokens} }}\n\n"
+            f"[agent]\nprofile = \"{c.agent_profile}\"\n")  # fmt: skip

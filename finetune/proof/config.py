@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 # the model stages, in order; each is measured on held-out after it is trained. `forget` is full SFT on another
-# task kind (renames, no repair) that is expected to make the model lose part of what SFT and RL taught; the
-# distillation stage that should win it back is wired when `glm5 finetune distill` lands.
-STAGES = ("base", "sft", "rl", "forget")
+# task kind (renames, no repair) that is expected to make the model lose part of what SFT and RL taught;
+# `distill` wins it back: on-policy distillation of forget's model from the stage before forget (GLM-5's last,
+# cross-stage step), on the train split's first-turn prompts.
+STAGES = ("base", "sft", "rl", "forget", "distill")
 # The proof's model: `tiny` grown to ~9M parameters (4.6M active): MLA, MoE with 8 routed experts (2 active),
 # MTP, and a DSA indexer whose top-512 is below a session's ~2,100 tokens, so it drops keys. Widths are multiples
 # of INT4's group of 128 where INT4 applies.
@@ -50,6 +51,17 @@ class ProofConfig:
     forget_size: int = 1000
     forget_steps: int = 100
     forget_lr: float = 3e-4
+    # cross-stage distillation (`glm5 finetune distill --full`): student forget, teacher the stage before forget
+    distill_steps: int = 50
+    distill_prompts_per_step: int = 4
+    distill_lr: float = 1e-4
+    # the agent profile (agent/profiles.py) of every session: the expert's, the corpus's (copied from the
+    # expert's), RL's and the measurement's. `compact` (4 tools, a short prompt) makes an expert session
+    # 954 tokens instead of 2,075 (the prefix 560 instead of 1,681); what was trained is what is measured.
+    agent_profile: str = "compact"
+    # torch threads of every subprocess (OMP_NUM_THREADS); 0: torch's default, one per core. On a machine shared
+    # with other jobs 1 was 3.7-7.2x faster than 2 for a compact session's training step (benchmarks/RESULTS.md)
+    threads: int = 0
     batch_size: int = 8
     max_len: int = 2560
     # the measurement: each stage served as deployed, benched on held-out
@@ -69,7 +81,8 @@ class ProofConfig:
         """The smallest run that goes through every step: minutes on a busy 2-core machine."""
         small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, base_steps=1, sft_steps=1,
                      rl_steps=1, rl_sync_baseline=False, forget_size=4, forget_steps=1, rl_group_size=2,
-                     rl_groups_per_step=1, batch_size=2, max_len=2560, k=1, concurrency=1, max_turns=2)  # fmt: skip
+                     rl_groups_per_step=1, distill_steps=1, distill_prompts_per_step=1, batch_size=2, max_len=2560,
+                     k=1, concurrency=1, max_turns=2)  # fmt: skip
         return cls(**{**small, **over})
 
     def __post_init__(self) -> None:
@@ -78,9 +91,19 @@ class ProofConfig:
             raise ValueError(f"unknown stage(s) {', '.join(bad)}; the stages are {', '.join(STAGES)}")
         if list(self.stages) != sorted(self.stages, key=STAGES.index) or len(set(self.stages)) != len(self.stages):
             raise ValueError(f"stages {', '.join(self.stages)}: give each once, in the order {', '.join(STAGES)}")
-        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens"):
+        if "distill" in self.stages and teacher_of(self.stages) is None:
+            raise ValueError("stage distill needs forget before it and a stage before forget (its teacher: rl or "
+                             "sft), e.g. --stages base,sft,rl,forget,distill")  # fmt: skip
+        from agent.profiles import PROFILES
+
+        if self.agent_profile not in PROFILES:
+            raise ValueError(f"agent_profile {self.agent_profile!r}: expected one of {', '.join(PROFILES)}")
+        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens",
+                     "distill_steps", "distill_prompts_per_step"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: torch's default), not {self.threads}")
         if self.preset not in ("tiny", "small"):
             raise ValueError(f"preset {self.preset!r}: expected tiny or small")
 
@@ -97,6 +120,13 @@ class ProofConfig:
             if key in d:
                 d[key] = tuple(d[key])
         return cls(**d)
+
+
+def teacher_of(stages: tuple[str, ...]) -> str | None:
+    """The distillation's teacher: the stage before forget (what forget made the model lose), or None."""
+    if "forget" not in stages or stages.index("forget") == 0:
+        return None
+    return stages[stages.index("forget") - 1]
 
 
 class ProofConfigMismatch(ValueError):

@@ -107,3 +107,30 @@ def deployed_prompt(bench_run: Path) -> tuple[str, list[dict[str, Any]]]:
             if system is not None and tools is not None:
                 return system, tools
     raise FileNotFoundError(f"{bench_run}: no recorded session with a system prompt and tools")
+
+
+def write_first_turns(bench_run: Path, out: Path) -> Path:
+    """The distillation's prompts: each recorded session's first turn as the agent sent it (system prompt, the
+    issue, the tool schemas), one `{"messages", "tools"}` a line, the format `glm5 finetune distill --prompts`
+    reads. Every session counts, solved or not: a prompt does not depend on how the session went."""
+    rows = []
+    for traj in sorted(Path(bench_run).glob("trials/*/*/trajectory.jsonl")):
+        msgs: list[dict[str, Any]] = []
+        tools: list[dict[str, Any]] = []
+        for line in traj.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            if rec.get("type") == "session":
+                tools = rec.get("tools") or []
+            elif rec.get("type") == "message" and rec["message"].get("role") in ("system", "user"):
+                msgs.append({"role": rec["message"]["role"], "content": rec["message"]["content"]})
+            if len(msgs) == 2:
+                break
+        if [m["role"] for m in msgs] == ["system", "user"]:
+            rows.append({"messages": msgs, "tools": tools})
+    if not rows:
+        raise FileNotFoundError(f"{bench_run}: no recorded session with a system prompt and a first user turn")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(out)
+    return out

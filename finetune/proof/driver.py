@@ -9,6 +9,8 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
     sft        `glm5 finetune sft --full` on the expert's resolved trajectories
     rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged
     forget     `glm5 finetune sft --full` on another task kind (renames only): what it makes the model lose
+    distill    `glm5 finetune distill --full`: forget's model taught by the stage before forget (rl, or sft) on
+               the train split's first-turn prompts (RUN/corpus/distill.jsonl, written from RUN/expert first)
     rl-sync    RL again with --sync, from the same SFT checkpoint: only its learning curve is kept (last)
 and after each model stage: measure-<stage> (`glm5 serve` INT4 + MTP, `glm5 bench swe -k K` on held-out) and
 compare-<stage> (`glm5 bench compare` with the stage before). The table and plots are rebuilt at the end of
@@ -30,6 +32,7 @@ from typing import Any
 from finetune.proof.commands import (
     agent_config,
     compare_cmd,
+    distill_prompts,
     expert_cmd,
     init_cmd,
     model_dir,
@@ -114,8 +117,15 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
     for stage in c.stages:
         argv = stage_cmd(run, stage, c)
         log_file = run / "logs" / f"{stage}.log"
-        steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)),
-                          lambda a=argv, f=log_file: run_logged(a, f, child_env(run), cwd=run)))  # fmt: skip
+
+        def train(a: list[str] = argv, f: Path = log_file, s: str = stage) -> None:
+            if s == "distill":
+                from finetune.proof.corpus import write_first_turns
+
+                write_first_turns(run / "expert", distill_prompts(run))
+            run_logged(a, f, child_env(run), cwd=run)
+
+        steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)), train))
         steps.append(Step(f"measure-{stage}", f"glm5 serve {model_dir(run, stage)} + glm5 bench swe -k {c.k} held-out",
                           lambda s=stage: _bench_complete(run / "bench" / s)
                           and (run / "bench" / f"{s}.serve.json").is_file(),

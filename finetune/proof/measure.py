@@ -42,12 +42,19 @@ def free_port() -> int:
 
 def child_env(run: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of every subprocess: this checkout first on the path, no inherited API key or GLM5_*
-    setting, and the run's own config folder (RUN/config), so the user's ~/.config/glm5 cannot change a stage."""
+    setting, and the run's own config folder (RUN/config), so the user's ~/.config/glm5 cannot change a stage.
+    The run's pinned `threads` (RUN/proof.json), when set, becomes OMP_NUM_THREADS."""
     root = str(Path(__file__).resolve().parents[2])
     env = {k: v for k, v in os.environ.items() if not k.startswith("GLM5_")}
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     (run / "config").mkdir(parents=True, exist_ok=True)
     env["GLM5_CONFIG_DIR"] = str(run / "config")
+    try:
+        threads = int(json.loads((run / "proof.json").read_text()).get("threads") or 0)
+    except (OSError, ValueError):
+        threads = 0
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     env.update(extra or {})
     return env
 

@@ -19,7 +19,14 @@ def isolated_config(tmp_path, monkeypatch):
     d = tmp_path / "config"
     d.mkdir()
     monkeypatch.setenv("GLM5_CONFIG_DIR", str(d))
-    for k in ("GLM5_BASE_URL", "GLM5_MODEL", "GLM5_PROVIDER", "GLM5_PERMISSION_MODE", "GLM5_API_KEY_ENV"):
+    for k in (
+        "GLM5_BASE_URL",
+        "GLM5_MODEL",
+        "GLM5_PROVIDER",
+        "GLM5_PERMISSION_MODE",
+        "GLM5_API_KEY_ENV",
+        "GLM5_AGENT_PROFILE",
+    ):
         monkeypatch.delenv(k, raising=False)
     return d
 

@@ -9,6 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from finetune.proof.commands import bench_cmd, shown
 from finetune.proof.config import ProofConfig, ProofConfigMismatch, claim
 from finetune.proof.driver import Step, run_proof, run_steps
 from finetune.proof.measure import StageFailed, spec_metrics
@@ -20,7 +21,7 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     names = [p["step"] for p in plan]
     assert names == ["tasks", "expert", "corpus", "init", "base", "measure-base", "sft", "measure-sft",
                      "compare-sft", "rl", "measure-rl", "compare-rl", "forget", "measure-forget",
-                     "compare-forget"]  # fmt: skip
+                     "compare-forget", "distill", "measure-distill", "compare-distill"]  # fmt: skip
     by = {p["step"]: p["command"] for p in plan}
     assert not any(p["done"] for p in plan) and not (tmp_path / "run").exists()  # a plan writes nothing
     assert by["init"].startswith("glm5 model init --preset tiny")
@@ -28,6 +29,17 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
     assert "/models/rl " in by["forget"] and "corpus/forget.jsonl" in by["forget"] and "--full" in by["forget"]
+    # distillation: forget's model is the student, the stage before forget the teacher, train's first turns
+    assert by["distill"].startswith("glm5 finetune distill ") and "/models/forget --teacher " in by["distill"]
+    assert "--teacher " + str(tmp_path / "run" / "models" / "rl") + " " in by["distill"]
+    assert "corpus/distill.jsonl" in by["distill"] and "--full" in by["distill"]
+    assert "/bench/forget " in by["compare-distill"] and "/bench/distill " in by["compare-distill"]
+    # every session the proof records, trains on or measures uses the compact agent profile
+    assert "--agent-profile compact" in by["expert"]
+    assert "--agent-profile compact" in shown(bench_cmd(tmp_path, "base", ProofConfig.smoke(), "URL", "KEY"))
+    plan = run_proof(tmp_path / "run", ProofConfig.smoke(stages=("base", "sft", "forget", "distill")), plan=True)
+    assert "--teacher " + str(tmp_path / "run" / "models" / "sft") + " " in {p["step"]: p["command"] for p in
+                                                                           plan["plan"]}["distill"]  # fmt: skip
     # the full proof's model: tiny grown, with a DSA top-k below the session length
     full = {p["step"]: p["command"] for p in run_proof(tmp_path / "full", ProofConfig(), plan=True)["plan"]}
     assert "--set index_topk=512" in full["init"] and "--set hidden_size=256" in full["init"]
@@ -79,6 +91,22 @@ def test_a_resumed_run_must_ask_for_the_same_configuration(tmp_path):
         ProofConfig(stages=("base", "dpo"))
     with pytest.raises(ValueError, match="in the order"):
         ProofConfig(stages=("rl", "sft"))
+    with pytest.raises(ValueError, match="distill needs forget before it"):
+        ProofConfig(stages=("base", "sft", "distill"))
+    with pytest.raises(ValueError, match="agent_profile 'tiny'"):
+        ProofConfig(agent_profile="tiny")
+
+
+def test_the_pinned_thread_count_reaches_every_subprocess(tmp_path, monkeypatch):
+    from finetune.proof.measure import child_env
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    claim(tmp_path / "a", ProofConfig.smoke())
+    assert "OMP_NUM_THREADS" not in child_env(tmp_path / "a")  # 0: torch's default
+    claim(tmp_path / "b", ProofConfig.smoke(threads=1))
+    assert child_env(tmp_path / "b")["OMP_NUM_THREADS"] == "1"
+    with pytest.raises(ValueError, match="threads must be >= 0"):
+        ProofConfig(threads=-1)
 
 
 def _bench(folder, resolved, graded, ci, k=4, steps=(3, 5)):
@@ -153,3 +181,24 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert len(renames) == 4 and all("rename" in r["messages"][1]["content"] for r in renames)
     again = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert {s["status"] for s in again["steps"]} == {"done before"}
+    # the sessions were recorded with the compact profile: the corpus copies its prompt, four tools
+    assert len(json.loads((run / "corpus" / "chat.jsonl").read_text().splitlines()[0])["tools"]) == 4
+
+    # the distillation stage for real, with the random init standing in for sft (the teacher) and forget
+    import shutil
+
+    from finetune.proof.driver import build_steps
+
+    for stage in ("sft", "forget"):
+        shutil.copytree(run / "models" / "init", run / "models" / stage)
+    # 16 new tokens: the random init never stops, and one step's sampling is what costs here
+    c = ProofConfig.smoke(n_train=1, stages=("sft", "forget", "distill"), max_response_tokens=16)
+    steps = {s.name: s for s in build_steps(run, c, print)}
+    assert not steps["distill"].done()
+    steps["distill"].run()
+    assert steps["distill"].done()  # a servable checkpoint in RUN/models/distill
+    prompts = [json.loads(line) for line in (run / "corpus" / "distill.jsonl").read_text().splitlines()]
+    assert len(prompts) == 1 and [m["role"] for m in prompts[0]["messages"]] == ["system", "user"]
+    assert ".py::" in prompts[0]["messages"][1]["content"]  # the issue, naming its failing test
+    log = json.loads((run / "models" / "distill" / "distill_run.json").read_text())
+    assert log["settings"]["teachers"]["default"].endswith("models/sft")
