@@ -39,7 +39,9 @@ def alive(pid: int) -> bool:
 
 
 def child_pids(log: Path) -> list[int]:
-    return [int(line.rsplit(" ", 1)[1]) for line in log.read_text().splitlines() if "started the rollout engine" in line]
+    return [
+        int(line.rsplit(" ", 1)[1]) for line in log.read_text().splitlines() if "started the rollout engine" in line
+    ]
 
 
 def policy(ckpt):  # noqa: F811
