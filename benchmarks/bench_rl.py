@@ -162,27 +162,37 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--engine",
-        choices=("thread", "process"),
+        choices=("thread", "process", "both"),
         default="thread",
-        help="thread: the in-process engine; process: a glm5 serve child per run (half the cores each)",
+        help="thread: the in-process engine; process: a glm5 serve child per run (half the cores each); both: "
+        "each round runs sync and async on the thread engine, then on the process engine",
     )
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("bench_rl.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tok = Tokenizer.shipped()
     ckpt_dir = tempfile.TemporaryDirectory()
-    ckpt = peaky_checkpoint(Path(ckpt_dir.name)) if args.engine == "process" else None
-    run = {"engine": args.engine, "ckpt": ckpt}
-    throughput(tok, 1, sync=False, **run)  # untimed: first-use costs (kernel probes, allocator) fall on neither side
+    engines = ("thread", "process") if args.engine == "both" else (args.engine,)
+    ckpt = peaky_checkpoint(Path(ckpt_dir.name)) if "process" in engines else None
+    for engine in engines:  # untimed: first-use costs (kernel probes, allocator) fall on no side
+        throughput(tok, 1, sync=False, engine=engine, ckpt=ckpt)
     rounds = []
     for _ in range(args.rounds):
         pair = {}
-        for sync in (True, False):
-            torch.set_num_threads(args.threads)  # a process-engine run split them; each run starts the same
-            pair["sync" if sync else "async"] = throughput(tok, args.steps, sync=sync, **run)
-            print(json.dumps(pair["sync" if sync else "async"]), flush=True)
-        for key in ("rollouts_per_s", "rollouts_per_cpu_s"):
-            pair[f"async_over_sync_{key}"] = round(pair["async"][key] / pair["sync"][key], 3)
+        for engine in engines:
+            for sync in (True, False):
+                torch.set_num_threads(args.threads)  # a process-engine run split them; each run starts the same
+                key = ("sync" if sync else "async") + ("" if len(engines) == 1 else f"_{engine}")
+                pair[key] = throughput(tok, args.steps, sync=sync, engine=engine, ckpt=ckpt)
+                print(json.dumps(pair[key]), flush=True)
+        for engine in engines:
+            tail = "" if len(engines) == 1 else f"_{engine}"
+            for key in ("rollouts_per_s", "rollouts_per_cpu_s"):
+                pair[f"async_over_sync_{key}{tail}"] = round(pair[f"async{tail}"][key] / pair[f"sync{tail}"][key], 3)
+        if len(engines) == 2:
+            for mode in ("sync", "async"):
+                ratio = pair[f"{mode}_process"]["rollouts_per_s"] / pair[f"{mode}_thread"]["rollouts_per_s"]
+                pair[f"process_over_thread_rollouts_per_s_{mode}"] = round(ratio, 3)
         rounds.append(pair)
     curve = None if args.no_curve else learning_curve(tok, args.curve_steps, args.every)
     if curve is not None:
@@ -197,8 +207,11 @@ def main() -> None:
         "learning": curve,
     }  # fmt: skip
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    ratios = ", ".join(f"{r['async_over_sync_rollouts_per_s']}x ({r['async_over_sync_rollouts_per_cpu_s']}x per CPU s)"
-                       for r in rounds)  # fmt: skip
+    ratios = "; ".join(
+        ", ".join(f"{e}: {r[f'async_over_sync_rollouts_per_s{t}']}x ({r[f'async_over_sync_rollouts_per_cpu_s{t}']}x "
+                  "per CPU s)" for e, t in ((e, "" if len(engines) == 1 else f"_{e}") for e in engines))
+        for r in rounds
+    )  # fmt: skip
     msg = f"async / sync rollouts per second by round: {ratios}"
     if curve is not None:
         msg += (f"; held-out solved rate {curve['held_out_solved_rate'][0]['solved_rate']} -> "
