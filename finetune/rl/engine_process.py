@@ -33,15 +33,25 @@ _READY = re.compile(r"ready (http://[0-9.]+:\d+)/v1")
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """In the child between fork and exec: SIGKILL when the parent dies. Linux only; elsewhere close() alone."""
+def _libc():
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect: no one would kill us later
-        os._exit(1)
+        return ctypes.CDLL(None, use_errno=True)  # loaded here, not between fork and exec (dlopen takes locks)
+    except OSError:
+        return None
+
+
+def _die_with_parent(libc, parent: int):
+    """-> what the child runs between fork and exec: SIGKILL to it when `parent` dies. Linux only; elsewhere
+    close() alone stops it. Linux sends it when the thread that forked exits: start the child on a thread that
+    lives as long as the run (the main thread, as the CLI does)."""
+    prctl = libc.prctl  # resolved here too: the child between fork and exec only calls it
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect: nothing would kill us later
+            os._exit(1)
+
+    return preexec
 
 
 class ServeChild:
@@ -62,7 +72,8 @@ class ServeChild:
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - the child writes to it for its whole life
         self._start = self._log.tell()  # an earlier child's lines (a resumed run's) are not this one's
-        preexec = _die_with_parent if sys.platform.startswith("linux") else None
+        libc = _libc() if sys.platform.startswith("linux") else None
+        preexec = _die_with_parent(libc, os.getpid()) if libc is not None else None
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, preexec_fn=preexec)  # fmt: skip
         self._log.write(f"[glm5 finetune rl] started the rollout engine, pid {self.proc.pid}\n".encode())
