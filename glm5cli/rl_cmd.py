@@ -95,12 +95,14 @@ def rl(
         help="Agentic: a rollout server (`glm5 serve` or sglang: /generate + /load_lora_adapter) instead of the "
         "in-process engine; repeat for several (each session sticks to one, by consistent hashing).",
     ),
-    rollout_engine: str = typer.Option(
-        "thread",
+    rollout_engine: str | None = typer.Option(
+        None,
         "--rollout-engine",
-        help="Agentic: thread (our engine on a thread of this process) or process (the run starts a local `glm5 "
-        "serve` child on 127.0.0.1 and pushes each step's adapter to it: sampling and training no longer share "
-        "one Python interpreter's lock; the child stops with the run). Not with --rollout-url.",
+        help="Agentic: process (the run starts a local `glm5 serve` child on 127.0.0.1, pushes each step's "
+        "adapter to it and stops it at the end: sampling and training do not share one Python interpreter's "
+        "lock; 1.15-1.41x the rollouts/s of thread on 2 shared cores, benchmarks/RESULTS.md; costs a second "
+        "copy of the weights and ~10-25 s to start) or thread (our engine on a thread of this process). "
+        "Default: process, none with --rollout-url.",
     ),
     engine_threads: int = typer.Option(
         0,
@@ -174,10 +176,11 @@ def rl(
         )  # fmt: skip
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)
-    if rollout_engine not in ("thread", "process"):
+    if rollout_engine not in (None, "thread", "process"):
         fail(f"--rollout-engine must be thread or process, not {rollout_engine!r}", code=EXIT_USAGE)
-    if rollout_engine == "process" and rollout_url:
-        fail("--rollout-engine process starts its own server; --rollout-url names servers: pick one", code=EXIT_USAGE)
+    if rollout_engine is not None and rollout_url:
+        fail(f"--rollout-engine {rollout_engine} samples here; --rollout-url names servers: pick one", code=EXIT_USAGE)
+    rollout_engine = rollout_engine or ("url" if rollout_url else "process")
     if eval_tasks is not None and env not in ("swe", "terminal"):
         fail("--eval-tasks is for --env swe / terminal (held-out bench tasks)", code=EXIT_USAGE)
     held_out = (eval_tasks, eval_samples)
