@@ -1,7 +1,8 @@
 """Agentic RL throughput and learning (finetune/rl): asynchronous against synchronous on the same tasks, and a
 learning curve on a task family `tiny` can learn.
 
-    .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--rounds 2] [--curve-steps 20] [--out bench_rl.json]
+    .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--rounds 2] [--engine thread|process|both]
+                                            [--curve-steps 20] [--out bench_rl.json]
 
 1. Throughput: the scripted digit family with 3 turns per session (tool feedback between them) and a grader that
    runs in a real subprocess per session (a test suite's latency), `--steps` optimizer steps of 2 groups x 8
@@ -11,6 +12,9 @@ learning curve on a task family `tiny` can learn.
    trained and sessions run (started), rollouts per second, the trainer's idle time (waiting for groups), the
    rollout engine's idle time, the CPU seconds of the process and of its graders, rollouts per CPU second (the
    figure a shared machine's load disturbs least), and `uptime`'s load; then async / sync per round.
+   `--engine process`: each run samples from its own `glm5 serve` child (finetune/rl/engine_process.py; half the
+   cores each, its start reported apart and not timed, its CPU counted); `both`: each round runs the pair on the
+   thread engine, then on the process engine, and reports process / thread too.
 2. Learning: the synchronous run for `--curve-steps` steps on 4 training tasks; before it and every few steps
    the pushed policy's solved rate on 4 held-out tasks of the family (other prompts; 16 sampled sessions each,
    the run's own sampling) is measured by the run's held-out evaluation (finetune/rl/evaluate.py).
