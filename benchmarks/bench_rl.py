@@ -1,7 +1,8 @@
 """Agentic RL throughput and learning (finetune/rl): asynchronous against synchronous on the same tasks, and a
 learning curve on a task family `tiny` can learn.
 
-    .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--rounds 2] [--curve-steps 20] [--out bench_rl.json]
+    .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--rounds 2] [--engine thread|process|both]
+                                            [--curve-steps 20] [--out bench_rl.json]
 
 1. Throughput: the scripted digit family with 3 turns per session (tool feedback between them) and a grader that
    runs in a real subprocess per session (a test suite's latency), `--steps` optimizer steps of 2 groups x 8
@@ -11,6 +12,9 @@ learning curve on a task family `tiny` can learn.
    trained and sessions run (started), rollouts per second, the trainer's idle time (waiting for groups), the
    rollout engine's idle time, the CPU seconds of the process and of its graders, rollouts per CPU second (the
    figure a shared machine's load disturbs least), and `uptime`'s load; then async / sync per round.
+   `--engine process`: each run samples from its own `glm5 serve` child (finetune/rl/engine_process.py; half the
+   cores each, its start reported apart and not timed, its CPU counted); `both`: each round runs the pair on the
+   thread engine, then on the process engine, and reports process / thread too.
 2. Learning: the synchronous run for `--curve-steps` steps on 4 training tasks; before it and every few steps
    the pushed policy's solved rate on 4 held-out tasks of the family (other prompts; 16 sampled sessions each,
    the run's own sampling) is measured by the run's held-out evaluation (finetune/rl/evaluate.py).
@@ -20,6 +24,7 @@ Numbers are for this machine (CPU, shared); the JSON says which.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -35,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finetune.grpo import RL_TARGETS  # noqa: E402
 from finetune.rl.config import RLConfig  # noqa: E402
+from finetune.rl.engine_process import ServeChild  # noqa: E402
 from finetune.rl.evaluate import HeldOut  # noqa: E402
 from finetune.rl.run import run_rl, summary  # noqa: E402
 from finetune.rl.scripted import ScriptedFamily, ScriptedTask, digit_tasks  # noqa: E402
@@ -63,6 +69,12 @@ class CountingFamily(ScriptedFamily):
         return super().reset(task, workdir, sample)
 
 
+def child_cpu_s(pid: int) -> float:
+    """utime + stime of a live process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_s(who) -> float:
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
@@ -72,27 +84,53 @@ def load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def throughput(tok, steps: int, sync: bool) -> dict:
+def peaky_checkpoint(d: Path) -> Path:
+    """peaky_model's base weights as a checkpoint the rollout engine's `glm5 serve` child loads."""
+    from model.tokenizer import save_tokenizer_files
+
+    model = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    model.save_pretrained(d)
+    save_tokenizer_files(d)
+    return d
+
+
+def throughput(tok, steps: int, sync: bool, engine: str = "thread", ckpt: Path | None = None) -> dict:
     cfg = RLConfig(steps=steps, groups_per_step=2, group_size=8, max_new_tokens=16, max_turns=3, lr=5e-3,
                    sync=sync, max_staleness=2, concurrency=16)  # fmt: skip
     fam = CountingFamily(turns=3, grade_cmd=GRADER)
-    load0, cpu0, kids0 = load(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory() as d:
-        hist = run_rl(peaky_model(), tok, fam, digit_tasks(8), cfg, Path(d), max_model_len=512)
-    wall = time.monotonic() - t0
-    cpu, kids = cpu_s(resource.RUSAGE_SELF) - cpu0, cpu_s(resource.RUSAGE_CHILDREN) - kids0
+    with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
+        server, start_s, child_cpu0 = None, 0.0, 0.0
+        if engine == "process":
+            # The child's start (model load, warm-up; a run pays it once) is reported apart, not timed: the
+            # comparison is of the run's steady state. Its CPU from here on counts.
+            t = time.monotonic()
+            child = stack.enter_context(ServeChild(ckpt, Path(d) / "engine.log", 512, cfg.concurrency, threads=0))
+            child.split_threads()
+            server, start_s, child_cpu0 = child.server, time.monotonic() - t, child_cpu_s(child.pid)
+        load0, cpu0, kids0 = load(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        hist = run_rl(peaky_model(), tok, fam, digit_tasks(8), cfg, Path(d), server=server, max_model_len=512)
+        wall = time.monotonic() - t0
+        engine_cpu = child_cpu_s(child.pid) - child_cpu0 if server is not None else 0.0
+        load1 = load()
+    # close() reaped the child: RUSAGE_CHILDREN now holds all of its CPU; its start's is taken out
+    cpu = cpu_s(resource.RUSAGE_SELF) - cpu0
+    kids = cpu_s(resource.RUSAGE_CHILDREN) - kids0 - child_cpu0
     sessions = sum(h["sessions"] for h in hist)
     return {
-        "mode": "sync" if sync else "async (tau 2)",
+        "mode": ("sync" if sync else "async (tau 2)") + f", {engine} engine",
+        "engine_start_s": round(start_s, 2),
+        "engine_cpu_s": round(engine_cpu, 2),
         "wall_s": round(wall, 2),
         "sessions_trained": sessions,
         "sessions_run": fam.started,
         "rollouts_per_s": round(sessions / wall, 3),
         "cpu_s": round(cpu, 2),
-        "grader_cpu_s": round(kids, 2),
+        "children_cpu_s": round(kids, 2),  # graders, and the engine child with --engine process
         "rollouts_per_cpu_s": round(sessions / (cpu + kids), 3),
-        "load_1min": [load0, load()],
+        "load_1min": [load0, load1],
         "trainer_idle_s": round(sum(h["trainer_idle_s"] for h in hist), 2),
         "trainer_idle_fraction": round(sum(h["trainer_idle_s"] for h in hist) / wall, 3),
         "server_idle_s": round(sum(h["server_idle_s"] for h in hist), 2),
@@ -126,19 +164,39 @@ def main() -> None:
     ap.add_argument("--curve-steps", type=int, default=20)
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--engine",
+        choices=("thread", "process", "both"),
+        default="thread",
+        help="thread: the in-process engine; process: a glm5 serve child per run (half the cores each); both: "
+        "each round runs sync and async on the thread engine, then on the process engine",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("bench_rl.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tok = Tokenizer.shipped()
-    throughput(tok, 1, sync=False)  # untimed: first-use costs (kernel probes, allocator) fall on neither side
+    ckpt_dir = tempfile.TemporaryDirectory()
+    engines = ("thread", "process") if args.engine == "both" else (args.engine,)
+    ckpt = peaky_checkpoint(Path(ckpt_dir.name)) if "process" in engines else None
+    for engine in engines:  # untimed: first-use costs (kernel probes, allocator) fall on no side
+        throughput(tok, 1, sync=False, engine=engine, ckpt=ckpt)
     rounds = []
     for _ in range(args.rounds):
         pair = {}
-        for sync in (True, False):
-            pair["sync" if sync else "async"] = throughput(tok, args.steps, sync=sync)
-            print(json.dumps(pair["sync" if sync else "async"]), flush=True)
-        for key in ("rollouts_per_s", "rollouts_per_cpu_s"):
-            pair[f"async_over_sync_{key}"] = round(pair["async"][key] / pair["sync"][key], 3)
+        for engine in engines:
+            for sync in (True, False):
+                torch.set_num_threads(args.threads)  # a process-engine run split them; each run starts the same
+                key = ("sync" if sync else "async") + ("" if len(engines) == 1 else f"_{engine}")
+                pair[key] = throughput(tok, args.steps, sync=sync, engine=engine, ckpt=ckpt)
+                print(json.dumps(pair[key]), flush=True)
+        for engine in engines:
+            tail = "" if len(engines) == 1 else f"_{engine}"
+            for key in ("rollouts_per_s", "rollouts_per_cpu_s"):
+                pair[f"async_over_sync_{key}{tail}"] = round(pair[f"async{tail}"][key] / pair[f"sync{tail}"][key], 3)
+        if len(engines) == 2:
+            for mode in ("sync", "async"):
+                ratio = pair[f"{mode}_process"]["rollouts_per_s"] / pair[f"{mode}_thread"]["rollouts_per_s"]
+                pair[f"process_over_thread_rollouts_per_s_{mode}"] = round(ratio, 3)
         rounds.append(pair)
     curve = None if args.no_curve else learning_curve(tok, args.curve_steps, args.every)
     if curve is not None:
@@ -147,13 +205,17 @@ def main() -> None:
         "benchmark": "bench_rl",
         "command": "python benchmarks/bench_rl.py " + " ".join(sys.argv[1:]),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch_threads": args.threads, "note": "CPU shared with other jobs"},  # fmt: skip
+                    "torch_threads": args.threads, "engine": args.engine,
+                    "note": "CPU shared with other jobs"},  # fmt: skip
         "throughput": rounds,
         "learning": curve,
     }  # fmt: skip
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    ratios = ", ".join(f"{r['async_over_sync_rollouts_per_s']}x ({r['async_over_sync_rollouts_per_cpu_s']}x per CPU s)"
-                       for r in rounds)  # fmt: skip
+    ratios = "; ".join(
+        ", ".join(f"{e}: {r[f'async_over_sync_rollouts_per_s{t}']}x ({r[f'async_over_sync_rollouts_per_cpu_s{t}']}x "
+                  "per CPU s)" for e, t in ((e, "" if len(engines) == 1 else f"_{e}") for e in engines))
+        for r in rounds
+    )  # fmt: skip
     msg = f"async / sync rollouts per second by round: {ratios}"
     if curve is not None:
         msg += (f"; held-out solved rate {curve['held_out_solved_rate'][0]['solved_rate']} -> "

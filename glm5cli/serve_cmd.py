@@ -57,6 +57,12 @@ def serve(
     access_log: bool = typer.Option(
         True, "--access-log/--no-access-log", help="Log one line per request (embedded engine)."
     ),
+    prefix_caching: bool = typer.Option(
+        True,
+        "--prefix-caching/--no-prefix-caching",
+        help="Reuse the KV of prompt prefixes seen before (embedded engine). Off: every request is computed the "
+        "same way whatever ran before it (an RL rollout engine that must match an in-process one).",
+    ),
     engine: EngineChoice = typer.Option(EngineChoice.embedded, help="embedded, or an external engine to launch."),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the sglang/vLLM command (every node's, with --nnodes > 1) and exit."
@@ -131,6 +137,7 @@ def serve(
             adapt=adapt,
             max_body_mb=max_body_mb,
             access_log=access_log,
+            prefix_caching=prefix_caching,
         )
         raise typer.Exit(code)
 

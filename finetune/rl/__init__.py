@@ -11,6 +11,8 @@ Module map:
 - server.py         RolloutServer protocol; InProcessServer: our engine on a thread, weights swapped between steps
 - remote.py         HttpServer (`glm5 serve` / sglang: /generate, /load_lora_adapter, /update_weights_from_disk)
                     and Router (session-affine consistent hashing over several)
+- engine_process.py ServeChild: `--rollout-engine process`, the run's own `glm5 serve` child (127.0.0.1, port 0,
+                    a random key in its environment, killed with the run), driven as an HttpServer
 - env.py            RolloutEnv / EnvSession protocol: reset(task) -> session; run(model); grade() -> Grade
 - scripted.py       ScriptedFamily: in-process task families (tests, benchmarks, `--env scripted`)
 - bench_env.py      BenchEnv: the bench's SWE / terminal tasks in its per-trial sandboxes, `glm5 code`'s agent

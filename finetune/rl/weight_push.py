@@ -32,7 +32,7 @@ class WeightPush:
             return self.server.version
         import shutil
 
-        path = Path(self.push_dir) / f"v{version}"
+        path = (Path(self.push_dir) / f"v{version}").resolve()  # the server may run elsewhere (cwd)
         shutil.rmtree(path, ignore_errors=True)
         if self.lora:
             from finetune.sft import save_adapter

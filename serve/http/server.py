@@ -60,6 +60,7 @@ def load_engine(
     dtype: str = "auto",
     draft_vocab: tuple[int, ...] | None = None,
     adapt: Callable | None = None,
+    prefix_caching: bool = True,
 ):
     """Build the embedded engine over `model_dir`, showing what it is doing while the weights load.
 
@@ -82,6 +83,8 @@ def load_engine(
         kwargs["max_model_len"] = max_model_len
     if kv_cache_gib:
         kwargs["kv_cache_gib"] = kv_cache_gib
+    if not prefix_caching:
+        kwargs["enable_prefix_caching"] = False
     if speculative:
         kwargs.update(speculative="mtp", num_draft_tokens=num_draft_tokens, draft_vocab=draft_vocab)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -131,6 +134,7 @@ def run_embedded(
     adapt: Callable | None = None,
     max_body_mb: float = 32.0,
     access_log: bool = True,
+    prefix_caching: bool = True,
 ) -> int:
     import uvicorn
 
@@ -160,6 +164,7 @@ def run_embedded(
         dtype,
         draft_vocab,
         adapt,
+        prefix_caching,
     )
     if tokenizer is None:
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")
