@@ -154,9 +154,9 @@ def test_response_format_json_schema_and_json_object(client):
         assert isinstance(json.loads(text), dict)
 
 
-def test_constrained_neighbours_leave_unconstrained_requests_bit_identical(server, client):
+def test_constrained_neighbours_leave_unconstrained_requests_unchanged(server, client):
     """Greedy requests without a grammar give the same tokens and logprobs alone and in a batch full of
-    constrained ones."""
+    constrained ones (the grammar's masks never reach an unconstrained row)."""
     body = {"model": MODEL, "messages": ask("count with me"), "temperature": 0, "max_tokens": 24, "logprobs": True}
     forced = {**body, "tools": TOOLS, "tool_choice": "required", "max_tokens": 60}
 
@@ -172,7 +172,12 @@ def test_constrained_neighbours_leave_unconstrained_requests_bit_identical(serve
         return [r.json() for r in rs]
 
     rs = asyncio.run(batch())
-    assert key(rs[1]) == alone and key(rs[3]) == alone
+    for r in (rs[1], rs[3]):
+        text, logprobs = key(r)
+        # the same tokens; the logprobs to fp32 rounding: whether the four land in one batch or are staggered
+        # changes the GEMMs' row counts, and so BLAS's summation order (it failed ~1 in 5 runs as bit-identity)
+        assert text == alone[0] and len(logprobs) == len(alone[1])
+        assert all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(logprobs, alone[1], strict=True))
     assert rs[0]["choices"][0]["message"]["tool_calls"] and rs[2]["choices"][0]["message"]["tool_calls"]
 
 
