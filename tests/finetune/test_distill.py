@@ -69,6 +69,12 @@ def test_batched_sampling_is_each_prompt_sampled_alone():
     stop = alone[0][1]  # the first prompt stops after its second token; a row that stops is not extended
     cut = [c[: c.index(stop) + 1] if stop in c else c for c in alone]
     assert len(cut[0]) == 2 and sample_batch(net, prompts, 4, 0.0, None, stop=(stop,)) == cut
+    # the KV-cached decode picks what recomputing the whole prefix each token picks
+    for p, got in zip(prompts, alone):
+        ids = list(p)
+        for _ in range(4):
+            ids.append(int(net(torch.tensor([ids]))[0, -1].argmax()))
+        assert ids[len(p) :] == got
 
 
 # Two skills on a tiny model: after tag A or B and an index, answer that index's 3 tokens and EOS. The skills
