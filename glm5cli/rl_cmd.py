@@ -113,6 +113,11 @@ def rl(
     keep_reasoning: bool = typer.Option(
         False, help="Agentic: never re-render old turns (the model sees its old reasoning) instead of branching."
     ),
+    thinking: bool = typer.Option(
+        True,
+        help="Agentic: open each turn with `<think>` (GLM-5's default). --no-thinking renders `</think>` instead, as "
+        "`chat_template_kwargs.enable_thinking=false` does in `glm5 serve`: for a model trained without reasoning.",
+    ),
     partial_credit: bool = typer.Option(False, help="swe: reward the fraction of FAIL_TO_PASS tests that pass."),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
@@ -172,7 +177,8 @@ def rl(
             steps=steps, groups_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
             max_turns=max_turns, temperature=temperature, lr=lr, objective=objective, is_low=is_low,
             is_high=is_high, max_staleness=max_staleness, reset_optimizer=reset_optimizer, sync=sync,
-            concurrency=concurrency, keep_reasoning=keep_reasoning, partial_credit=partial_credit, seed=seed,
+            concurrency=concurrency, keep_reasoning=keep_reasoning, thinking=thinking, partial_credit=partial_credit,
+            seed=seed,
         )  # fmt: skip
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)

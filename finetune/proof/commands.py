@@ -77,7 +77,8 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
                     "--merge", "--steps", c.rl_steps, "--max-new-tokens", c.max_response_tokens,
                     "--group-size", c.rl_group_size, "--groups-per-step", c.rl_groups_per_step,
                     "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
-                    "--concurrency", c.concurrency * 2, "--seed", c.seed)  # fmt: skip
+                    "--concurrency", c.concurrency * 2, "--seed", c.seed,
+                    "--thinking" if c.thinking else "--no-thinking")  # fmt: skip
     if stage == "distill":
         teacher = model_dir(run, teacher_of(c.stages) or "")
         return glm5("finetune", "distill", src, "--teacher", teacher, "--prompts", distill_prompts(run), "--out", out,
@@ -125,7 +126,9 @@ def compare_cmd(run: Path, a: str, b: str) -> list[str]:
 
 
 def agent_config(c: ProofConfig) -> str:
-    """RUN/config/config.toml: the bench agent's provider sends max_tokens with every request, and every agent
-    (the bench's, RL's rollouts) uses the run's profile."""
-    return (f"[providers.local]\nextra_body = {{ max_tokens = {c.max_response_tokens} }}\n\n"
+    """RUN/config/config.toml: the bench agent's provider sends max_tokens and the thinking switch with every
+    request, and every agent (the bench's, RL's rollouts) uses the run's profile."""
+    thinking = "true" if c.thinking else "false"
+    return (f"[providers.local]\nextra_body = {{ max_tokens = {c.max_response_tokens}, "
+            f"chat_template_kwargs = {{ enable_thinking = {thinking} }} }}\n\n"
             f"[agent]\nprofile = \"{c.agent_profile}\"\n")  # fmt: skip

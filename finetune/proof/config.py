@@ -62,6 +62,11 @@ class ProofConfig:
     # torch threads of every subprocess (OMP_NUM_THREADS); 0: torch's default, one per core. On a machine shared
     # with other jobs 1 was 3.7-7.2x faster than 2 for a compact session's training step (benchmarks/RESULTS.md)
     threads: int = 0
+    # every session with thinking off (`chat_template_kwargs.enable_thinking=false` at the bench's server, RL's
+    # --no-thinking, the distillation prompts'): the expert and the corpus write no reasoning, so their turns are
+    # trained as `<|assistant|></think>...`, and a thinking-on generation prompt (`<|assistant|><think>`) would
+    # put every stage in a state it never saw (the first pilot's base answered "):</arg_value></tool_call>")
+    thinking: bool = False
     batch_size: int = 8
     max_len: int = 2560
     # the measurement: each stage served as deployed, benched on held-out

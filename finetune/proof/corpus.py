@@ -109,10 +109,11 @@ def deployed_prompt(bench_run: Path) -> tuple[str, list[dict[str, Any]]]:
     raise FileNotFoundError(f"{bench_run}: no recorded session with a system prompt and tools")
 
 
-def write_first_turns(bench_run: Path, out: Path) -> Path:
+def write_first_turns(bench_run: Path, out: Path, thinking: bool = True) -> Path:
     """The distillation's prompts: each recorded session's first turn as the agent sent it (system prompt, the
     issue, the tool schemas), one `{"messages", "tools"}` a line, the format `glm5 finetune distill --prompts`
-    reads. Every session counts, solved or not: a prompt does not depend on how the session went."""
+    reads (with `"chat_template_kwargs": {"enable_thinking": false}` when thinking is off, as the sessions were
+    served). Every session counts, solved or not: a prompt does not depend on how the session went."""
     rows = []
     for traj in sorted(Path(bench_run).glob("trials/*/*/trajectory.jsonl")):
         msgs: list[dict[str, Any]] = []
@@ -126,7 +127,10 @@ def write_first_turns(bench_run: Path, out: Path) -> Path:
             if len(msgs) == 2:
                 break
         if [m["role"] for m in msgs] == ["system", "user"]:
-            rows.append({"messages": msgs, "tools": tools})
+            row: dict[str, Any] = {"messages": msgs, "tools": tools}
+            if not thinking:
+                row["chat_template_kwargs"] = {"enable_thinking": False}
+            rows.append(row)
     if not rows:
         raise FileNotFoundError(f"{bench_run}: no recorded session with a system prompt and a first user turn")
     out.parent.mkdir(parents=True, exist_ok=True)

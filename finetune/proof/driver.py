@@ -122,7 +122,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             if s == "distill":
                 from finetune.proof.corpus import write_first_turns
 
-                write_first_turns(run / "expert", distill_prompts(run))
+                write_first_turns(run / "expert", distill_prompts(run), thinking=c.thinking)
             run_logged(a, f, child_env(run), cwd=run)
 
         steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)), train))

@@ -34,6 +34,9 @@ class RLConfig:
     sync: bool = False  # the synchronous baseline: roll out, then train, then push, on the same roles
     concurrency: int = 8  # sessions at once
     keep_reasoning: bool = False  # True: never re-render a turn; False: branch where the template rewrites one
+    # GLM-5 thinks by default (the generation prompt opens `<think>`); False renders `</think>` instead, as
+    # `chat_template_kwargs.enable_thinking=false` does in `glm5 serve`: for a policy trained without reasoning
+    thinking: bool = True
     partial_credit: bool = False
     seed: int = 0
 

@@ -66,7 +66,7 @@ class Orchestrator:
         sid = f"g{group}-s{index}"
         model = SessionModel(
             self.server, self.tok, sid, self.cfg.max_new_tokens, self.cfg.temperature, self.cfg.seed,
-            self.cfg.keep_reasoning, self.max_model_len,
+            self.cfg.keep_reasoning, self.max_model_len, self.cfg.thinking,
         )  # fmt: skip
         model.cancel_event = self._stop  # set when the run stops: sessions in flight end at their next call
         r = Rollout(group, index, t)

@@ -33,6 +33,7 @@ class SessionModel:
         seed: int,
         keep_reasoning: bool = False,
         max_model_len: int | None = None,
+        thinking: bool = True,
     ):
         self.server = server
         self.tok = tokenizer
@@ -41,7 +42,8 @@ class SessionModel:
         self.temperature = temperature
         self.seed = seed
         self.max_model_len = max_model_len
-        self.tito = TitoSession(tokenizer, keep_reasoning=keep_reasoning)
+        self.thinking = thinking
+        self.tito = TitoSession(tokenizer, keep_reasoning=keep_reasoning, thinking=thinking)
         self.cancel_event = threading.Event()
         self.failure: BaseException | None = None  # the server's error, kept: agent loops catch what they can
 
@@ -61,7 +63,7 @@ class SessionModel:
             self.failure = e if isinstance(e, ServerFailure) else ServerFailure(f"the rollout server failed: {e}")
             raise self.failure from e
         text = self.tok.decode(out.ids, skip_special_tokens=False)
-        msg = parse(text, tools, thinking=True).to_message()
+        msg = parse(text, tools, thinking=self.thinking).to_message()
         finish = "tool_calls" if msg.get("tool_calls") else out.finish_reason
         usage = {"prompt_tokens": len(ids), "completion_tokens": len(out.ids), "total_tokens": len(ids) + len(out.ids)}
         raw = {

@@ -52,9 +52,10 @@ class TitoSession:
     """The branches of one session. `prompt(messages, tools)` -> (branch, prompt ids) for the next call;
     `record(...)` appends what the engine sampled; `samples()` -> one TokenSample per branch."""
 
-    def __init__(self, tokenizer, keep_reasoning: bool = False):
+    def __init__(self, tokenizer, keep_reasoning: bool = False, thinking: bool = True):
         self.tok = tokenizer
         self.keep_reasoning = keep_reasoning
+        self.thinking = thinking  # the generation prompt's `<think>` (on) or `</think>` (off)
         self.branches: list[Branch] = []
         self.calls: list[ModelCall] = []
         self.eos = set(tokenizer.eos_token_ids)
@@ -81,7 +82,8 @@ class TitoSession:
         if self.branches and self._extends(self.branches[-1], messages, tools):
             b = self.branches[-1]
             n = len(b.messages)
-            segs = render_segments(messages, tools, add_generation_prompt=True, clear_thinking=clear)
+            segs = render_segments(messages, tools, add_generation_prompt=True, enable_thinking=self.thinking,
+                                   clear_thinking=clear)  # fmt: skip
             k = next(i for i, s in enumerate(segs) if s.message_index >= n)
             closing = segs[k - 1] if segs[k - 1].message_index == n - 1 and segs[k - 1].generated else None
             head: list[int] = []
@@ -95,7 +97,8 @@ class TitoSession:
             b.logprobs += [0.0] * len(new)
             b.messages = list(messages)
             return len(self.branches) - 1, list(b.ids)
-        ids = self._encode(render_segments(messages, tools, add_generation_prompt=True, clear_thinking=clear))
+        ids = self._encode(render_segments(messages, tools, add_generation_prompt=True,
+                                           enable_thinking=self.thinking, clear_thinking=clear))  # fmt: skip
         self.branches.append(Branch(ids, [0] * len(ids), [0.0] * len(ids), list(messages), tools))
         return len(self.branches) - 1, list(ids)
 

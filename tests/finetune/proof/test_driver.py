@@ -28,6 +28,7 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
+    assert by["rl"].endswith("--no-thinking")  # trained without reasoning, rolled out without it
     assert "/models/rl " in by["forget"] and "corpus/forget.jsonl" in by["forget"] and "--full" in by["forget"]
     # distillation: forget's model is the student, the stage before forget the teacher, train's first turns
     assert by["distill"].startswith("glm5 finetune distill ") and "/models/forget --teacher " in by["distill"]
@@ -170,7 +171,9 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     summary = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert summary["complete"], summary["steps"]
     assert [s["step"] for s in summary["steps"]] == ["tasks", "expert", "corpus", "init"]
-    assert "max_tokens = 256" in (run / "config" / "config.toml").read_text()  # every stage's response cap
+    toml = (run / "config" / "config.toml").read_text()
+    assert "max_tokens = 256" in toml  # every stage's response cap
+    assert "enable_thinking = false" in toml  # served as trained: `<|assistant|></think>`
     report = json.loads((run / "expert" / "report.json").read_text())
     assert report["summary"]["resolved"] == 1  # the expert solved its train task through the real agent loop
     seqs, data = load_sequences([run / "expert"], _shipped(), DataOptions(only_resolved=True))
@@ -200,5 +203,6 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     prompts = [json.loads(line) for line in (run / "corpus" / "distill.jsonl").read_text().splitlines()]
     assert len(prompts) == 1 and [m["role"] for m in prompts[0]["messages"]] == ["system", "user"]
     assert ".py::" in prompts[0]["messages"][1]["content"]  # the issue, naming its failing test
+    assert prompts[0]["chat_template_kwargs"] == {"enable_thinking": False}
     log = json.loads((run / "models" / "distill" / "distill_run.json").read_text())
     assert log["settings"]["teachers"]["default"].endswith("models/sft")

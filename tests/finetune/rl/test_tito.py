@@ -77,6 +77,31 @@ def test_a_tool_session_is_one_branch_whose_prompts_extend_the_sampled_tokens(to
     assert first == render_for_training(tok, messages[:2], TOOLS, add_generation_prompt=True).ids
 
 
+def test_thinking_off_opens_each_turn_with_the_closed_think_and_parses_content(tok):
+    """--no-thinking: the generation prompt is `<|assistant|></think>` (what `enable_thinking=false` renders and
+    what a session recorded without reasoning was trained on), and the reply is content, not reasoning."""
+    replies = ["<tool_call>bash<arg_key>command</arg_key><arg_value>ls</arg_value></tool_call><|observation|>",
+               "All good.<|user|>"]  # fmt: skip
+    server = ScriptedServer(tok, replies)
+    model = SessionModel(server, tok, "s", max_new_tokens=64, temperature=1.0, seed=0, thinking=False)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "list the files"}]
+    r1 = model.query(messages, TOOLS)
+    assert r1.tool_calls[0]["function"]["name"] == "bash" and not r1.reasoning_content
+    messages += [r1.message(), {"role": "tool", "tool_call_id": r1.tool_calls[0]["id"], "content": "a.py"}]
+    r2 = model.query(messages, TOOLS)
+    assert r2.content == "All good." and not r2.reasoning_content
+    first, second = server.prompts
+    assert tok.decode(first).endswith("<|assistant|></think>")
+    assert tok.decode(second[len(first) + len(model.tito.calls[0].output_ids) :]) == (
+        "<tool_response>a.py</tool_response><|assistant|></think>"
+    )
+    assert len(model.tito.branches) == 1
+    _check_identity(model)
+    # what SFT trains for the same conversation is the same prefix: the first prompt and the first reply
+    whole = render_for_training(tok, messages + [r2.message()], TOOLS)
+    assert whole.ids[: len(second)] == second
+
+
 def test_a_model_that_stopped_on_another_tag_gets_the_templates_tag_as_prompt(tok):
     replies = ["x</think><tool_call>bash<arg_key>command</arg_key><arg_value>ls</arg_value></tool_call><|user|>",
                "ok</think>fine<|user|>"]  # fmt: skip
