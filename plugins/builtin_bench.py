@@ -4,6 +4,8 @@
     terminal:builtin  Harbor / Terminal-Bench 2.0 task folders that need only coreutils, git and Python
     swe:repair-train, swe:repair-heldout
                       the generated one-line repair family (seed 0) the training proof learns and is measured on
+    terminal:repair-train, terminal:repair-heldout
+                      the same instances as Harbor task folders
 
 `glm5 bench swe --suite builtin` and `glm5 bench terminal --suite builtin` call the suite's
 `materialize(dest)` and run what it returns. Nothing here imports `agent`.
@@ -14,8 +16,11 @@ from __future__ import annotations
 
 def register_benchmarks(register, context) -> None:
     from plugins.bench_suites.repair_suite import RepairSuite
+    from plugins.bench_suites.repair_terminal import RepairTerminalSuite
     from plugins.bench_suites.swe_suite import SWESuite
     from plugins.bench_suites.terminal_suite import TerminalSuite
 
-    for suite in (SWESuite(), TerminalSuite(), RepairSuite("train"), RepairSuite("heldout")):
+    suites = (SWESuite(), TerminalSuite(), RepairSuite("train"), RepairSuite("heldout"),
+              RepairTerminalSuite("train"), RepairTerminalSuite("heldout"))  # fmt: skip
+    for suite in suites:
         register(suite.key, suite)

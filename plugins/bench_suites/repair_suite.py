@@ -23,14 +23,24 @@ DATE = "2026-01-05T12:00:00+00:00"
 TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -rA -p no:cacheprovider tests"
 
 
+def build_repo(inst: Instance, repo: Path) -> str:
+    """inst's repository at repo, its only commit the buggy state; the commit's SHA (the same in both formats)."""
+    gitrepo.init(repo)
+    gitrepo.write_files(repo, inst.files(fixed=False))
+    return gitrepo.commit(repo, f"{inst.package}: helpers and their tests", DATE)
+
+
+def graded_files(inst: Instance) -> dict[str, str]:
+    """The buggy files with the hidden `test_<f>_more` case appended: the state the tests are graded in."""
+    before = inst.files(fixed=False)
+    path, hidden = inst.hidden_test
+    return {**before, path: before[path] + hidden}
+
+
 def instance_row(inst: Instance, repo: Path, final: Path) -> dict:
     """Build inst's repository at repo (it will live at final); its SWE-bench row."""
-    before, fixed = inst.files(fixed=False), inst.files(fixed=True)
-    path, hidden = inst.hidden_test
-    tested = {**before, path: before[path] + hidden}
-    gitrepo.init(repo)
-    gitrepo.write_files(repo, before)
-    base = gitrepo.commit(repo, f"{inst.package}: helpers and their tests", DATE)
+    before, fixed, tested = inst.files(fixed=False), inst.files(fixed=True), graded_files(inst)
+    base = build_repo(inst, repo)
     return {
         "repo": str(final),
         "instance_id": inst.instance_id,

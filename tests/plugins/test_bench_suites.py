@@ -59,6 +59,7 @@ def terminal(tmp_path_factory) -> tuple[Path, dict[str, Path]]:
 def test_both_suites_are_registered_as_plugins():
     suites = PluginManager(entry_points=False).benchmarks(PluginContext())
     assert suites["swe:builtin"].kind == "swe" and suites["terminal:builtin"].kind == "terminal"
+    assert suites["swe:repair-heldout"].kind == "swe" and suites["terminal:repair-heldout"].kind == "terminal"
     for suite in suites.values():
         assert suite.name in ("builtin", "repair-train", "repair-heldout") and suite.description and suite.deterministic is True
         assert callable(suite.materialize)
