@@ -2,9 +2,12 @@
 learning curve on a task family `tiny` can learn.
 
     .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--rounds 2] [--engine thread|process|both]
-                                            [--curve-steps 20] [--out bench_rl.json]
+                                            [--workload uniform|long-tail|both] [--curve-steps 20]
+                                            [--out bench_rl.json]
 
-1. Throughput: the scripted digit family with 3 turns per session (tool feedback between them) and a grader that
+1. Throughput: the scripted digit family with up to 3 turns per session (tool feedback between them; `--workload
+   long-tail`: each session runs a fixed 1, 2, 4 or 12 turns, 50/25/15/10%, the spread of agentic sessions'
+   lengths that asynchronous RL exists to absorb) and a grader that
    runs in a real subprocess per session (a test suite's latency), `--steps` optimizer steps of 2 groups x 8
    sessions, 16 sessions at once, with `--sync` and asynchronous (tau = 2): same seeds, tasks, flags and code,
    `sync` the only difference, interleaved for `--rounds` rounds (sync, async, sync, async, ...). An untimed
@@ -43,7 +46,7 @@ from finetune.rl.config import RLConfig  # noqa: E402
 from finetune.rl.engine_process import ServeChild  # noqa: E402
 from finetune.rl.evaluate import HeldOut  # noqa: E402
 from finetune.rl.run import run_rl, summary  # noqa: E402
-from finetune.rl.scripted import ScriptedFamily, ScriptedTask, digit_tasks  # noqa: E402
+from finetune.rl.scripted import ScriptedFamily, ScriptedTask, digit_tasks, long_tail_lengths  # noqa: E402
 from finetune.sft import LoraSettings, add_lora  # noqa: E402
 from model import GLM5ForCausalLM  # noqa: E402
 from model.config import preset  # noqa: E402
@@ -96,22 +99,25 @@ def peaky_checkpoint(d: Path) -> Path:
     return d
 
 
-def throughput(tok, steps: int, sync: bool, engine: str = "thread", ckpt: Path | None = None) -> dict:
-    cfg = RLConfig(steps=steps, groups_per_step=2, group_size=8, max_new_tokens=16, max_turns=3, lr=5e-3,
-                   sync=sync, max_staleness=2, concurrency=16)  # fmt: skip
-    fam = CountingFamily(turns=3, grade_cmd=GRADER)
+def throughput(tok, steps: int, sync: bool, engine: str = "thread", ckpt: Path | None = None,
+               workload: str = "uniform") -> dict:  # fmt: skip
+    tail = workload == "long-tail"
+    cfg = RLConfig(steps=steps, groups_per_step=2, group_size=8, max_new_tokens=16, max_turns=12 if tail else 3,
+                   lr=5e-3, sync=sync, max_staleness=2, concurrency=16)  # fmt: skip
+    fam = CountingFamily(turns=3, grade_cmd=GRADER, lengths=long_tail_lengths if tail else None)
+    max_len = 1024 if tail else 512
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         server, start_s, child_cpu0 = None, 0.0, 0.0
         if engine == "process":
             # The child's start (model load, warm-up; a run pays it once) is reported apart, not timed: the
             # comparison is of the run's steady state. Its CPU from here on counts.
             t = time.monotonic()
-            child = stack.enter_context(ServeChild(ckpt, Path(d) / "engine.log", 512, cfg.concurrency, threads=0))
+            child = stack.enter_context(ServeChild(ckpt, Path(d) / "engine.log", max_len, cfg.concurrency, threads=0))
             child.split_threads()
             server, start_s, child_cpu0 = child.server, time.monotonic() - t, child_cpu_s(child.pid)
         load0, cpu0, kids0 = load(), cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
-        hist = run_rl(peaky_model(), tok, fam, digit_tasks(8), cfg, Path(d), server=server, max_model_len=512)
+        hist = run_rl(peaky_model(), tok, fam, digit_tasks(8), cfg, Path(d), server=server, max_model_len=max_len)
         wall = time.monotonic() - t0
         engine_cpu = child_cpu_s(child.pid) - child_cpu0 if server is not None else 0.0
         load1 = load()
@@ -120,7 +126,7 @@ def throughput(tok, steps: int, sync: bool, engine: str = "thread", ckpt: Path |
     kids = cpu_s(resource.RUSAGE_CHILDREN) - kids0 - child_cpu0
     sessions = sum(h["sessions"] for h in hist)
     return {
-        "mode": ("sync" if sync else "async (tau 2)") + f", {engine} engine",
+        "mode": ("sync" if sync else "async (tau 2)") + f", {engine} engine, {workload} sessions",
         "engine_start_s": round(start_s, 2),
         "engine_cpu_s": round(engine_cpu, 2),
         "wall_s": round(wall, 2),
@@ -171,6 +177,13 @@ def main() -> None:
         help="thread: the in-process engine; process: a glm5 serve child per run (half the cores each); both: "
         "each round runs sync and async on the thread engine, then on the process engine",
     )
+    ap.add_argument(
+        "--workload",
+        choices=("uniform", "long-tail", "both"),
+        default="both",
+        help="uniform: every session up to 3 turns, ending at its first digit; long-tail: each session runs a fixed "
+        "1, 2, 4 or 12 turns (50/25/15/10%%), as agentic sessions' lengths spread; both: each round runs both",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("bench_rl.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -178,25 +191,29 @@ def main() -> None:
     ckpt_dir = tempfile.TemporaryDirectory()
     engines = ("thread", "process") if args.engine == "both" else (args.engine,)
     ckpt = peaky_checkpoint(Path(ckpt_dir.name)) if "process" in engines else None
+    workloads = ("uniform", "long-tail") if args.workload == "both" else (args.workload,)
     for engine in engines:  # untimed: first-use costs (kernel probes, allocator) fall on no side
         throughput(tok, 1, sync=False, engine=engine, ckpt=ckpt)
+    tails = [(e, w, "".join(f"_{x}" for x, n in ((e, len(engines)), (w, len(workloads))) if n > 1))
+             for w in workloads for e in engines]  # fmt: skip
     rounds = []
     for _ in range(args.rounds):
         pair = {}
-        for engine in engines:
+        for engine, workload, tail in tails:
             for sync in (True, False):
                 torch.set_num_threads(args.threads)  # a process-engine run split them; each run starts the same
-                key = ("sync" if sync else "async") + ("" if len(engines) == 1 else f"_{engine}")
-                pair[key] = throughput(tok, args.steps, sync=sync, engine=engine, ckpt=ckpt)
+                key = ("sync" if sync else "async") + tail
+                pair[key] = throughput(tok, args.steps, sync=sync, engine=engine, ckpt=ckpt, workload=workload)
                 print(json.dumps(pair[key]), flush=True)
-        for engine in engines:
-            tail = "" if len(engines) == 1 else f"_{engine}"
+        for _e, _w, tail in tails:
             for key in ("rollouts_per_s", "rollouts_per_cpu_s"):
                 pair[f"async_over_sync_{key}{tail}"] = round(pair[f"async{tail}"][key] / pair[f"sync{tail}"][key], 3)
         if len(engines) == 2:
-            for mode in ("sync", "async"):
-                ratio = pair[f"{mode}_process"]["rollouts_per_s"] / pair[f"{mode}_thread"]["rollouts_per_s"]
-                pair[f"process_over_thread_rollouts_per_s_{mode}"] = round(ratio, 3)
+            for workload in workloads:
+                w = "" if len(workloads) == 1 else f"_{workload}"
+                for mode in ("sync", "async"):
+                    ratio = pair[f"{mode}_process{w}"]["rollouts_per_s"] / pair[f"{mode}_thread{w}"]["rollouts_per_s"]
+                    pair[f"process_over_thread_rollouts_per_s_{mode}{w}"] = round(ratio, 3)
         rounds.append(pair)
     curve = None if args.no_curve else learning_curve(tok, args.curve_steps, args.every)
     if curve is not None:
@@ -205,15 +222,15 @@ def main() -> None:
         "benchmark": "bench_rl",
         "command": "python benchmarks/bench_rl.py " + " ".join(sys.argv[1:]),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch_threads": args.threads, "engine": args.engine,
+                    "torch_threads": args.threads, "engine": args.engine, "workload": args.workload,
                     "note": "CPU shared with other jobs"},  # fmt: skip
         "throughput": rounds,
         "learning": curve,
     }  # fmt: skip
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     ratios = "; ".join(
-        ", ".join(f"{e}: {r[f'async_over_sync_rollouts_per_s{t}']}x ({r[f'async_over_sync_rollouts_per_cpu_s{t}']}x "
-                  "per CPU s)" for e, t in ((e, "" if len(engines) == 1 else f"_{e}") for e in engines))
+        ", ".join(f"{e} {w}: {r[f'async_over_sync_rollouts_per_s{t}']}x "
+                  f"({r[f'async_over_sync_rollouts_per_cpu_s{t}']}x per CPU s)" for e, w, t in tails)
         for r in rounds
     )  # fmt: skip
     msg = f"async / sync rollouts per second by round: {ratios}"

@@ -116,3 +116,30 @@ def test_the_gate_holds_groups_back_and_done_samples_are_skipped(tok, tmp_path):
         time.sleep(0.05)
     orch.close()
     assert sorted({r.group for r in got}) == [0, 2]  # group 1 was done already (consumed): the next is 2
+
+
+def test_a_fixed_length_session_runs_its_turns_whatever_it_answers():
+    """bench_rl's long-tail workload: `lengths` fixes a session's turns (a match does not end it early), and the
+    long tail is fixed by (task, sample) with the spread its docstring states."""
+    from finetune.rl.scripted import ScriptedFamily, ScriptedTask, long_tail_lengths
+
+    class Says7:
+        calls = 0
+
+        def query(self, messages, tools=None):
+            from agent.client import ModelResponse
+
+            Says7.calls += 1
+            return ModelResponse(content="7", reasoning_content=None, tool_calls=[], finish_reason="stop",
+                                 usage={}, raw={}, latency_s=0.0)  # fmt: skip
+
+    task = ScriptedTask("t", "pick a digit")
+    s = ScriptedFamily(turns=3, lengths=lambda name, sample: 5).reset(task, None, 0)
+    s.run(Says7())
+    assert Says7.calls == 5 and s.grade().reward == 1.0
+    Says7.calls = 0
+    ScriptedFamily(turns=3).reset(task, None, 0).run(Says7())
+    assert Says7.calls == 1  # without lengths a match ends the session
+    drawn = [long_tail_lengths(f"digit-{i % 8}", i) for i in range(4000)]
+    assert set(drawn) == {1, 2, 4, 12} and drawn == [long_tail_lengths(f"digit-{i % 8}", i) for i in range(4000)]
+    assert 2.5 < sum(drawn) / len(drawn) < 3.1 and 0.08 < drawn.count(12) / len(drawn) < 0.12
