@@ -97,8 +97,11 @@ def indexer_parameters(model) -> list[tuple[str, torch.Tensor]]:
 
 @contextmanager
 def dense_attention(model):
-    """Every indexer's budget past any sequence length, so `select` returns None and attention is dense."""
-    indexers = [layer.self_attn.indexer for layer in indexer_layers(model).values()]
+    """Every indexer's budget (the MTP layer's too) past any sequence length, so `select` returns None and
+    attention is dense."""
+    from model.indexer import Indexer
+
+    indexers = [m for m in model.modules() if isinstance(m, Indexer)]
     saved = [ix.topk for ix in indexers]
     for ix in indexers:
         ix.topk = 1 << 62

@@ -460,6 +460,12 @@ def sft(
     save_every: int = typer.Option(
         50, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
     ),
+    dense_attention: bool = typer.Option(
+        False,
+        help="Train with every key visible (the DSA indexers' top-k off; the checkpoint keeps its index_topk): "
+        "a model trained from scratch learns attention before an untrained indexer hides keys from it, then "
+        "`glm5 finetune dsa-warmup` trains the indexers, as GLM-5 went from dense training to DSA.",
+    ),
     merge: bool = _MERGE,
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
@@ -493,6 +499,8 @@ def sft(
     settings = {"model": str(model.resolve()), "data": [str(p.resolve()) for p in data], "steps": steps}
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
     settings |= {"data_options": opts.__dict__, "pack": pack, "micro_batch": micro_batch}
+    if dense_attention:
+        settings |= {"dense_attention": True}
     if full:
         settings |= {"full": True, "train_mtp": train_mtp, "router_bias_rate": router_bias_rate}
     elif train_mtp or router_bias_rate:
@@ -543,7 +551,11 @@ def sft(
     cfg = replace(cfg, micro_batch=micro_batch, pack=pack, pack_len=max_len)
     extra = {"named": named, "router_bias_rate": router_bias_rate, "dist": dist}
     title = "fine-tuning (full)" if full else "fine-tuning (LoRA)"
-    with _TrainProgress(title, steps, state, quiet=not main) as bar:
+    from contextlib import nullcontext
+
+    from finetune.dsa_warmup import dense_attention as all_keys
+
+    with _TrainProgress(title, steps, state, quiet=not main) as bar, all_keys(net) if dense_attention else nullcontext():
         hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar, named, dist), **extra)
     if dist is not None:
         _write_sharded(model, net, run.work, full, merge, dist, fingerprint)

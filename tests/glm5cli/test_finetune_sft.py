@@ -274,3 +274,31 @@ def test_sft_resumes_exactly_after_kill_9(tiny_checkpoint, tmp_path):  # noqa: F
     a = load_file(whole / "adapter" / "adapter_model.safetensors")
     b = load_file(out / "adapter" / "adapter_model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_dense_attention_trains_with_every_key_visible_and_keeps_the_checkpoints_top_k(ckpt, tmp_path):
+    """--dense-attention: the first step's loss is the dense forward's (not the sparse one's: tiny's top-16 drops
+    keys of these ~40-token sessions), every indexer (the MTP layer's too) is back to its top-k afterwards, and
+    the checkpoint keeps index_topk."""
+    import json as _json
+
+    from finetune.dsa_warmup import dense_attention
+    from model.indexer import Indexer
+
+    sessions = _sessions(tmp_path / "sessions")
+    first = {}
+    for dense in (False, True):
+        out = tmp_path / f"o{dense}"
+        args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(sessions), "--full",
+                "--train-mtp", "--steps", "1", "--batch-size", "3", "--json"]  # fmt: skip
+        r = runner.invoke(app, args + (["--dense-attention"] if dense else []))
+        assert r.exit_code == 0, r.output
+        first[dense] = _json.loads(r.stdout[r.stdout.index("{") :])["loss_first"]
+        assert _json.loads((out / "config.json").read_text())["index_topk"] == 16
+    assert first[True] != first[False]
+    model = GLM5ForCausalLM.from_pretrained(ckpt)
+    indexers = [m for m in model.modules() if isinstance(m, Indexer)]
+    assert len(indexers) > model.config.num_hidden_layers - 1  # the MTP layer's indexer is among them
+    with dense_attention(model):
+        assert all(ix.topk > 1 << 40 for ix in indexers)
+    assert {ix.topk for ix in indexers} == {16}
