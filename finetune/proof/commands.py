@@ -63,11 +63,24 @@ def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig
                 "--save-every", max(1, steps // 4))  # fmt: skip
 
 
+def base_dense_cmd(run: Path, c: ProofConfig) -> list[str]:
+    """The base model's pretraining from scratch, every key visible, on the corpus and the copy drills packed."""
+    return glm5("finetune", "sft", model_dir(run, "init"), "--out", model_dir(run, "base-dense"), "--data",
+                run / "corpus" / "chat.jsonl", "--data", run / "corpus" / "drill.jsonl", "--full", "--train-mtp",
+                "--dense-attention", "--pack", "--steps", c.base_steps, "--lr", c.base_lr, "--batch-size",
+                c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",
+                "--save-every", max(1, c.base_steps // 4))  # fmt: skip
+
+
 def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
     """The command that trains `stage` from the previous stage's checkpoint."""
     src, out = model_dir(run, previous(stage, c.stages)), model_dir(run, stage)
-    if stage == "base":
-        return _sft(src, out, run / "corpus" / "chat.jsonl", c.base_steps, c.base_lr, c, only_resolved=False)
+    if stage == "base":  # DSA for the dense base: the indexers learn its attention, then a sparse stage
+        return glm5("finetune", "dsa-warmup", model_dir(run, "base-dense"), "--out", out, "--data",
+                    run / "corpus" / "chat.jsonl", "--warmup-steps", c.dsa_warmup_steps, "--lr", c.dsa_warmup_lr,
+                    "--sparse-steps", c.dsa_sparse_steps, "--sparse-lr", c.dsa_sparse_lr, "--batch-size",
+                    c.batch_size, "--max-len", c.max_len, "--seed", c.seed,
+                    "--save-every", max(1, (c.dsa_warmup_steps + c.dsa_sparse_steps) // 4))  # fmt: skip
     if stage == "sft":
         return _sft(src, out, run / "expert", c.sft_steps, c.sft_lr, c, only_resolved=True)
     if stage == "forget":

@@ -35,10 +35,21 @@ class ProofConfig:
     n_heldout: int = 50  # held-out tasks: the measurement, never trained on
     preset: str = "tiny"  # `glm5 model init --preset`, changed by `model` (--set KEY=VALUE)
     model: tuple[str, ...] = PROOF_MODEL
-    # the base model: trained from scratch on the synthetic corpus
+    # the base model: trained from scratch on the synthetic corpus, as GLM-5 was: dense attention first
+    # (`finetune sft --dense-attention`, packed rows of base_pack_len), then `finetune dsa-warmup` (the indexers
+    # learn each layer's attention, then a sparse stage) gives it DSA. With an untrained indexer from the start,
+    # a query past index_topk lost ~1 in 4 of the 30 keys before it in layer 0 and the model never learned to
+    # copy a path from the issue (pilots: 0 of 8 copies after 400 steps; benchmarks/RESULTS.md).
     corpus_size: int = 4000
+    # short exchanges without the agent prompt that ask for a name or path back ("Echo `X`."): copying, dense
+    drill_size: int = 30000
     base_steps: int = 400
-    base_lr: float = 1e-3
+    base_lr: float = 2e-3
+    base_pack_len: int = 1024
+    dsa_warmup_steps: int = 60
+    dsa_warmup_lr: float = 1e-3
+    dsa_sparse_steps: int = 40
+    dsa_sparse_lr: float = 3e-4
     # SFT on the expert's resolved train trajectories (full fine-tuning, MTP trained along)
     sft_steps: int = 200
     sft_lr: float = 3e-4
@@ -84,7 +95,8 @@ class ProofConfig:
     @classmethod
     def smoke(cls, **over: Any) -> ProofConfig:
         """The smallest run that goes through every step: minutes on a busy 2-core machine."""
-        small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, base_steps=1, sft_steps=1,
+        small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, drill_size=8, base_steps=1,
+                     dsa_warmup_steps=1, dsa_sparse_steps=1, sft_steps=1,
                      rl_steps=1, rl_sync_baseline=False, forget_size=4, forget_steps=1, rl_group_size=2,
                      rl_groups_per_step=1, distill_steps=1, distill_prompts_per_step=1, batch_size=2, max_len=2560,
                      k=1, concurrency=1, max_turns=2)  # fmt: skip

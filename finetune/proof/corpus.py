@@ -138,3 +138,33 @@ def write_first_turns(bench_run: Path, out: Path, thinking: bool = True) -> Path
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(out)
     return out
+
+
+def write_drills(out: Path, n: int, seed: int) -> Path:
+    """n copy drills (OpenAI chat JSONL): "Echo `X`." answered with X, where X is a path, a test id or a function
+    name drawn like the sessions' (train-split names only). No system prompt and no tools: ~25 tokens each, so
+    packed rows hold dozens and a small model sees thousands of copies per step. A session's first act is a
+    copy (the path the user names into `read`), and the repair family's is too (the file, the failing test)."""
+    rng = random.Random(f"glm5-proof-drills:{seed}")
+    names = name_pool("train")
+
+    def item() -> str:
+        k = rng.random()
+        if k < 0.4:
+            return f"{rng.choice(PACKAGES)}/{rng.choice(MODULES)}.py"
+        if k < 0.6:
+            return f"tests/test_{rng.choice(MODULES)}.py"
+        if k < 0.8:
+            return rng.choice(names)
+        return f"tests/test_{rng.choice(MODULES)}.py::test_{rng.choice(names)}"
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            x = item()
+            ask = rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(x)
+            f.write(json.dumps({"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": x}]})
+                    + "\n")  # fmt: skip
+    tmp.replace(out)
+    return out

@@ -5,7 +5,9 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
     expert     the expert's sessions on train, recorded by `glm5 bench swe`     (expert endpoint in-process)
     corpus     the base model's synthetic conversations                         (in-process)
     init       `glm5 model init`
-    base       `glm5 finetune sft --full` on the corpus: the base model, from scratch
+    base-dense `glm5 finetune sft --full --dense-attention --pack` on the corpus and the copy drills: the base
+               model's pretraining from scratch, every key visible
+    base       `glm5 finetune dsa-warmup` of base-dense: its indexers learn its attention, then a sparse stage
     sft        `glm5 finetune sft --full` on the expert's resolved trajectories
     rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged
     forget     `glm5 finetune sft --full` on another task kind (renames only): what it makes the model lose
@@ -31,6 +33,7 @@ from typing import Any
 
 from finetune.proof.commands import (
     agent_config,
+    base_dense_cmd,
     compare_cmd,
     distill_prompts,
     expert_cmd,
@@ -94,14 +97,15 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
                       lambda: _bench_complete(run / "expert"), expert))  # fmt: skip
 
     def corpus() -> None:
-        from finetune.proof.corpus import deployed_prompt, write_corpus
+        from finetune.proof.corpus import deployed_prompt, write_corpus, write_drills
 
         system, tools = deployed_prompt(run / "expert")
         write_corpus(run / "corpus" / "forget.jsonl", c.forget_size, c.seed, system, tools, kinds=("rename",))
+        write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed)
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
     steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
-                      f"(+ {c.forget_size} renames for the forgetting stage)",
+                      f"(+ {c.drill_size} copy drills, {c.forget_size} renames for the forgetting stage)",
                       lambda: (run / "corpus" / "chat.jsonl").is_file(), corpus))  # fmt: skip
 
     def init() -> None:
@@ -117,6 +121,11 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
     for stage in c.stages:
         argv = stage_cmd(run, stage, c)
         log_file = run / "logs" / f"{stage}.log"
+        if stage == "base":
+            dense = base_dense_cmd(run, c)
+            steps.append(Step("base-dense", shown(dense), lambda: _checkpoint(model_dir(run, "base-dense")),
+                              lambda a=dense: run_logged(a, run / "logs" / "base-dense.log", child_env(run),
+                                                         cwd=run)))  # fmt: skip
 
         def train(a: list[str] = argv, f: Path = log_file, s: str = stage) -> None:
             if s == "distill":

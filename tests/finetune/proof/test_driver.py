@@ -19,12 +19,16 @@ from finetune.proof.table import markdown, stage_row, write_table
 def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(), plan=True)["plan"]
     names = [p["step"] for p in plan]
-    assert names == ["tasks", "expert", "corpus", "init", "base", "measure-base", "sft", "measure-sft",
+    assert names == ["tasks", "expert", "corpus", "init", "base-dense", "base", "measure-base", "sft", "measure-sft",
                      "compare-sft", "rl", "measure-rl", "compare-rl", "forget", "measure-forget",
                      "compare-forget", "distill", "measure-distill", "compare-distill"]  # fmt: skip
     by = {p["step"]: p["command"] for p in plan}
     assert not any(p["done"] for p in plan) and not (tmp_path / "run").exists()  # a plan writes nothing
     assert by["init"].startswith("glm5 model init --preset tiny")
+    # the base: dense pretraining on the corpus and the copy drills, then DSA by the indexers' warm-up
+    assert "/models/init " in by["base-dense"] and "--dense-attention" in by["base-dense"]
+    assert "corpus/drill.jsonl" in by["base-dense"] and "--pack" in by["base-dense"]
+    assert by["base"].startswith("glm5 finetune dsa-warmup ") and "/models/base-dense " in by["base"]
     assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
@@ -182,6 +186,8 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert len(seqs) == 8 and all(s.targets > 0 for s in seqs)
     renames = [json.loads(line) for line in (run / "corpus" / "forget.jsonl").read_text().splitlines()]
     assert len(renames) == 4 and all("rename" in r["messages"][1]["content"] for r in renames)
+    drills = [json.loads(line)["messages"] for line in (run / "corpus" / "drill.jsonl").read_text().splitlines()]
+    assert len(drills) == 8 and all(d[1]["content"] in d[0]["content"] for d in drills)  # asked back verbatim
     again = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert {s["status"] for s in again["steps"]} == {"done before"}
     # the sessions were recorded with the compact profile: the corpus copies its prompt, four tools
