@@ -87,7 +87,7 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
         return _sft(src, out, run / "corpus" / "forget.jsonl", c.forget_steps, c.forget_lr, c, only_resolved=False)
     if stage == "rl":
         return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
-                    "--merge", "--steps", c.rl_steps, "--max-new-tokens", c.max_response_tokens,
+                    "--merge", "--steps", c.rl_steps, "--lr", c.rl_lr, "--max-new-tokens", c.max_response_tokens,
                     "--group-size", c.rl_group_size, "--groups-per-step", c.rl_groups_per_step,
                     "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
                     "--concurrency", c.concurrency * 2, "--seed", c.seed,

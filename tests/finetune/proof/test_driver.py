@@ -47,7 +47,7 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
                                                                            plan["plan"]}["distill"]  # fmt: skip
     # the full proof's model: tiny grown, with a DSA top-k below the session length
     full = {p["step"]: p["command"] for p in run_proof(tmp_path / "full", ProofConfig(), plan=True)["plan"]}
-    assert "--set index_topk=512" in full["init"] and "--set hidden_size=256" in full["init"]
+    assert "--set index_topk=512" in full["init"] and "--set hidden_size=128" in full["init"]
     assert "-k 4" in full["measure-base"]
     assert (
         full["rl-sync"].endswith("--sync")
