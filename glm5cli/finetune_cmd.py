@@ -555,7 +555,10 @@ def sft(
 
     from finetune.dsa_warmup import dense_attention as all_keys
 
-    with _TrainProgress(title, steps, state, quiet=not main) as bar, all_keys(net) if dense_attention else nullcontext():
+    with (
+        _TrainProgress(title, steps, state, quiet=not main) as bar,
+        all_keys(net) if dense_attention else nullcontext(),
+    ):
         hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar, named, dist), **extra)
     if dist is not None:
         _write_sharded(model, net, run.work, full, merge, dist, fingerprint)

@@ -70,7 +70,7 @@ def test_batched_sampling_is_each_prompt_sampled_alone():
     cut = [c[: c.index(stop) + 1] if stop in c else c for c in alone]
     assert len(cut[0]) == 2 and sample_batch(net, prompts, 4, 0.0, None, stop=(stop,)) == cut
     # the KV-cached decode picks what recomputing the whole prefix each token picks
-    for p, got in zip(prompts, alone):
+    for p, got in zip(prompts, alone, strict=True):
         ids = list(p)
         for _ in range(4):
             ids.append(int(net(torch.tensor([ids]))[0, -1].argmax()))

@@ -259,12 +259,12 @@ def test_ragged_decode_batch_with_per_sequence_indices():
 def test_training_takes_the_expanded_path_and_prefill_too():
     """Under autograd the absorbed path's gather has a scatter-add backward (a 2,076-token training step was 3.2x
     slower); without grad a long prefill is expanded and a decode step absorbed."""
+    import dataclasses
+
     import torch
 
     from model.attention import MLA
     from model.config import preset
-
-    import dataclasses
 
     mla = MLA(dataclasses.replace(preset("tiny"), index_topk=512))
     with torch.no_grad():
