@@ -2,14 +2,16 @@
 learning curve on a task family `tiny` can learn.
 
     .venv/bin/python benchmarks/bench_rl.py [--steps 6] [--rounds 2] [--engine thread|process|both]
-                                            [--workload uniform|long-tail|both] [--curve-steps 20]
+                                            [--workload uniform|long-tail|agentic|all] [--curve-steps 20]
                                             [--out bench_rl.json]
 
 1. Throughput: the scripted digit family with up to 3 turns per session (tool feedback between them; `--workload
    long-tail`: each session runs a fixed 1, 2, 4 or 12 turns, 50/25/15/10%, the spread of agentic sessions'
-   lengths that asynchronous RL exists to absorb) and a grader that
-   runs in a real subprocess per session (a test suite's latency), `--steps` optimizer steps of 2 groups x 8
-   sessions, 16 sessions at once, with `--sync` and asynchronous (tau = 2): same seeds, tasks, flags and code,
+   lengths that asynchronous RL exists to absorb; `agentic`: long-tail, and each tool result takes 0.3 s, a
+   sandboxed test run on another machine) and a grader that runs in a real subprocess per session (a test suite's
+   latency), `--steps` optimizer steps of 2 groups x 8 sessions, up to `--concurrency` sessions at once (16, one
+   step's: a synchronous run never has more in flight), with `--sync` and asynchronous (tau = 2): same seeds,
+   tasks, flags and code,
    `sync` the only difference, interleaved for `--rounds` rounds (sync, async, sync, async, ...). An untimed
    one-step run goes first, so first-use costs fall on neither side. Reported per run: wall time, sessions
    trained and sessions run (started), rollouts per second, the trainer's idle time (waiting for groups), the
@@ -57,6 +59,11 @@ HELD_OUT = [ScriptedTask(f"held-{i}", p) for i, p in enumerate(["say a year", "h
             "what is ten minus two", "give a page number"])]  # fmt: skip
 
 
+# the agentic workload's wait per tool result: a sandboxed test run elsewhere (the repair family's pytest in a
+# sandbox takes ~0.3-1 s); the session waits, the engine and the trainer do not
+TOOL_S = 0.3
+
+
 def peaky_model():
     model = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
     with torch.no_grad():
@@ -100,11 +107,12 @@ def peaky_checkpoint(d: Path) -> Path:
 
 
 def throughput(tok, steps: int, sync: bool, engine: str = "thread", ckpt: Path | None = None,
-               workload: str = "uniform") -> dict:  # fmt: skip
-    tail = workload == "long-tail"
+               workload: str = "uniform", concurrency: int = 16) -> dict:  # fmt: skip
+    tail = workload in ("long-tail", "agentic")
     cfg = RLConfig(steps=steps, groups_per_step=2, group_size=8, max_new_tokens=16, max_turns=12 if tail else 3,
-                   lr=5e-3, sync=sync, max_staleness=2, concurrency=16)  # fmt: skip
-    fam = CountingFamily(turns=3, grade_cmd=GRADER, lengths=long_tail_lengths if tail else None)
+                   lr=5e-3, sync=sync, max_staleness=2, concurrency=concurrency)  # fmt: skip
+    fam = CountingFamily(turns=3, grade_cmd=GRADER, lengths=long_tail_lengths if tail else None,
+                         tool_s=TOOL_S if workload == "agentic" else 0.0)  # fmt: skip
     max_len = 1024 if tail else 512
     with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
         server, start_s, child_cpu0 = None, 0.0, 0.0
@@ -127,6 +135,7 @@ def throughput(tok, steps: int, sync: bool, engine: str = "thread", ckpt: Path |
     sessions = sum(h["sessions"] for h in hist)
     return {
         "mode": ("sync" if sync else "async (tau 2)") + f", {engine} engine, {workload} sessions",
+        "concurrency": concurrency,
         "engine_start_s": round(start_s, 2),
         "engine_cpu_s": round(engine_cpu, 2),
         "wall_s": round(wall, 2),
@@ -179,10 +188,18 @@ def main() -> None:
     )
     ap.add_argument(
         "--workload",
-        choices=("uniform", "long-tail", "both"),
-        default="both",
+        choices=("uniform", "long-tail", "agentic", "all"),
+        default="all",
         help="uniform: every session up to 3 turns, ending at its first digit; long-tail: each session runs a fixed "
-        "1, 2, 4 or 12 turns (50/25/15/10%%), as agentic sessions' lengths spread; both: each round runs both",
+        "1, 2, 4 or 12 turns (50/25/15/10%%), as agentic sessions' lengths spread; agentic: long-tail, and each "
+        f"tool result takes {TOOL_S} s (a sandboxed test run elsewhere); all: each round runs the three",
+    )
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="sessions in flight at most, the same flag for both runs (a step is 16 sessions): a synchronous run "
+        "never has more than one step's in flight, an asynchronous one up to this many, staleness allowing",
     )
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("bench_rl.json"))
     args = ap.parse_args()
@@ -191,9 +208,9 @@ def main() -> None:
     ckpt_dir = tempfile.TemporaryDirectory()
     engines = ("thread", "process") if args.engine == "both" else (args.engine,)
     ckpt = peaky_checkpoint(Path(ckpt_dir.name)) if "process" in engines else None
-    workloads = ("uniform", "long-tail") if args.workload == "both" else (args.workload,)
+    workloads = ("uniform", "long-tail", "agentic") if args.workload == "all" else (args.workload,)
     for engine in engines:  # untimed: first-use costs (kernel probes, allocator) fall on no side
-        throughput(tok, 1, sync=False, engine=engine, ckpt=ckpt)
+        throughput(tok, 1, sync=False, engine=engine, ckpt=ckpt, concurrency=args.concurrency)
     tails = [(e, w, "".join(f"_{x}" for x, n in ((e, len(engines)), (w, len(workloads))) if n > 1))
              for w in workloads for e in engines]  # fmt: skip
     rounds = []
@@ -203,7 +220,8 @@ def main() -> None:
             for sync in (True, False):
                 torch.set_num_threads(args.threads)  # a process-engine run split them; each run starts the same
                 key = ("sync" if sync else "async") + tail
-                pair[key] = throughput(tok, args.steps, sync=sync, engine=engine, ckpt=ckpt, workload=workload)
+                pair[key] = throughput(tok, args.steps, sync=sync, engine=engine, ckpt=ckpt, workload=workload,
+                                       concurrency=args.concurrency)  # fmt: skip
                 print(json.dumps(pair[key]), flush=True)
         for _e, _w, tail in tails:
             for key in ("rollouts_per_s", "rollouts_per_cpu_s"):
@@ -223,6 +241,7 @@ def main() -> None:
         "command": "python benchmarks/bench_rl.py " + " ".join(sys.argv[1:]),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "torch_threads": args.threads, "engine": args.engine, "workload": args.workload,
+                    "concurrency": args.concurrency,
                     "note": "CPU shared with other jobs"},  # fmt: skip
         "throughput": rounds,
         "learning": curve,

@@ -5,7 +5,7 @@
 By default everything trains except:
 - the MTP layer (`model.layers.{num_hidden_layers}.*`): it drafts for whatever the main model becomes, and
   `glm5 finetune align-mtp` re-aligns it to the fine-tuned model afterwards (train_mtp=True trains it with the
-  rest, on the LM loss alone: SFT has no MTP term);
+  rest; it gets gradient only from an MTP term, which SFT adds with SFTConfig.mtp_steps, `--train-mtp`);
 - the DSA indexer (`*.indexer.*`): its top-k selection is indices, through which the LM loss sends no gradient
   (the model runs it without autograd), so training it by this loss would only decay it; GLM-5 trains it by its
   own KL to dense attention (DeepSeek-V3.2's warm-up), not by SFT.

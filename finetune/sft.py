@@ -50,20 +50,44 @@ class SFTConfig:
     seed: int = 0
     pack: bool = False
     pack_len: int = 2048
+    # GLM-5's chained MTP loss on the same targets (finetune/mtp_objective.py): 0 leaves the MTP layer out of the
+    # loss (it gets no gradient); n > 0 trains it over n recursive steps, weighted by mtp_weight
+    mtp_steps: int = 0
+    mtp_weight: float = 0.3
 
     @property
     def optim(self) -> OptimConfig:
         return OptimConfig(self.steps, self.lr, self.warmup, self.weight_decay, self.grad_clip)
 
 
+def mtp_targets(mask_BT: torch.Tensor, segment_ids=None, step: int = 0) -> torch.Tensor:
+    """[B, T-2-step] bool: MTP step `step` at row t drafts token t+2+step; it is trained where that token is a
+    target and, in a packed row, of the same sequence as t (the draft never reaches across a boundary)."""
+    sel = mask_BT[:, 2 + step :].bool()
+    if segment_ids is not None:
+        sel = sel & (segment_ids[:, : sel.shape[1]] == segment_ids[:, 2 + step :])
+    return sel
+
+
 def sft_loss(
-    model, ids_BT: torch.Tensor, mask_BT: torch.Tensor, positions=None, segment_ids=None, denom=None
+    model,
+    ids_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    positions=None,
+    segment_ids=None,
+    denom=None,
+    mtp_steps: int = 0,
+    mtp_weight: float = 0.3,
+    mtp_denoms=None,
 ) -> LossTerms:
     """Mean next-token cross-entropy over the target tokens: the hidden at t scores token t+1 where mask[t+1].
     Only the target rows go through the lm_head (TRL's chunked NLL does the same): with a 150k vocabulary the
     logits of the context tokens would be most of the step's work and memory, for nothing.
     `positions` / `segment_ids` [B, T]: packed rows (finetune/data/packing.py). `denom`: the number of targets
-    to divide by (a micro-batch's loss is normalised by its whole batch's count); default this batch's."""
+    to divide by (a micro-batch's loss is normalised by its whole batch's count); default this batch's.
+    `mtp_steps` > 0 adds GLM-5's chained MTP loss (finetune/mtp_objective.py's, on the same targets, target rows
+    only through the lm_head): loss = LM + mtp_weight * the mean over steps; `mtp_denoms` each step's target
+    count in the whole batch (`mtp_targets`), default this batch's."""
     if positions is None:
         positions = torch.arange(ids_BT.shape[1], device=ids_BT.device).expand(ids_BT.shape[0], -1)
     model._check_ids(ids_BT)
@@ -71,8 +95,21 @@ def sft_loss(
     sel = mask_BT[:, 1:]
     logits = model.lm_head(hidden[:, :-1][sel])  # [N, V], N target tokens
     ce = F.cross_entropy(logits.float(), ids_BT[:, 1:][sel], reduction="sum")
-    loss = ce / (sel.sum().clamp(min=1) if denom is None else denom)
-    return LossTerms(loss, float(loss.detach()), tokens=ids_BT.numel())
+    lm = ce / (sel.sum().clamp(min=1) if denom is None else denom)
+    steps, h, T = [], hidden, ids_BT.shape[1]
+    for k in range(mtp_steps if T >= 3 else 0):
+        n = T - 1 - k  # rows t = 0..n-1 draft token t+2+k from h_t and token t+1+k
+        if n < 2:
+            break
+        seg = None if segment_ids is None else segment_ids[:, 1 + k :]
+        _, h = model.mtp_forward(h[:, :n], ids_BT[:, 1 + k :], positions[:, 1 + k :], step=k, segment_ids=seg,
+                                 logits=False)  # fmt: skip
+        tsel = mtp_targets(mask_BT, segment_ids, k)
+        draft = model.lm_head(h[:, : n - 1][tsel])
+        ce_k = F.cross_entropy(draft.float(), ids_BT[:, 2 + k :][tsel], reduction="sum")
+        steps.append(ce_k / (tsel.sum().clamp(min=1) if mtp_denoms is None else mtp_denoms[k]))
+    loss = lm + mtp_weight * torch.stack(steps).mean() if steps else lm
+    return LossTerms(loss, float(lm.detach()), [float(x.detach()) for x in steps], tokens=ids_BT.numel())
 
 
 def train_sft(
@@ -108,10 +145,14 @@ def train_sft(
 
     def step(batch) -> LossTerms:
         denom = batch[1][:, 1:].sum().clamp(min=1)  # the whole batch's targets
+        seg = batch[3] if len(batch) > 3 else None
+        mtp = [mtp_targets(batch[1], seg, k).sum().clamp(min=1) for k in range(cfg.mtp_steps)]
         if dist is not None:
-            denom = denom.to(dist.device)
-            return dist.backward(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, denom=denom))
-        return backward_micro(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, denom=denom))
+            denom, mtp = denom.to(dist.device), [d.to(dist.device) for d in mtp]
+        kw = {"denom": denom, "mtp_steps": cfg.mtp_steps, "mtp_weight": cfg.mtp_weight, "mtp_denoms": mtp}
+        if dist is not None:
+            return dist.backward(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, **kw))
+        return backward_micro(batch, cfg.micro_batch, lambda b: sft_loss(model, *b, **kw))
 
     balancer = RouterBalancer(model, router_bias_rate, dist is not None) if router_bias_rate > 0 else None
 

@@ -440,7 +440,14 @@ def sft(
     full: bool = typer.Option(
         False, "--full", help="Full fine-tuning instead of LoRA: OUT is a checkpoint (MTP layer and indexer frozen)."
     ),
-    train_mtp: bool = typer.Option(False, help="With --full, train the MTP layer too (default: align-mtp after)."),
+    train_mtp: bool = typer.Option(
+        False,
+        help="With --full, train the MTP layer too, by GLM-5's chained MTP loss on the same targets (weight 0.3) "
+        "beside the LM loss (default: frozen; align-mtp after).",
+    ),
+    mtp_steps: int = typer.Option(
+        3, min=1, help="With --train-mtp, the recursive MTP steps of that loss (GLM-5: 3, sharing the one layer)."
+    ),
     router_bias_rate: float = typer.Option(
         0.0,
         min=0.0,
@@ -503,6 +510,8 @@ def sft(
         settings |= {"dense_attention": True}
     if full:
         settings |= {"full": True, "train_mtp": train_mtp, "router_bias_rate": router_bias_rate}
+        if train_mtp:
+            settings |= {"mtp_steps": mtp_steps}
     elif train_mtp or router_bias_rate:
         fail("--train-mtp and --router-bias-rate apply to --full fine-tuning", code=EXIT_USAGE)
     qat_scheme = qat_settings(qat, qat_group_size, full, merge)
@@ -548,7 +557,7 @@ def sft(
     if main:
         _show_data(report, json_out)
     cfg = SFTConfig(steps=steps, lr=lr, warmup=max(1, steps // 20), batch_size=batch_size, seed=seed)
-    cfg = replace(cfg, micro_batch=micro_batch, pack=pack, pack_len=max_len)
+    cfg = replace(cfg, micro_batch=micro_batch, pack=pack, pack_len=max_len, mtp_steps=mtp_steps if train_mtp else 0)
     extra = {"named": named, "router_bias_rate": router_bias_rate, "dist": dist}
     title = "fine-tuning (full)" if full else "fine-tuning (LoRA)"
     from contextlib import nullcontext
@@ -582,6 +591,7 @@ def sft(
         "steps": steps,
         "loss_first": round(hist[0].lm, 4),
         "loss_last": round(sum(h.lm for h in hist[-10:]) / len(hist[-10:]), 4),
+        "mtp_loss_last": round(sum(h.mtp_mean for h in hist[-10:]) / len(hist[-10:]), 4) if train_mtp else None,
         "tokens_per_s": bar.tokens_per_s,
         "seconds": round(time.monotonic() - t0, 1),
         "data": report,

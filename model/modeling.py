@@ -130,14 +130,17 @@ class GLM5ForCausalLM(nn.Module):
         cache: KVCache | None = None,
         step: int = 0,
         attn_impl: str = "auto",
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        segment_ids: torch.Tensor | None = None,
+        logits: bool = True,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """One MTP draft step -> (draft_logits [B, T, V], mtp_hidden [B, T, D]).
 
         hidden [B, T, D]: for step 0 the main model's hidden after model.norm at positions t; for step k > 0
         the `mtp_hidden` that step k-1 returned. next_token_ids [B, T]: the token at t+1+k for each t (the
         one whose successor is drafted); positions: their RoPE positions (default 0..T-1 + cache offset).
         The layer used is `layers[num_hidden_layers + step % num_nextn_predict_layers]` (vLLM's rule; GLM-5
-        has one layer, reused at every step).
+        has one layer, reused at every step). segment_ids [B, T]: packed training rows, as in `forward` (the
+        ids' segments). logits=False returns (None, mtp_hidden): a trainer scores only its target rows.
 
         Fed back: `mtp_hidden` is the layer output *after* shared_head.norm, i.e. the lm_head input. That is
         the same kind of vector as step 0's input (the main hidden after model.norm, also an lm_head input),
@@ -156,8 +159,10 @@ class GLM5ForCausalLM(nn.Module):
         cos, sin = self.model.rope(positions)
         layer: MTPLayer = self.model.layers[self.config.num_hidden_layers + j]
         emb = self.model.embed_tokens(next_token_ids)
-        mtp_hidden = layer.forward_mtp(emb, hidden, cos, sin, q_idx, lc, attn_impl)
-        return self.lm_head(mtp_hidden), mtp_hidden
+        if segment_ids is not None and (cache is not None or segment_ids.shape != next_token_ids.shape):
+            raise ValueError("segment_ids must be [batch, tokens] like next_token_ids, and cannot be used with a cache")
+        mtp_hidden = layer.forward_mtp(emb, hidden, cos, sin, q_idx, lc, attn_impl, segment_ids)
+        return (self.lm_head(mtp_hidden) if logits else None), mtp_hidden
 
     # ---- weights ----------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -35,8 +35,10 @@ class MTPLayer(DecoderLayer):
         self.eh_proj = nn.Linear(2 * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.shared_head = SharedHead(cfg)
 
-    def forward_mtp(self, emb_BTD, hidden_BTD, cos, sin, q_idx, layer_cache=None, impl="auto") -> torch.Tensor:
+    def forward_mtp(
+        self, emb_BTD, hidden_BTD, cos, sin, q_idx, layer_cache=None, impl="auto", segment_ids=None
+    ) -> torch.Tensor:
         """-> the layer's output after shared_head.norm [B, T, D] (the lm_head input)."""
         z = self.eh_proj(torch.cat([self.enorm(emb_BTD), self.hnorm(hidden_BTD)], dim=-1))
-        z, _ = super().forward(z, cos, sin, q_idx, layer_cache, None, impl)
+        z, _ = super().forward(z, cos, sin, q_idx, layer_cache, None, impl, segment_ids=segment_ids)
         return self.shared_head.norm(z)

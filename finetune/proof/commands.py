@@ -58,17 +58,17 @@ def init_cmd(run: Path, c: ProofConfig) -> list[str]:
 
 def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig, only_resolved: bool) -> list[str]:
     outcomes = "--only-resolved" if only_resolved else "--all-outcomes"
-    return glm5("finetune", "sft", src, "--out", out, "--data", data, "--full", "--train-mtp", "--steps", steps,
-                "--lr", lr, "--batch-size", c.batch_size, "--max-len", c.max_len, "--seed", c.seed, outcomes,
-                "--save-every", max(1, steps // 4))  # fmt: skip
+    return glm5("finetune", "sft", src, "--out", out, "--data", data, "--full", "--train-mtp", "--mtp-steps",
+                c.mtp_steps, "--steps", steps, "--lr", lr, "--batch-size", c.batch_size, "--max-len", c.max_len,
+                "--seed", c.seed, outcomes, "--save-every", max(1, steps // 4))  # fmt: skip
 
 
 def base_dense_cmd(run: Path, c: ProofConfig) -> list[str]:
     """The base model's pretraining from scratch, every key visible, on the corpus and the copy drills packed."""
     return glm5("finetune", "sft", model_dir(run, "init"), "--out", model_dir(run, "base-dense"), "--data",
                 run / "corpus" / "chat.jsonl", "--data", run / "corpus" / "drill.jsonl", "--full", "--train-mtp",
-                "--dense-attention", "--pack", "--steps", c.base_steps, "--lr", c.base_lr, "--batch-size",
-                c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",
+                "--mtp-steps", c.mtp_steps, "--dense-attention", "--pack", "--steps", c.base_steps, "--lr",
+                c.base_lr, "--batch-size", c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",
                 "--save-every", max(1, c.base_steps // 4))  # fmt: skip
 
 

@@ -8,7 +8,9 @@ what the learning-curve benchmark and the tests need. Optional knobs exercise th
 (task, sample) -> True makes that session's environment fail; `grade_cmd` grades in a real subprocess (a
 test suite's latency); `tools` puts tool schemas in the prompt; `lengths` (task, sample) -> n makes that session
 run exactly n turns whatever it answers (a follow-up after each reply; the reward is still whether a reply
-matched): agentic sessions' long tail of lengths, which is what asynchronous RL exists to absorb.
+matched): agentic sessions' long tail of lengths, which is what asynchronous RL exists to absorb; `tool_s` makes
+every tool result take that many seconds of wall time before the session goes on (a sandboxed test run on
+another machine: the session waits, the rollout engine does not).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +68,8 @@ class ScriptedSession:
             self.replies.append((resp.reasoning_content or "") + (resp.content or ""))
             if turn == turns - 1 or (fixed is None and rx.search(self.replies[-1])):
                 return
+            if self.family.tool_s > 0:
+                time.sleep(self.family.tool_s)
             note = "go on" if fixed is not None else f"no match for {self.task.pattern} yet; try again"
             if self.family.feedback == "tool":
                 messages.append({"role": "tool", "tool_call_id": f"check-{turn}", "content": note})
@@ -94,6 +99,7 @@ class ScriptedFamily:
     tools: list[dict] | None = None
     name: str = "scripted"
     lengths: Callable[[str, int], int] | None = None
+    tool_s: float = 0.0
 
     def reset(self, task: ScriptedTask, workdir: Path, sample: int = 0) -> ScriptedSession:
         return ScriptedSession(self, task, sample)

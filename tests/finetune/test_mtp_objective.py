@@ -124,3 +124,42 @@ def test_train_main_false_updates_only_the_mtp_layer():
     # The rest was frozen for the loop (no gradient computed for the shared lm_head) and is trainable again.
     assert model.lm_head.weight.grad is None and model.model.embed_tokens.weight.grad is None
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_sft_loss_mtp_term_is_mtp_loss_with_the_same_mask():
+    """SFT's MTP term (finetune/sft.py, target rows only through the lm_head) against mtp_objective's plain
+    full-logits path: the same LM and per-step losses, and the same total, for a masked batch."""
+    from finetune.sft import sft_loss
+
+    model = _model(1).eval()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=g)
+    mask = torch.rand(2, 24, generator=g) > 0.4
+    with torch.no_grad():
+        ref = mtp_loss(model, ids, num_steps=3, mtp_weight=0.3, loss_mask=mask)
+        got = sft_loss(model, ids, mask, mtp_steps=3, mtp_weight=0.3)
+        no_mtp = sft_loss(model, ids, mask)
+    assert got.lm == pytest.approx(ref.lm, rel=1e-5)
+    assert got.mtp == pytest.approx(ref.mtp, rel=1e-5) and len(got.mtp) == 3
+    assert float(got.loss) == pytest.approx(float(ref.loss), rel=1e-5)
+    assert no_mtp.mtp == [] and float(no_mtp.loss) == pytest.approx(ref.lm, rel=1e-5)
+
+
+def test_packed_sft_mtp_term_never_crosses_a_sequence_boundary():
+    """Two sequences packed into one row give the MTP terms' sums of the two run alone: no draft attends to, or
+    is trained on, the other sequence."""
+    from finetune.data.packing import packed_row
+    from finetune.sft import sft_loss
+
+    model = _model(2).eval()
+    g = torch.Generator().manual_seed(4)
+    seqs = [(torch.randint(0, 1000, (n,), generator=g).tolist(), [True] * n) for n in (11, 9)]
+    ones = [torch.tensor(1.0)] * 2
+    with torch.no_grad():
+        alone = [sft_loss(model, torch.tensor([s]), torch.tensor([[False] + m[1:]]), denom=1, mtp_steps=2,
+                          mtp_denoms=ones) for s, m in seqs]  # fmt: skip
+        ids, mask, pos, seg = (x[None] for x in packed_row(seqs, 24))
+        packed = sft_loss(model, ids, mask, pos, seg, denom=1, mtp_steps=2, mtp_denoms=ones)
+    assert packed.lm == pytest.approx(sum(a.lm for a in alone), rel=1e-4)
+    for k in range(2):
+        assert packed.mtp[k] == pytest.approx(sum(a.mtp[k] for a in alone), rel=1e-4)

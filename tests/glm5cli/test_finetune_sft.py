@@ -225,6 +225,22 @@ def test_full_fine_tuning_writes_a_checkpoint_with_mtp_and_indexer_frozen(tiny_c
     assert r.exit_code == 2 and "--full" in r.output
 
 
+def test_full_sft_train_mtp_trains_the_mtp_layer_by_its_loss(tiny_checkpoint, tmp_path):  # noqa: F811
+    """`--train-mtp` adds GLM-5's MTP loss: the MTP layer moves (it got no gradient from the LM loss alone) and
+    the summary reports that loss; the indexers stay frozen."""
+    sessions = _sessions(tmp_path / "sessions", n=2)
+    out = tmp_path / "mtp"
+    args = ["finetune", "sft", str(tiny_checkpoint), "--out", str(out), "--trajectories", str(sessions), "--full"]
+    r = runner.invoke(app, [*args, "--train-mtp", "--mtp-steps", "2", "--steps", "2", "--lr", "1e-3", "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout[r.stdout.index("{") :])
+    assert summary["mtp_loss_last"] > 0
+    a, b = load_file(tiny_checkpoint / "model.safetensors"), load_file(out / "model.safetensors")
+    changed = {k for k in a if not torch.equal(a[k], b[k])}
+    assert "model.layers.3.eh_proj.weight" in changed and "model.layers.3.self_attn.q_a_proj.weight" in changed
+    assert not {k for k in changed if ".indexer." in k}
+
+
 @pytest.mark.slow
 def test_sft_resumes_exactly_after_kill_9(tiny_checkpoint, tmp_path):  # noqa: F811
     """A real `kill -9` of the process once its first checkpoint is on disk; the rerun ends with the adapter of
