@@ -91,7 +91,8 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
                     "--group-size", c.rl_group_size, "--groups-per-step", c.rl_groups_per_step,
                     "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
                     "--concurrency", c.concurrency * 2, "--seed", c.seed,
-                    "--thinking" if c.thinking else "--no-thinking")  # fmt: skip
+                    "--thinking" if c.thinking else "--no-thinking",
+                    *(("--save-every", c.rl_curve_every) if c.rl_curve_every else ()))  # fmt: skip
     if stage == "distill":
         teacher = model_dir(run, teacher_of(c.stages) or "")
         return glm5("finetune", "distill", src, "--teacher", teacher, "--prompts", distill_prompts(run), "--out", out,
@@ -120,10 +121,15 @@ def expert_cmd(run: Path, c: ProofConfig, base_url: str) -> list[str]:
                 "--agent-profile", c.agent_profile, "--force")  # fmt: skip
 
 
-def serve_cmd(model: Path, port: int, c: ProofConfig, api_key: str) -> list[str]:
+def serve_cmd(model: Path, port: int, c: ProofConfig, api_key: str, lora: Path | None = None) -> list[str]:
     return glm5("serve", model, "--port", port, "--served-model-name", MODEL_NAME, "--quant", c.quant,
                 "--speculative", c.speculative, "--max-model-len", c.max_len + 1024, "--api-key", api_key,
-                "--no-access-log")  # fmt: skip
+                "--no-access-log", *(("--lora", lora) if lora is not None else ()))  # fmt: skip
+
+
+def rl_step_adapter(run: Path, step: int) -> Path:
+    """The LoRA adapter RL wrote after `step` (`glm5 finetune rl --save-every`)."""
+    return model_dir(run, "rl") / "adapters" / f"step-{step}"
 
 
 def bench_cmd(run: Path, stage: str, c: ProofConfig, base_url: str, key_env: str) -> list[str]:

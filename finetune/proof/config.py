@@ -60,6 +60,10 @@ class ProofConfig:
     # LoRA's rate (the CLI's default 2e-5 is for a large model: a few steps of it move a small one nowhere)
     rl_lr: float = 5e-4
     rl_sync_baseline: bool = True  # also run RL synchronously from the same SFT checkpoint: its curve beside async's
+    # the learning curve through `glm5 bench`: every this many RL steps the step's adapter (`--save-every`) is
+    # served and benched on held-out exactly as a stage is (step 0 is the stage before RL, the last step RL's
+    # own measurement); 0: none
+    rl_curve_every: int = 3
     # the forgetting stage: full SFT on rename sessions only (corpus.py's "rename" kind), a different task kind
     forget_size: int = 1000
     forget_steps: int = 30
@@ -125,6 +129,8 @@ class ProofConfig:
                      "distill_steps", "distill_prompts_per_step"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
+        if self.rl_curve_every < 0:
+            raise ValueError(f"rl_curve_every must be >= 0 (0: no held-out curve), not {self.rl_curve_every}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0: torch's default), not {self.threads}")
         if self.preset not in ("tiny", "small"):
@@ -143,6 +149,13 @@ class ProofConfig:
             if key in d:
                 d[key] = tuple(d[key])
         return cls(**d)
+
+
+def rl_curve_steps(c: ProofConfig) -> list[int]:
+    """The RL steps benched on held-out besides the stage's own measurement (its last step)."""
+    if "rl" not in c.stages or c.rl_curve_every == 0:
+        return []
+    return list(range(c.rl_curve_every, c.rl_steps, c.rl_curve_every))
 
 
 def teacher_of(stages: tuple[str, ...]) -> str | None:

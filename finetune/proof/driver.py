@@ -9,7 +9,9 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
                model's pretraining from scratch, every key visible
     base       `glm5 finetune dsa-warmup` of base-dense: its indexers learn its attention, then a sparse stage
     sft        `glm5 finetune sft --full` on the expert's resolved trajectories
-    rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged
+    rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged; every
+               rl_curve_every steps its adapter is kept, and measure-rl-step-K benches it on held-out
+               (`glm5 serve PREV --lora RUN/models/rl/adapters/step-K`): the learning curve through `glm5 bench`
     forget     `glm5 finetune sft --full` on another task kind (renames only): what it makes the model lose
     distill    `glm5 finetune distill --full`: forget's model taught by the stage before forget (rl, or sft) on
                the train split's first-turn prompts (RUN/corpus/distill.jsonl, written from RUN/expert first)
@@ -39,12 +41,14 @@ from finetune.proof.commands import (
     expert_cmd,
     init_cmd,
     model_dir,
+    previous,
+    rl_step_adapter,
     rl_sync_cmd,
     shown,
     stage_cmd,
     task_file,
 )
-from finetune.proof.config import ProofConfig, claim
+from finetune.proof.config import ProofConfig, claim, rl_curve_steps
 from finetune.proof.measure import StageFailed, child_env, run_logged, serve_and_bench
 from finetune.proof.table import write_table
 
@@ -151,6 +155,14 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             steps.append(Step(f"compare-{stage}", shown(compare_cmd(run, prev, stage)),
                               lambda s=stage: (run / "bench" / f"compare-{s}.json").is_file(), compare))  # fmt: skip
         measured.append(stage)
+        if stage == "rl":
+            start = model_dir(run, previous("rl", c.stages))
+            for k in rl_curve_steps(c):
+                name, adapter = f"rl-step-{k}", rl_step_adapter(run, k)
+                steps.append(Step(f"measure-{name}", f"glm5 serve {start} --lora {adapter} + glm5 bench swe -k {c.k} "
+                                  "held-out", lambda n=name: _bench_complete(run / "bench" / n),
+                                  lambda n=name, a=adapter, m=start: serve_and_bench(run, n, c, log, model=m,
+                                                                                     lora=a)))  # fmt: skip
     if "rl" in c.stages and c.rl_sync_baseline:
         argv = rl_sync_cmd(run, c)
         steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
@@ -175,7 +187,7 @@ def run_proof(run: Path, c: ProofConfig, *, force: bool = False, plan: bool = Fa
     (run / "config" / "config.toml").write_text(agent_config(c), encoding="utf-8")
     statuses = run_steps(steps, emit)
     failed = next((x["step"] for x in statuses if x["status"] == "failed"), None)
-    table = write_table(run, c.stages)
+    table = write_table(run, c.stages, c)
     summary = {"run": str(run), "complete": failed is None, "steps": statuses, "table": table}
     (run / "proof-status.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

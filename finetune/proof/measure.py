@@ -93,14 +93,16 @@ def spec_metrics(text: str) -> dict[str, float]:
 
 
 def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], None] = print,
-                    startup_s: float = 900.0) -> dict:  # fmt: skip
-    """Serve RUN/models/<stage>, bench held-out against it; the server's counters (also written to disk)."""
+                    startup_s: float = 900.0, model: Path | None = None, lora: Path | None = None) -> dict:  # fmt: skip
+    """Serve RUN/models/<stage> (or `model` with the LoRA adapter `lora`: an RL step's), bench held-out against
+    it into RUN/bench/<stage>; the server's counters (also written to disk)."""
+    model = model if model is not None else model_dir(run, stage)
     key, port = secrets.token_hex(16), free_port()
     url = f"http://127.0.0.1:{port}"
     logs = run / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     serve_log = open(logs / f"serve-{stage}.log", "a", encoding="utf-8")
-    argv = serve_cmd(model_dir(run, stage), port, c, key)
+    argv = serve_cmd(model, port, c, key, lora)
     serve_log.write(f"\n$ {' '.join(argv)}\n")
     serve_log.flush()
     proc = subprocess.Popen(argv, stdout=serve_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -111,7 +113,7 @@ def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], 
         deadline = time.monotonic() + startup_s
         while True:
             if proc.poll() is not None:
-                raise StageFailed(f"glm5 serve {model_dir(run, stage)} exited with {proc.returncode} "
+                raise StageFailed(f"glm5 serve {model} exited with {proc.returncode} "
                                   f"(log: {logs / f'serve-{stage}.log'})")  # fmt: skip
             try:
                 if httpx.get(f"{url}/health", headers=headers, timeout=5).status_code == 200:

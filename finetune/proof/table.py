@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finetune.proof.config import STAGES
+from finetune.proof.config import STAGES, ProofConfig
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -95,7 +95,28 @@ def rl_curve(run: Path, name: str = "rl") -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def plots(run: Path, rows: list[dict[str, Any]]) -> list[Path] | str:
+def heldout_curve(run: Path, c: ProofConfig | None) -> list[dict[str, Any]]:
+    """RL's learning curve measured by `glm5 bench` on held-out: step 0 is the stage RL started from, then each
+    benched step adapter (RUN/bench/rl-step-K), then RL's own measurement at its last step. Points not measured
+    yet are left out."""
+    if c is None or "rl" not in c.stages:
+        return []
+    from finetune.proof.commands import previous
+    from finetune.proof.config import rl_curve_steps
+
+    points = [(0, previous("rl", c.stages)), *((k, f"rl-step-{k}") for k in rl_curve_steps(c)), (c.rl_steps, "rl")]
+    out = []
+    for step, name in points:
+        row = stage_row(run, name) if name != "init" else None
+        if row is not None:
+            out.append({"step": step, "measured": name, **{k: row[k] for k in ROW_KEYS}})
+    return out
+
+
+ROW_KEYS = ("resolved", "graded", "resolved_rate", "resolved_rate_ci95", "complete")
+
+
+def plots(run: Path, rows: list[dict[str, Any]], heldout: list[dict[str, Any]] | None = None) -> list[Path] | str:
     """Write RUN/plots/*.png; the paths, or a note when matplotlib is not installed."""
     try:
         import matplotlib
@@ -139,15 +160,36 @@ def plots(run: Path, rows: list[dict[str, Any]]) -> list[Path] | str:
         written.append(out_dir / "rl_curves.png")
         fig.savefig(written[-1], dpi=120)
         plt.close(fig)
+    if heldout:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        rate = [100 * (p["resolved_rate"] or 0) for p in heldout]
+        ci = [p["resolved_rate_ci95"] or [p["resolved_rate"] or 0] * 2 for p in heldout]
+        lo = [max(0.0, r - 100 * c[0]) for r, c in zip(rate, ci, strict=True)]
+        hi = [max(0.0, 100 * c[1] - r) for r, c in zip(rate, ci, strict=True)]
+        ax.errorbar([p["step"] for p in heldout], rate, yerr=[lo, hi], marker="o", capsize=4, color="#4c78a8")
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("held-out resolved, % (95% CI)")
+        ax.set_title("glm5 proof: RL measured by glm5 bench (held-out)")
+        fig.tight_layout()
+        written.append(out_dir / "rl_heldout.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
     return written
 
 
-def write_table(run: Path, stages: tuple[str, ...] = STAGES) -> dict[str, Any]:
-    """RUN/table.json and RUN/table.md (+ plots) from what the run folder holds now."""
+def write_table(run: Path, stages: tuple[str, ...] = STAGES, c: ProofConfig | None = None) -> dict[str, Any]:
+    """RUN/table.json and RUN/table.md (+ plots) from what the run folder holds now; with the run's config `c`,
+    RL's held-out curve (`heldout_curve`) too."""
     rows = [r for r in (stage_row(run, s) for s in stages) if r is not None]
-    made = plots(run, rows)
+    curve = heldout_curve(run, c)
+    made = plots(run, rows, curve)
     note = made if isinstance(made, str) else "plots: " + ", ".join(str(p.relative_to(run)) for p in made)
-    body = {"stages": rows, "plots": [] if isinstance(made, str) else [str(p) for p in made], "note": note}
+    if len(curve) > 1:
+        points = ", ".join(f"step {p['step']} {p['resolved']}/{p['graded']}" for p in curve)
+        note = f"RL on held-out through glm5 bench: {points}\n\n{note}"
+    body = {"stages": rows, "rl_heldout_curve": curve, "plots": [] if isinstance(made, str) else [str(p) for p in made],
+            "note": note}  # fmt: skip
     (run / "table.json").write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
     (run / "table.md").write_text(markdown(rows, note), encoding="utf-8")
     return body

@@ -32,7 +32,7 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
-    assert by["rl"].endswith("--no-thinking")  # trained without reasoning, rolled out without it
+    assert "--no-thinking" in by["rl"].split()  # trained without reasoning, rolled out without it
     assert "/models/rl " in by["forget"] and "corpus/forget.jsonl" in by["forget"] and "--full" in by["forget"]
     # distillation: forget's model is the student, the stage before forget the teacher, train's first turns
     assert by["distill"].startswith("glm5 finetune distill ") and "/models/forget --teacher " in by["distill"]
@@ -145,6 +145,32 @@ def test_the_stage_table_reads_the_run_folder(tmp_path):
     else:
         assert "matplotlib is not installed" in body["note"]
     assert markdown([]).count("\n") == 2
+
+
+def test_rl_is_also_measured_at_its_step_adapters_through_glm5_bench(tmp_path):
+    """The learning curve through `glm5 bench`: RL keeps every rl_curve_every-th adapter, and each is served on
+    the stage RL started from (`--lora`) and benched on held-out like a stage; the table reads the points."""
+    c = ProofConfig.smoke(rl_steps=5, rl_curve_every=2)
+    plan = {p["step"]: p["command"] for p in run_proof(tmp_path / "run", c, plan=True)["plan"]}
+    assert "--save-every 2" in plan["rl"]
+    names = list(plan)
+    assert names.index("measure-rl") < names.index("measure-rl-step-2") < names.index("measure-rl-step-4") < \
+        names.index("forget")  # fmt: skip
+    assert "measure-rl-step-5" not in plan  # the last step is RL's own measurement
+    assert f"{tmp_path / 'run' / 'models' / 'sft'} --lora {tmp_path / 'run' / 'models' / 'rl' / 'adapters' / 'step-2'}" \
+        in plan["measure-rl-step-2"]  # fmt: skip
+    assert "--save-every" not in {p["step"]: p["command"] for p in run_proof(
+        tmp_path / "none", ProofConfig.smoke(rl_steps=5, rl_curve_every=0), plan=True)["plan"]}["rl"]  # fmt: skip
+    for name, resolved in (("sft", 1), ("rl-step-2", 3), ("rl", 5)):  # step 4 not measured yet: left out
+        _bench(tmp_path / "t" / "bench" / name, resolved, 8, [0.1, 0.9])
+    body = write_table(tmp_path / "t", c.stages, c)
+    curve = [(p["step"], p["measured"], p["resolved"]) for p in body["rl_heldout_curve"]]
+    assert curve == [(0, "sft", 1), (2, "rl-step-2", 3), (5, "rl", 5)]
+    assert "step 0 1/8, step 2 3/8, step 5 5/8" in body["note"]
+    if body["plots"]:
+        assert (tmp_path / "t" / "plots" / "rl_heldout.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="rl_curve_every"):
+        ProofConfig.smoke(rl_curve_every=-1)
 
 
 def test_spec_counters_are_read_from_prometheus_text():
