@@ -58,13 +58,15 @@ class _Record:
 
 @dataclass
 class LayerTap:
-    """Forward hooks on every MLA that has its own indexer: `records[i]` is that layer's last input and top-k."""
+    """Forward hooks on every MLA that has its own indexer: `records[i]` is that layer's last input and top-k.
+    `mtp`: the MTP layer's too (index num_hidden_layers: its input is the MTP step's, one token shorter)."""
 
     model: object
     records: dict[int, _Record] = field(default_factory=dict)
+    mtp: bool = False
 
     def __post_init__(self) -> None:
-        self.layers = indexer_layers(self.model)
+        self.layers = indexer_layers(self.model, self.mtp)
         self.hooks = [
             layer.self_attn.register_forward_hook(self._hook(i), with_kwargs=True) for i, layer in self.layers.items()
         ]
@@ -83,15 +85,17 @@ class LayerTap:
             h.remove()
 
 
-def indexer_layers(model) -> dict:
-    """The main layers that run an indexer of their own ('full'), by index."""
+def indexer_layers(model, mtp: bool = False) -> dict:
+    """The main layers that run an indexer of their own ('full'), by index; with `mtp` the MTP layers too."""
     n = model.config.num_hidden_layers
-    return {i: layer for i, layer in enumerate(model.model.layers[:n]) if layer.self_attn.indexer is not None}
+    layers = model.model.layers if mtp else model.model.layers[:n]
+    return {i: layer for i, layer in enumerate(layers) if layer.self_attn.indexer is not None}
 
 
-def indexer_parameters(model) -> list[tuple[str, torch.Tensor]]:
-    """The main layers' indexer parameters (the MTP layer's stays frozen with the rest of that layer)."""
-    prefixes = tuple(f"model.layers.{i}.self_attn.indexer." for i in indexer_layers(model))
+def indexer_parameters(model, mtp: bool = False) -> list[tuple[str, torch.Tensor]]:
+    """The main layers' indexer parameters; with `mtp` the MTP layers' indexers too (the rest of that layer
+    stays frozen)."""
+    prefixes = tuple(f"model.layers.{i}.self_attn.indexer." for i in indexer_layers(model, mtp))
     return [(n, p) for n, p in model.named_parameters() if n.startswith(prefixes)]
 
 
@@ -167,23 +171,33 @@ def indexer_log_probs(indexer, rec: _Record, qr: torch.Tensor) -> torch.Tensor:
 
 
 def indexer_kl(model, tap: LayerTap, query_mask_BT: torch.Tensor) -> torch.Tensor:
-    """sum_t KL(p_t || softmax(I_t)) per layer, averaged over the masked query tokens and the indexer layers."""
-    total = torch.zeros(())
-    n = query_mask_BT.sum().clamp(min=1)
+    """sum_t KL(p_t || softmax(I_t)) per layer, averaged over the masked query tokens and the indexer layers
+    that ran (a layer with no record this step, the MTP layer in the sparse stage, is left out). A layer that
+    ran on fewer tokens (the MTP layer: row t is main position t+1) takes the mask's last columns."""
+    total, ran = torch.zeros(()), 0
     for i, layer in tap.layers.items():
-        rec = tap.records[i]
+        rec = tap.records.get(i)
+        if rec is None:
+            continue
+        T = rec.x.shape[1]
+        mask = query_mask_BT[:, query_mask_BT.shape[1] - T :]
         p, qr = attention_target(layer.self_attn, rec)
         logq = indexer_log_probs(layer.self_attn.indexer, rec, qr)
         # xlogy: 0 * log 0 = 0 for keys the target gives no weight; where p > 0 the key is visible, logq finite.
         kl_BT = (torch.xlogy(p, p) - torch.where(p > 0, p * logq, torch.zeros_like(p))).sum(-1)
-        total = total + (kl_BT * query_mask_BT).sum() / n
-    return total / max(1, len(tap.layers))
+        total, ran = total + (kl_BT * mask).sum() / mask.sum().clamp(min=1), ran + 1
+    return total / max(1, ran)
 
 
 def warmup_loss(model, ids_BT: torch.Tensor, real_BT: torch.Tensor, tap: LayerTap) -> LossTerms:
-    """Stage 1: a dense, frozen forward (no autograd), then the indexers' KL to it over every real token."""
+    """Stage 1: a dense, frozen forward (no autograd), then the indexers' KL to it over every real token. With
+    the MTP layer in the tap, its first draft step runs too (dense, on the main model's hidden), so its indexer
+    learns the attention it drafts with."""
     with torch.no_grad(), dense_attention(model):
-        model.model(ids_BT, _positions(ids_BT))
+        positions = _positions(ids_BT)
+        hidden = model.model(ids_BT, positions)
+        if len(tap.layers) > len(indexer_layers(model)) and ids_BT.shape[1] > 1:
+            model.mtp_forward(hidden[:, :-1], ids_BT[:, 1:], positions[:, 1:], step=0, logits=False)
     kl = indexer_kl(model, tap, real_BT)
     return LossTerms(kl, float(kl.detach()), tokens=int(real_BT.sum()))
 
@@ -212,16 +226,17 @@ def _batches(seqs, cfg: DSAWarmupConfig):
 
 
 def train_dense_warmup(model, seqs, cfg: DSAWarmupConfig, **loop) -> list[LossTerms]:
-    """Stage 1: the indexers alone (every other parameter frozen, untouched). `loop`: train()'s resume / save /
-    save_every / on_step. -> each step's loss (`lm` holds the KL)."""
+    """Stage 1: the indexers alone (every other parameter frozen, untouched), the MTP layer's among them: it
+    drafts through its own indexer's top-k at serving. `loop`: train()'s resume / save / save_every / on_step.
+    -> each step's loss (`lm` holds the KL)."""
     for p in model.parameters():
         p.requires_grad_(False)
-    named = indexer_parameters(model)
+    named = indexer_parameters(model, mtp=True)
     if not named:
         raise ValueError("this model has no DSA indexer to warm up")
     for _, p in named:
         p.requires_grad_(True)
-    tap = LayerTap(model)
+    tap = LayerTap(model, mtp=True)
     params = [p for _, p in named]
 
     def step(batch) -> LossTerms:
@@ -238,8 +253,8 @@ def train_dense_warmup(model, seqs, cfg: DSAWarmupConfig, **loop) -> list[LossTe
 
 
 def train_sparse(model, seqs, cfg: DSAWarmupConfig, **loop) -> list[LossTerms]:
-    """Stage 2: the main model (MTP layer frozen, as full SFT) on the LM loss of sparse attention, each indexer
-    on its KL over its top-k. Each part is clipped on its own, so neither's gradient norm scales the other's.
+    """Stage 2: the main model (MTP layer frozen, as full SFT) on the LM loss of sparse attention, each main
+    layer's indexer on its KL over its top-k (the MTP layer does not run here; its indexer keeps its warm-up). Each part is clipped on its own, so neither's gradient norm scales the other's.
     -> each step's LM loss (`lm`), with the indexers' KL in `mtp[0]` (kept with the loss history on resume)."""
     from finetune.full import FullSettings, prepare_full
 

@@ -42,10 +42,10 @@ def dsa_warmup(
     """Train the DSA lightning indexer to pick the keys the attention weighs most (DeepSeek-V3.2's recipe).
 
     Dense warm-up: the model attends to every key and stays frozen (bit for bit); each layer's indexer learns,
-    by KL divergence, the distribution of that layer's attention summed over heads. Then, with --sparse-steps,
-    sparse training: attention over the indexer's top-k, the main model on the LM loss of the data's model
-    turns, each indexer on the KL over the keys it selected, its input detached so the two never mix (the MTP
-    layer stays frozen). Needed after anything that changes attention (a new context length, a dense model
+    by KL divergence, the distribution of that layer's attention summed over heads (the MTP layer's too, on its
+    first draft step). Then, with --sparse-steps, sparse training: attention over the indexer's top-k, the main
+    model on the LM loss of the data's model turns, each main indexer on the KL over the keys it selected, its
+    input detached so the two never mix (the MTP layer stays frozen). Needed after anything that changes attention (a new context length, a dense model
     given DSA); OUT is a checkpoint for `glm5 serve`, with train_log.jsonl (one line per step) and
     dsa_warmup.json (the settings and the summary). A killed run resumes when the same command is rerun.
     """
@@ -114,13 +114,19 @@ def dsa_warmup(
         tps.append(bar.tokens_per_s or 0.0)
         state = None
         if sparse_steps:  # the warm-up's result, so that a kill during the sparse stage does not redo it
-            indexer = {n: p.detach().clone() for n, p in indexer_parameters(net)}
+            indexer = {n: p.detach().clone() for n, p in indexer_parameters(net, mtp=True)}
             run.save({"stage": "warmup_done", "step": warmup_steps, "indexer": indexer, "warmup_kl": kl_hist})
     elif stage == "warmup_done":
         _load_indexer(net, state["indexer"])
         state = None
     sparse_hist = []
     if sparse_steps:
+        # the sparse stage does not train the MTP layer's indexer: its warmed-up values ride along in every
+        # checkpoint, so a run resumed here does not serve the MTP layer with its initial indexer
+        main_ix = {n for n, _ in indexer_parameters(net)}
+        if state and state.get("stage") == "sparse":
+            _load_indexer(net, state.get("mtp_indexer", {}))
+        mtp_ix = {n: p.detach().clone() for n, p in indexer_parameters(net, mtp=True) if n not in main_ix}
         with ft._TrainProgress("sparse training (LM)", sparse_steps, state) as bar:
 
             def sparse_step(info) -> None:
@@ -135,7 +141,7 @@ def dsa_warmup(
                 seqs,
                 cfg,
                 resume=state,
-                save=lambda st: run.save(st | {"stage": "sparse", "warmup_kl": kl_hist}),
+                save=lambda st: run.save(st | {"stage": "sparse", "warmup_kl": kl_hist, "mtp_indexer": mtp_ix}),
                 save_every=save_every,
                 on_step=sparse_step,
             )

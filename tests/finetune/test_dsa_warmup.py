@@ -116,7 +116,37 @@ def test_dense_warmup_lowers_the_kl_and_leaves_the_main_model_bit_identical():
     assert last < 0.8 * first, [round(h.lm, 4) for h in hist]
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all(".indexer." in n for n in changed), sorted(changed)[:4]
-    assert {n for n in before if ".indexer." in n and "layers.3." not in n} <= changed  # every main indexer trains
+    assert {n for n in before if ".indexer." in n} <= changed  # every indexer trains, the MTP layer's (3) too
+
+
+def test_the_mtp_layers_indexer_learns_the_attention_it_drafts_with():
+    """The warm-up runs the MTP layer's first draft step densely and fits its indexer to it: that layer's KL,
+    alone, falls."""
+    from finetune.dsa_warmup import LayerTap, indexer_kl, warmup_loss
+
+    model = peaky_model()
+    ids, _, real = next(iter(__import__("finetune.dsa_warmup", fromlist=["_batches"])._batches(
+        _seqs(), DSAWarmupConfig(batch_size=3))))  # fmt: skip
+    tap = LayerTap(model, mtp=True)
+    mtp = model.config.num_hidden_layers
+    assert mtp in tap.layers
+
+    def mtp_kl() -> float:
+        with torch.no_grad():
+            warmup_loss(model, ids, real, tap)  # records every layer, the MTP layer's included
+            for i in list(tap.records):
+                if i != mtp:
+                    tap.records.pop(i)
+            assert tap.records[mtp].x.shape[1] == ids.shape[1] - 1
+            return float(indexer_kl(model, tap, real))
+
+    before = mtp_kl()
+    tap.close()
+    train_dense_warmup(model, _seqs(), DSAWarmupConfig(warmup_steps=12, warmup_lr=1e-2, batch_size=3))
+    tap = LayerTap(model, mtp=True)
+    after = mtp_kl()
+    tap.close()
+    assert after < 0.8 * before, (before, after)
 
 
 def test_sparse_stage_each_loss_reaches_only_its_part():
