@@ -487,7 +487,8 @@ def sft(
 
     LoRA adapters (peft) go on the attention and MLP linears of the main layers; everything else stays frozen.
     The adapter is written in peft's format; --merge also writes a checkpoint `glm5 serve` loads. Resumable
-    like align-mtp; run `glm5 finetune align-mtp` on the result afterwards so that speculative decoding keeps up.
+    like align-mtp; run `glm5 finetune align-mtp` on the result afterwards so that speculative decoding keeps up
+    (or, with --full, --train-mtp: the MTP layer trains along by GLM-5's MTP loss).
 
     Data-parallel on several processes: `torchrun --nproc-per-node N -m glm5cli finetune sft ...` shards the
     model with FSDP2 and each step's batch over the N ranks (the same global batch, the same loss curve as one
@@ -609,7 +610,10 @@ def sft(
         f"{summary['loss_last']:.3f}, in {summary['seconds']:.0f}s; "
         + (f"checkpoint: {out}" if full else f"adapter: {out / 'adapter'}")
     )
-    if merge or full:
+    if (merge or full) and train_mtp:
+        console.print(f"serve it with: glm5 serve {out}   (its MTP layer was trained along: mtp loss "
+                      f"{summary['mtp_loss_last']:.3f})")  # fmt: skip
+    elif merge or full:
         console.print(f"serve it with: glm5 serve {out}   (then `glm5 finetune align-mtp {out} ...` for MTP drafts)")
     if qat_scheme is not None:
         console.print(f"the INT4 weights it was trained for: glm5 serve {out / 'int4'}")

@@ -239,6 +239,8 @@ def test_full_sft_train_mtp_trains_the_mtp_layer_by_its_loss(tiny_checkpoint, tm
     changed = {k for k in a if not torch.equal(a[k], b[k])}
     assert "model.layers.3.eh_proj.weight" in changed and "model.layers.3.self_attn.q_a_proj.weight" in changed
     assert not {k for k in changed if ".indexer." in k}
+    r = runner.invoke(app, [*args[:4], str(tmp_path / "mtp2"), *args[5:], "--train-mtp", "--steps", "1"])
+    assert r.exit_code == 0 and "MTP layer was trained along" in r.output and "align-mtp" not in r.output, r.output
 
 
 @pytest.mark.slow
