@@ -140,46 +140,30 @@ def write_first_turns(bench_run: Path, out: Path, thinking: bool = True) -> Path
     return out
 
 
-def _word(rng: random.Random) -> str:
-    """A random lowercase word (3-8 letters): no pool, so a drill on it can only be answered by copying."""
-    return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8)))
-
-
-def _drill(rng: random.Random, names: tuple[str, ...]) -> tuple[str, str]:
-    """One drill: (request, answer). Half echo a family-shaped item (a path, a test id, a function name, train
-    names only), a quarter the same shapes over random words (copying as a skill, not a lookup of known names:
-    the pilots' model copied train names 29/30 but the held-out split's novel names 20/100), a quarter ask for
-    the line of a short numbered listing that holds a given token (the retrieval an edit's old_string needs)."""
-    k = rng.random()
-    if k < 0.75:
-        fam = k < 0.5
-        pkg, mod = (rng.choice(PACKAGES), rng.choice(MODULES)) if fam else (_word(rng), _word(rng))
-        fn = rng.choice(names) if fam else f"{_word(rng)}_{_word(rng)}"
-        x = rng.choice([f"{pkg}/{mod}.py", f"tests/test_{mod}.py", fn, f"tests/test_{mod}.py::test_{fn}"])
-        return rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(x), x
-    words: list[str] = []
-    while len(words) < rng.randint(3, 6) or len(set(words)) != len(words):  # distinct: one line sets each
-        words = words[:-1] if len(set(words)) != len(words) else [*words, _word(rng)]
-    ops = ["+", "-", "*", "<", "<=", ">", ">="]
-    lines = [f"    {w} = {rng.choice(words)} {rng.choice(ops)} {rng.randint(0, 99)}" for w in words]
-    i = rng.randrange(len(lines))
-    key = words[i]
-    listing = "\n".join(f"{n:6d}\t{line}" for n, line in enumerate(lines, 1))
-    return f"{listing}\n\nCopy the line that sets `{key}`.", lines[i]
-
-
 def write_drills(out: Path, n: int, seed: int) -> Path:
-    """n copy drills (OpenAI chat JSONL, `_drill`'s kinds), each a request answered by a copy of part of it. No
-    system prompt and no tools: ~25-80 tokens each, so packed rows hold dozens and a small model sees thousands
-    of copies per step. A session's first act is a copy (the path the user names into `read`), and the repair
-    family's is too (the file, the failing test, then the buggy line into `edit`)."""
+    """n copy drills (OpenAI chat JSONL): "Echo `X`." answered with X, where X is a path, a test id or a function
+    name drawn like the sessions' (train-split names only). No system prompt and no tools: ~25 tokens each, so
+    packed rows hold dozens and a small model sees thousands of copies per step. A session's first act is a
+    copy (the path the user names into `read`), and the repair family's is too (the file, the failing test)."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     names = name_pool("train")
+
+    def item() -> str:
+        k = rng.random()
+        if k < 0.4:
+            return f"{rng.choice(PACKAGES)}/{rng.choice(MODULES)}.py"
+        if k < 0.6:
+            return f"tests/test_{rng.choice(MODULES)}.py"
+        if k < 0.8:
+            return rng.choice(names)
+        return f"tests/test_{rng.choice(MODULES)}.py::test_{rng.choice(names)}"
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for _ in range(n):
-            ask, x = _drill(rng, names)
+            x = item()
+            ask = rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(x)
             f.write(json.dumps({"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": x}]})
                     + "\n")  # fmt: skip
     tmp.replace(out)

@@ -238,25 +238,3 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert prompts[0]["chat_template_kwargs"] == {"enable_thinking": False}
     log = json.loads((run / "models" / "distill" / "distill_run.json").read_text())
     assert log["settings"]["teachers"]["default"].endswith("models/sft")
-
-
-def test_the_copy_drills_mix_family_names_random_words_and_line_lookups(tmp_path):
-    """The base's copy drills: every answer is copied from its request; some items are random words (no pool to
-    look them up in), and a line drill's key is set by exactly one line of its listing."""
-    from finetune.proof.corpus import write_drills
-    from plugins.bench_suites.repair_family import name_pool
-
-    path = write_drills(tmp_path / "drill.jsonl", 400, seed=3)
-    assert path.read_text() == write_drills(tmp_path / "again.jsonl", 400, seed=3).read_text()  # seeded
-    drills = [json.loads(line)["messages"] for line in path.read_text().splitlines()]
-    known = set(name_pool("train")) | set(name_pool("heldout"))
-    lines = [d for d in drills if "Copy the line" in d[0]["content"]]
-    echoes = [d for d in drills if "Copy the line" not in d[0]["content"]]
-    assert all(d[1]["content"] in d[0]["content"] for d in drills)
-    assert 50 < len(lines) < 150
-    assert any("::test_" in d[1]["content"] and d[1]["content"].split("::test_")[1] not in known for d in echoes)
-    assert not any(d[1]["content"] in set(name_pool("heldout")) for d in echoes)  # never a held-out name
-    for d in lines:
-        key = d[0]["content"].rsplit("`", 2)[1]
-        setters = [ln for ln in d[0]["content"].splitlines() if ln.split("\t")[-1].strip().startswith(f"{key} =")]
-        assert setters and len(setters) == 1 and setters[0].endswith(d[1]["content"])
