@@ -143,3 +143,9 @@ def test_a_fixed_length_session_runs_its_turns_whatever_it_answers():
     drawn = [long_tail_lengths(f"digit-{i % 8}", i) for i in range(4000)]
     assert set(drawn) == {1, 2, 4, 12} and drawn == [long_tail_lengths(f"digit-{i % 8}", i) for i in range(4000)]
     assert 2.5 < sum(drawn) / len(drawn) < 3.1 and 0.08 < drawn.count(12) / len(drawn) < 0.12
+    # bench_rl's agentic workload: every tool result (between turns, not after the last) waits tool_s
+    import time
+
+    t0 = time.monotonic()
+    ScriptedFamily(turns=3, lengths=lambda name, sample: 4, tool_s=0.05).reset(task, None, 0).run(Says7())
+    assert time.monotonic() - t0 >= 3 * 0.05
