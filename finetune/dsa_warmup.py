@@ -196,7 +196,7 @@ def warmup_loss(model, ids_BT: torch.Tensor, real_BT: torch.Tensor, tap: LayerTa
     with torch.no_grad(), dense_attention(model):
         positions = _positions(ids_BT)
         hidden = model.model(ids_BT, positions)
-        if len(tap.layers) > len(indexer_layers(model)) and ids_BT.shape[1] > 1:
+        if tap.mtp and ids_BT.shape[1] > 1:
             model.mtp_forward(hidden[:, :-1], ids_BT[:, 1:], positions[:, 1:], step=0, logits=False)
     kl = indexer_kl(model, tap, real_BT)
     return LossTerms(kl, float(kl.detach()), tokens=int(real_BT.sum()))
@@ -254,7 +254,8 @@ def train_dense_warmup(model, seqs, cfg: DSAWarmupConfig, **loop) -> list[LossTe
 
 def train_sparse(model, seqs, cfg: DSAWarmupConfig, **loop) -> list[LossTerms]:
     """Stage 2: the main model (MTP layer frozen, as full SFT) on the LM loss of sparse attention, each main
-    layer's indexer on its KL over its top-k (the MTP layer does not run here; its indexer keeps its warm-up). Each part is clipped on its own, so neither's gradient norm scales the other's.
+    layer's indexer on its KL over its top-k (the MTP layer does not run here; its indexer keeps its warm-up).
+    Each part is clipped on its own, so neither's gradient norm scales the other's.
     -> each step's LM loss (`lm`), with the indexers' KL in `mtp[0]` (kept with the loss history on resume)."""
     from finetune.full import FullSettings, prepare_full
 

@@ -97,10 +97,8 @@ def sft_loss(
     ce = F.cross_entropy(logits.float(), ids_BT[:, 1:][sel], reduction="sum")
     lm = ce / (sel.sum().clamp(min=1) if denom is None else denom)
     steps, h, T = [], hidden, ids_BT.shape[1]
-    for k in range(mtp_steps if T >= 3 else 0):
+    for k in range(min(mtp_steps, T - 2)):  # step k needs a token t+2+k to draft
         n = T - 1 - k  # rows t = 0..n-1 draft token t+2+k from h_t and token t+1+k
-        if n < 2:
-            break
         seg = None if segment_ids is None else segment_ids[:, 1 + k :]
         _, h = model.mtp_forward(h[:, :n], ids_BT[:, 1 + k :], positions[:, 1 + k :], step=k, segment_ids=seg,
                                  logits=False)  # fmt: skip

@@ -125,8 +125,8 @@ class ProofConfig:
 
         if self.agent_profile not in PROFILES:
             raise ValueError(f"agent_profile {self.agent_profile!r}: expected one of {', '.join(PROFILES)}")
-        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens", "mtp_steps",
-                     "distill_steps", "distill_prompts_per_step"):  # fmt: skip
+        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens",
+                     "mtp_steps", "distill_steps", "distill_prompts_per_step"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
         if self.rl_curve_every < 0:

@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finetune.proof.config import STAGES, ProofConfig
+from finetune.proof.commands import previous
+from finetune.proof.config import STAGES, ProofConfig, rl_curve_steps
+
+ROW_KEYS = ("resolved", "graded", "resolved_rate", "resolved_rate_ci95", "complete")  # of a curve's point
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -101,19 +104,13 @@ def heldout_curve(run: Path, c: ProofConfig | None) -> list[dict[str, Any]]:
     yet are left out."""
     if c is None or "rl" not in c.stages:
         return []
-    from finetune.proof.commands import previous
-    from finetune.proof.config import rl_curve_steps
-
     points = [(0, previous("rl", c.stages)), *((k, f"rl-step-{k}") for k in rl_curve_steps(c)), (c.rl_steps, "rl")]
     out = []
     for step, name in points:
-        row = stage_row(run, name) if name != "init" else None
+        row = stage_row(run, name)  # None until that point's bench has a report (`init` never has one)
         if row is not None:
             out.append({"step": step, "measured": name, **{k: row[k] for k in ROW_KEYS}})
     return out
-
-
-ROW_KEYS = ("resolved", "graded", "resolved_rate", "resolved_rate_ci95", "complete")
 
 
 def plots(run: Path, rows: list[dict[str, Any]], heldout: list[dict[str, Any]] | None = None) -> list[Path] | str:
