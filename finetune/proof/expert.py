@@ -5,8 +5,8 @@ assistant message. It reads only what a model would see -- the issue in the firs
 results -- never the gold patch or the hidden test:
 
     1. read the file the issue names
-    2. edit the one line: find the named function in the read output, then the line the issue describes
-       (an operator or comparison to swap, a whole line to replace, a return value to change)
+    2. edit the one line: check that the line the issue quotes is in the named function in the read output (and
+       nowhere else in the file), then replace it, as quoted, by the line the issue says it should be
     3. run the failing test the issue names with bash
     4. answer in one sentence (no tool call: the session ends, as a model's would)
 
@@ -25,12 +25,8 @@ from typing import Any
 # where: "`f` in `path`" or "`f` (path)"
 _WHERE = re.compile(r"`(?P<f>[A-Za-z_]\w*)` (?:in `|\()(?P<path>[\w./-]+\.py)")
 _TEST = re.compile(r"`(?P<test>[\w./-]+\.py::\w+)`")
-# what: the fragment that is wrong and what it should be, in each phrasing the family uses
+# what: the line as it is and as it should be, in each phrasing the family uses
 _WHAT = (
-    re.compile(r"uses `(?P<old>[^`]+)` where it should use `(?P<new>[^`]+)`"),
-    re.compile(r"should use `(?P<new>[^`]+)`, not `(?P<old>[^`]+)`"),
-    re.compile(r"returns `(?P<old>[^`]+)` where it should return `(?P<new>[^`]+)`"),
-    re.compile(r"should return `(?P<new>[^`]+)`, not `(?P<old>[^`]+)`"),
     re.compile(r"line `(?P<old>[^`]+)` should be `(?P<new>[^`]+)`"),
     re.compile(r"`(?P<old>[^`]+)` should read `(?P<new>[^`]+)`"),
 )
@@ -57,23 +53,16 @@ def parse_issue(text: str) -> Issue | None:
 
 
 def fix_line(file_lines: list[str], issue: Issue) -> tuple[str, str] | None:
-    """(the line as it is, the line as it should be) inside issue.function, or None when not found."""
+    """The edit's (old_string, new_string): the lines the issue quotes, when the buggy one is inside
+    issue.function and occurs once in the file (the edit tool replaces a unique string); else None."""
     start = next((i for i, line in enumerate(file_lines) if line.startswith(f"def {issue.function}(")), None)
-    if start is None:
+    if start is None or "\n".join(file_lines).count(issue.old) != 1:
         return None
-    body = []
     for line in file_lines[start + 1 :]:
         if line and not line[0].isspace():
             break
-        body.append(line)
-    for line in body:
-        text = line.strip()
-        if " " in issue.old and text == issue.old:  # a whole statement to replace
-            return line, line[: len(line) - len(line.lstrip())] + issue.new
-        if issue.old.isidentifier() and text == f"return {issue.old}":  # a return value
-            return line, line.replace(f"return {issue.old}", f"return {issue.new}")
-        if not issue.old.isidentifier() and f" {issue.old} " in line:  # an operator or a comparison
-            return line, line.replace(f" {issue.old} ", f" {issue.new} ", 1)
+        if issue.old in line:
+            return issue.old, issue.new
     return None
 
 

@@ -48,7 +48,10 @@ def test_the_fix_is_one_line_and_the_issue_names_where(split):
             if line[:1] in "+-" and not line.startswith(("+++", "---"))
         ]
         assert len(delta) == 2, delta  # one line out, one line in
-        assert before[inst.path].count(inst.bug.bad_line + "\n") == 1  # the edit tool can target it
+        # the issue quotes the line as it is and as it should be; the edit tool can target it as quoted
+        assert inst.bug.old == inst.bug.bad_line.strip() and inst.bug.new == inst.bug.lines[inst.bug.line_no].strip()
+        assert before[inst.path].count(inst.bug.old) == 1
+        assert before[inst.path].replace(inst.bug.old, inst.bug.new) == after[inst.path]
         text = inst.problem_statement
         visible = f"tests/test_{inst.buggy[0]}.py::test_{inst.bug.name}"
         assert inst.path in text and f"`{inst.bug.name}`" in text and visible in text

@@ -20,7 +20,8 @@ def test_the_expert_derives_every_fix_from_the_issue_and_the_file(split):
         assert issue.test == f"tests/test_{inst.buggy[0]}.py::test_{inst.bug.name}"
         before = inst.files(fixed=False)[inst.path].splitlines()
         old, new = fix_line(before, issue)
-        fixed = inst.files(fixed=False)[inst.path].replace(old + "\n", new + "\n", 1)
+        assert (old, new) == (inst.bug.old, inst.bug.new)  # as the issue quotes them: a copy, not a lookup
+        fixed = inst.files(fixed=False)[inst.path].replace(old, new, 1)
         assert fixed == inst.files(fixed=True)[inst.path], (inst.bug.kind, old, new)
 
 
@@ -28,8 +29,14 @@ def test_what_the_expert_cannot_parse_or_find_ends_the_session_with_a_reason():
     assert parse_issue("Something is wrong somewhere.") is None
     msg = next_message([{"role": "user", "content": "Something is wrong somewhere."}])
     assert "tool_calls" not in msg and "cannot tell" in msg["content"]
-    issue = Issue("absent", "pkg/m.py", "-", "+", "tests/test_m.py::test_absent")
+    issue = Issue("absent", "pkg/m.py", "return a - b", "return a + b", "tests/test_m.py::test_absent")
     assert fix_line(["def present(a, b):", "    return a - b"], issue) is None
+    # the quoted line must be in the named function, and only once in the file (the edit replaces a unique string)
+    issue = Issue("present", "pkg/m.py", "return a - b", "return a + b", "tests/test_m.py::test_present")
+    assert fix_line(["def present(a, b):", "    return a - b"], issue) == ("return a - b", "return a + b")
+    assert fix_line(["def present(a, b):", "    return a", "", "def other(a, b):", "    return a - b"], issue) is None
+    twice = ["def present(a, b):", "    return a - b", "", "def other(a, b):", "    return a - b"]
+    assert fix_line(twice, issue) is None
 
 
 def _tool(text: str) -> dict:
@@ -49,9 +56,7 @@ def test_the_expert_reads_edits_tests_and_answers():
         msgs += [msg, _tool(result)]
     assert [name for name, _ in steps] == ["read", "edit", "bash"]
     assert steps[0][1] == {"path": inst.path}
-    assert (
-        steps[1][1]["old_string"] == inst.bug.bad_line and steps[1][1]["new_string"] == inst.bug.lines[inst.bug.line_no]
-    )
+    assert steps[1][1] == {"path": inst.path, "old_string": inst.bug.old, "new_string": inst.bug.new}
     assert steps[2][1]["command"].endswith(inst.fail_to_pass[0])
     final = next_message(msgs)
     assert "tool_calls" not in final and "passes" in final["content"]
