@@ -190,10 +190,10 @@ class Instance:
         return out
 
 
-# Every phrasing quotes the line as it is and as it should be (stripped), as a careful bug report does: the fix
-# is then a copy from the issue into an edit, once the file has been read. (With only the wrong fragment named,
-# `-` for `+`, the fix had to be looked up in the file: the proof's 4.6M-parameter model, trained on CPU in
-# minutes, then got 1 edit in 30 right on dev tasks of the train distribution; benchmarks/RESULTS.md.)
+# Every phrasing quotes the line as it is and as it should be (stripped), as a careful bug report does: once the
+# file has been read, the fix is a copy from the issue into an edit, with no search of the file. (The proof's
+# 4.6M-parameter model, trained on CPU in minutes, copies neither way: right edits on dev tasks of the train
+# distribution 1/30 when only the wrong fragment was named, 0/30 with the line quoted; benchmarks/RESULTS.md.)
 STATEMENTS = {
     "wrong_operator": [
         "`{f}` in `{path}` uses the wrong operator: `{call}` returns {got}, expected {want}. The line `{old}` should "
