@@ -1,0 +1,51 @@
+"""write_checkpoint: a stage's checkpoint is its weights plus the model's files of the checkpoint it started from,
+never that run's outputs (an RL checkpoint's adapter and logs must not reappear in the SFT trained from it)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from finetune.run_dir import write_checkpoint
+from model import GLM5ForCausalLM
+from model.checkpoint import load_pretrained
+from model.config import preset
+
+
+def _model(seed: int) -> GLM5ForCausalLM:
+    torch.manual_seed(seed)
+    net = GLM5ForCausalLM(preset("tiny"))
+    with torch.no_grad():
+        for t in [*net.parameters(), *net.buffers()]:
+            if t.is_floating_point():
+                t.normal_(0, 0.02)
+    return net
+
+
+def test_a_checkpoint_keeps_the_models_files_and_drops_the_earlier_runs_outputs(tmp_path):
+    src, dest = tmp_path / "rl", tmp_path / "forget"
+    _model(0).save_pretrained(src)
+    for name in ("chat_template.jinja", "tokenizer.json", "tokenizer_config.json", "dsa_warmup.json"):
+        (src / name).write_text("{}")
+    # what the RL run that wrote `src` left beside its merged weights
+    for folder in ("adapter", "adapter_hf", "adapters/step-3"):
+        (src / folder).mkdir(parents=True)
+        (src / folder / "adapter_model.safetensors").write_bytes(b"x")
+    for name in ("rl_log.jsonl", "train_log.jsonl", "engine.log", "distill_run.json", "run.json", "state.pt"):
+        (src / name).write_text("earlier run")
+    dest.mkdir()
+    (dest / "train_log.jsonl").write_text("this run\n")  # the new run's own outputs stay as they are
+    net = _model(1)
+    write_checkpoint(src, net, dest)
+
+    kept = {p.name for p in dest.iterdir()}
+    assert {"config.json", "model.safetensors", "chat_template.jinja", "tokenizer.json", "tokenizer_config.json",
+            "dsa_warmup.json", "train_log.jsonl"} <= kept  # fmt: skip
+    assert kept.isdisjoint({"adapter", "adapter_hf", "adapters", "rl_log.jsonl", "engine.log", "distill_run.json",
+                            "run.json", "state.pt"})  # fmt: skip
+    assert (dest / "train_log.jsonl").read_text() == "this run\n"
+    assert json.loads((dest / "config.json").read_text()) == json.loads((src / "config.json").read_text())
+    back = load_pretrained(GLM5ForCausalLM, dest)
+    for (n, a), (_, b) in zip(net.state_dict().items(), back.state_dict().items(), strict=True):
+        assert torch.equal(a, b), n  # the weights are net's, not the source's
