@@ -191,9 +191,8 @@ class Instance:
 
 
 # Every phrasing quotes the line as it is and as it should be (stripped), as a careful bug report does: once the
-# file has been read, the fix is a copy from the issue into an edit, with no search of the file. (The proof's
-# 4.6M-parameter model, trained on CPU in minutes, copies neither way: right edits on dev tasks of the train
-# distribution 1/30 when only the wrong fragment was named, 2/30 with the line quoted; benchmarks/RESULTS.md.)
+# file has been read, the fix is a copy from the issue into an edit, with no search of the file (what that did for
+# the proof's model: benchmarks/RESULTS.md, "The training proof").
 STATEMENTS = {
     "wrong_operator": [
         "`{f}` in `{path}` uses the wrong operator: `{call}` returns {got}, expected {want}. The line `{old}` should "
