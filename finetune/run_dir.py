@@ -92,26 +92,21 @@ def write_atomic(path: Path, text: str) -> None:
 # What a checkpoint folder holds that is not the model but the run that wrote it: a stage trained from that
 # checkpoint must not carry them along (a full SFT of an RL checkpoint would otherwise ship RL's adapter beside
 # weights it is already merged into, and RL's log as if it were its own).
-_RUN_OUTPUTS = ("*.safetensors", "model.safetensors.index.json", "*.log", "*_log.jsonl", "run.json", "*_run.json",
-                "state.pt", "sequences.json")  # fmt: skip
-
-
-def _not_the_model(folder: str, names: list[str]) -> set[str]:
-    """copytree's ignore: weights and run outputs; at the top level also every folder (adapters, rollouts,
-    sessions: what runs write; a Hugging Face checkpoint keeps its files at the top)."""
-    skip = shutil.ignore_patterns(*_RUN_OUTPUTS)(folder, names)
-    return skip | {n for n in names if (Path(folder) / n).is_dir()}
+_RUN_OUTPUTS = ("*.log", "*_log.jsonl", "run.json", "*_run.json", "state.pt", "sequences.json")
 
 
 def write_checkpoint(source: Path, net, dest: Path, state: dict | None = None) -> None:
-    """`net`'s weights plus the `source` checkpoint's other files (config, tokenizer, chat template), not the
-    outputs of the run that wrote it (adapters, logs). `state`: the weights by name, whole, when `net` holds only
-    shards of them (finetune/distributed.py)."""
+    """`net`'s weights plus the `source` checkpoint's other files (config, tokenizer, chat template: its top-level
+    files, model/checkpoint.py `side_files`, which refuses links out of it), not the outputs of the run that wrote
+    it (its folders, adapters among them, and its logs). `state`: the weights by name, whole, when `net` holds
+    only shards of them (finetune/distributed.py)."""
     from types import SimpleNamespace
 
-    from model.checkpoint import save_pretrained
+    from model.checkpoint import save_pretrained, side_files
 
-    shutil.copytree(source, dest, ignore=_not_the_model, dirs_exist_ok=True)
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    for path in side_files(source, ignore=_RUN_OUTPUTS):
+        shutil.copyfile(path, Path(dest) / path.name)  # a link's content, as a file of its own
     if state is None:
         net.save_pretrained(dest)
     else:  # save_pretrained reads a model's `config` and `state_dict()`: here the gathered tensors

@@ -206,7 +206,7 @@ def convert(
     import torch
 
     from model import GLM5ForCausalLM
-    from model.checkpoint import CheckpointError
+    from model.checkpoint import CheckpointError, side_files
     from model.config import ConfigError
 
     if dtype not in ("float32", "bfloat16"):
@@ -226,7 +226,8 @@ def convert(
     model.config = model.config.replace(dtype=dtype)
     with console.status(f"writing {out}..."):
         model.save_pretrained(out, max_shard_size=max_shard_size)
-        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
-            if (src / name).is_file():
-                shutil.copy2(src / name, out / name)
+        keep = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
+        for path in side_files(src):
+            if path.name in keep:
+                shutil.copyfile(path, out / path.name)
     console.print(f"wrote {out} ({dtype}{', dequantised from FP8' if quant.get('quant_method') == 'fp8' else ''})")

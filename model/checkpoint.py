@@ -63,6 +63,32 @@ def weight_files(path: Path) -> dict[str, Path]:
         return {name: single for name in f.keys()}
 
 
+def side_files(path: Path, ignore: tuple[str, ...] = ()) -> list[Path]:
+    """The checkpoint's other files (config, tokenizer, chat template: the regular files at its top level, not its
+    weights and not those matching the glob patterns `ignore`) for a tool that writes a new checkpoint from it.
+    A symbolic link counts only when it resolves to a file inside the checkpoint or inside the Hugging Face cache
+    entry that holds it (a cached snapshot links into its `blobs/`): one that points elsewhere
+    (`tokenizer.json -> ~/.ssh/id_rsa` in a downloaded folder) would copy that file into every checkpoint made
+    from this one, which the user may then share. It is left out, with a warning."""
+    import fnmatch
+
+    path = Path(path)
+    roots = [path.resolve()]
+    roots += [q for q in roots[0].parents if q.name.startswith(("models--", "datasets--"))][:1]
+    kept = []
+    for f in sorted(path.iterdir()):
+        if f.name.endswith(".safetensors") or f.name == INDEX_FILE or any(fnmatch.fnmatch(f.name, g) for g in ignore):
+            continue
+        if f.is_symlink():
+            target = f.resolve()
+            if not (target.is_file() and any(target.is_relative_to(r) for r in roots)):
+                log.warning("%s links to %s, outside the checkpoint: not copied", f, target)
+                continue
+        if f.is_file():
+            kept.append(f)
+    return kept
+
+
 def read_state_dict(
     path: Path, expected: dict[str, tuple[torch.Size, torch.dtype]], fp8_block: int = FP8_BLOCK
 ) -> dict[str, torch.Tensor]:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from model.checkpoint import side_files
 from model.fp8 import dequantize_fp8
 
 QUANT_METHOD = "compressed-tensors"
@@ -362,9 +363,8 @@ def write_quantized_checkpoint(
         json.dumps({"metadata": {"total_size": bytes_out}, "weight_map": dict(sorted(weight_map.items()))}, indent=2)
     )
 
-    for p in src.iterdir():
-        if p.is_file() and p.suffix != ".safetensors" and p.name not in ("config.json", "model.safetensors.index.json"):
-            shutil.copy2(p, out / p.name)
+    for p in side_files(src, ignore=("config.json",)):
+        shutil.copyfile(p, out / p.name)
     qcfg = QuantizationConfig(groups={"group_0": scheme}, ignore=tuple(sorted(ignored)))
     cfg["quantization_config"] = qcfg.to_json()
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")

@@ -49,3 +49,31 @@ def test_a_checkpoint_keeps_the_models_files_and_drops_the_earlier_runs_outputs(
     back = load_pretrained(GLM5ForCausalLM, dest)
     for (n, a), (_, b) in zip(net.state_dict().items(), back.state_dict().items(), strict=True):
         assert torch.equal(a, b), n  # the weights are net's, not the source's
+
+
+def test_a_link_out_of_the_checkpoint_is_not_copied_into_the_new_one(tmp_path, caplog):
+    """A downloaded folder whose tokenizer.json links to a secret elsewhere must not leak that secret into every
+    checkpoint trained from it; a Hugging Face cache snapshot, whose files link into the entry's blobs/, still
+    copies (as regular files)."""
+    secret = tmp_path / "home" / ".ssh" / "id_rsa"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----")
+    entry = tmp_path / "hub" / "models--zai-org--tiny"
+    snap = entry / "snapshots" / "abc123"
+    _model(0).save_pretrained(snap)
+    (entry / "blobs").mkdir()
+    (entry / "blobs" / "f00d").write_text('{"template": true}')
+    (snap / "chat_template.jinja").symlink_to("../../blobs/f00d")
+    (snap / "tokenizer.json").symlink_to(secret)
+    (snap / "dangling.json").symlink_to(tmp_path / "nowhere")
+
+    dest = tmp_path / "sft"
+    with caplog.at_level("WARNING"):
+        write_checkpoint(snap, _model(1), dest)
+
+    assert not (dest / "tokenizer.json").exists()
+    assert "BEGIN OPENSSH" not in "".join(p.read_text(errors="ignore") for p in dest.iterdir() if p.is_file())
+    assert "tokenizer.json" in caplog.text and "outside the checkpoint" in caplog.text
+    kept = dest / "chat_template.jinja"
+    assert not kept.is_symlink() and kept.read_text() == '{"template": true}'
+    assert not (dest / "dangling.json").exists()
