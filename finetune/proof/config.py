@@ -41,7 +41,8 @@ class ProofConfig:
     # a query past index_topk lost ~1 in 4 of the 30 keys before it in layer 0 and the model never learned to
     # copy a path from the issue (pilots: 0 of 8 copies after 400 steps; benchmarks/RESULTS.md).
     corpus_size: int = 4000
-    # short exchanges without the agent prompt that ask for a name or path back ("Echo `X`."): copying, dense
+    # short exchanges without the agent prompt that ask for a path, a name or a line of code back ("Echo `X`."),
+    # or two lines ("Replace `X` with `Y`."): copying, dense
     drill_size: int = 60000
     base_steps: int = 300
     base_lr: float = 2e-3

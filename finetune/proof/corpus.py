@@ -140,31 +140,55 @@ def write_first_turns(bench_run: Path, out: Path, thinking: bool = True) -> Path
     return out
 
 
+def _variant(line: str, rng: random.Random) -> str:
+    """`line` with one operator or number changed, or `+ 1` appended."""
+    ops = [op for op in (" + ", " - ", " * ", " < ", " <= ", " > ", " >= ") if op in line]
+    if ops:
+        op = rng.choice(ops)
+        return line.replace(op, rng.choice([o for o in (" + ", " - ", " * ") if o != op] if op.strip() in "+-*"
+                                           else [o for o in (" < ", " <= ", " > ", " >= ") if o != op]), 1)  # fmt: skip
+    return f"{line} + 1"
+
+
 def write_drills(out: Path, n: int, seed: int) -> Path:
-    """n copy drills (OpenAI chat JSONL): "Echo `X`." answered with X, where X is a path, a test id or a function
-    name drawn like the sessions' (train-split names only). No system prompt and no tools: ~25 tokens each, so
-    packed rows hold dozens and a small model sees thousands of copies per step. A session's first act is a
-    copy (the path the user names into `read`), and the repair family's is too (the file, the failing test)."""
+    """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
+    with X, where X is a path, a test id, a function name or a line of code drawn like the sessions' (train-split
+    names only); or two quoted lines ("Replace `X` with `Y`.") answered with both in order. No system prompt and
+    no tools: ~25 tokens each, so packed rows hold dozens and a small model sees thousands of copies per step. A
+    session's first act is a copy (the path the user names into `read`), and a repair's edit copies the two lines
+    its issue quotes: a model that learned only to copy paths writes the edit's `old_string` from memory."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     names = name_pool("train")
 
+    def line() -> str:
+        fn = rng.choice(list(SHAPES.values()))(rng, rng.choice(names))
+        return rng.choice([*fn.lines, f"def {fn.name}({', '.join(fn.args)}):"]).strip()
+
     def item() -> str:
         k = rng.random()
-        if k < 0.4:
+        if k < 0.25:
             return f"{rng.choice(PACKAGES)}/{rng.choice(MODULES)}.py"
-        if k < 0.6:
+        if k < 0.35:
             return f"tests/test_{rng.choice(MODULES)}.py"
-        if k < 0.8:
+        if k < 0.45:
             return rng.choice(names)
-        return f"tests/test_{rng.choice(MODULES)}.py::test_{rng.choice(names)}"
+        if k < 0.55:
+            return f"tests/test_{rng.choice(MODULES)}.py::test_{rng.choice(names)}"
+        return line()
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for _ in range(n):
-            x = item()
-            ask = rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(x)
-            f.write(json.dumps({"messages": [{"role": "user", "content": ask}, {"role": "assistant", "content": x}]})
-                    + "\n")  # fmt: skip
+            if rng.random() < 0.2:  # two lines, often one a near copy of the other (which to write where?)
+                x = line()
+                y = line() if rng.random() < 0.5 else _variant(x, rng)
+                ask = rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y)
+                answer = f"{x}\n{y}"
+            else:
+                answer = item()
+                ask = rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(answer)
+            f.write(json.dumps({"messages": [{"role": "user", "content": ask},
+                                             {"role": "assistant", "content": answer}]}) + "\n")  # fmt: skip
     tmp.replace(out)
     return out

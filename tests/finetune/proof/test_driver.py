@@ -213,7 +213,7 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     renames = [json.loads(line) for line in (run / "corpus" / "forget.jsonl").read_text().splitlines()]
     assert len(renames) == 4 and all("rename" in r["messages"][1]["content"] for r in renames)
     drills = [json.loads(line)["messages"] for line in (run / "corpus" / "drill.jsonl").read_text().splitlines()]
-    assert len(drills) == 8 and all(d[1]["content"] in d[0]["content"] for d in drills)  # asked back verbatim
+    assert len(drills) == 8 and all(f"`{x}`" in d[0]["content"] for d in drills for x in d[1]["content"].split("\n"))
     again = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert {s["status"] for s in again["steps"]} == {"done before"}
     # the sessions were recorded with the compact profile: the corpus copies its prompt, four tools
