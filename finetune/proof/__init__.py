@@ -6,7 +6,7 @@
     expert_server.py  that expert behind an OpenAI-compatible endpoint (FastAPI + uvicorn, 127.0.0.1, port 0), so
                       `glm5 bench swe --agent glm5` records its sessions as it records a model's
     corpus.py         the base model's corpus: synthetic sessions (read / run tests / rename / glob) with the
-                      deployed system prompt and tool schemas, train-split names only; distill's first-turn prompts
+                      deployed system prompt and tool schemas, train-split names only; distill's prompts (every turn's context)
     commands.py       the glm5 command of every stage (argv), and the run folder's layout
     measure.py        serve a stage's checkpoint (INT4 + MTP) and bench held-out against it; subprocess plumbing
     driver.py         the steps in order, each skipped when its output exists; a failure stops what needs it

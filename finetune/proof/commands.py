@@ -7,7 +7,7 @@ packages are the ones used. The layout of a run folder:
     RUN/tasks/{train,heldout}/     the repair family's two splits (repos + SWE-bench JSONL)
     RUN/expert/                    `glm5 bench swe` of the expert on train: the SFT data
     RUN/corpus/chat.jsonl          the base model's synthetic conversations; forget.jsonl: renames only;
-                                   distill.jsonl: the train split's first-turn prompts (system, issue, tools)
+                                   distill.jsonl: every turn's context in the train split's expert sessions
     RUN/models/<stage>/            init, base, sft, rl, rl-sync, forget, distill: each stage's checkpoint (full
                                    fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP

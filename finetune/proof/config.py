@@ -16,7 +16,7 @@ from typing import Any
 # the model stages, in order; each is measured on held-out after it is trained. `forget` is full SFT on another
 # task kind (renames, no repair) that is expected to make the model lose part of what SFT and RL taught;
 # `distill` wins it back: on-policy distillation of forget's model from the stage before forget (GLM-5's last,
-# cross-stage step), on the train split's first-turn prompts.
+# cross-stage step), on the contexts of every turn of the expert's train sessions.
 STAGES = ("base", "sft", "rl", "forget", "distill")
 # The proof's model: `tiny` grown to ~4.6M parameters: MLA, MoE with 8 routed experts (2 active), MTP, and a DSA
 # indexer whose top-512 is below a session's ~700-1,500 tokens, so it drops keys. Widths are multiples of INT4's

@@ -109,11 +109,14 @@ def deployed_prompt(bench_run: Path) -> tuple[str, list[dict[str, Any]]]:
     raise FileNotFoundError(f"{bench_run}: no recorded session with a system prompt and tools")
 
 
-def write_first_turns(bench_run: Path, out: Path, thinking: bool = True) -> Path:
-    """The distillation's prompts: each recorded session's first turn as the agent sent it (system prompt, the
-    issue, the tool schemas), one `{"messages", "tools"}` a line, the format `glm5 finetune distill --prompts`
-    reads (with `"chat_template_kwargs": {"enable_thinking": false}` when thinking is off, as the sessions were
-    served). Every session counts, solved or not: a prompt does not depend on how the session went."""
+def write_turn_prompts(bench_run: Path, out: Path, thinking: bool = True) -> Path:
+    """The distillation's prompts: every turn of each recorded session, as the context the agent sent the model
+    for it (system prompt, the issue, the earlier calls and tool results, the tool schemas), one
+    `{"messages", "tools"}` a line, the format `glm5 finetune distill --prompts` reads (with
+    `"chat_template_kwargs": {"enable_thinking": false}` when thinking is off, as the sessions were served). A
+    session's first turn alone would teach only its first call (the `read`): the repair is written turns later,
+    after the file's listing. Every session counts, solved or not: a context does not depend on how the session
+    ended."""
     rows = []
     for traj in sorted(Path(bench_run).glob("trials/*/*/trajectory.jsonl")):
         msgs: list[dict[str, Any]] = []
@@ -122,15 +125,14 @@ def write_first_turns(bench_run: Path, out: Path, thinking: bool = True) -> Path
             rec = json.loads(line)
             if rec.get("type") == "session":
                 tools = rec.get("tools") or []
-            elif rec.get("type") == "message" and rec["message"].get("role") in ("system", "user"):
-                msgs.append({"role": rec["message"]["role"], "content": rec["message"]["content"]})
-            if len(msgs) == 2:
-                break
-        if [m["role"] for m in msgs] == ["system", "user"]:
-            row: dict[str, Any] = {"messages": msgs, "tools": tools}
-            if not thinking:
-                row["chat_template_kwargs"] = {"enable_thinking": False}
-            rows.append(row)
+            elif rec.get("type") == "message":
+                msg = rec["message"]
+                if msg.get("role") == "assistant" and [m["role"] for m in msgs[:2]] == ["system", "user"]:
+                    row: dict[str, Any] = {"messages": list(msgs), "tools": tools}
+                    if not thinking:
+                        row["chat_template_kwargs"] = {"enable_thinking": False}
+                    rows.append(row)
+                msgs.append(msg)
     if not rows:
         raise FileNotFoundError(f"{bench_run}: no recorded session with a system prompt and a first user turn")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
                (`glm5 serve PREV --lora RUN/models/rl/adapters/step-K`): the learning curve through `glm5 bench`
     forget     `glm5 finetune sft --full` on another task kind (renames only): what it makes the model lose
     distill    `glm5 finetune distill --full`: forget's model taught by the stage before forget (rl, or sft) on
-               the train split's first-turn prompts (RUN/corpus/distill.jsonl, written from RUN/expert first)
+               the contexts of every turn of the train split's expert sessions (RUN/corpus/distill.jsonl, written
+               from RUN/expert first)
     rl-sync    RL again with --sync, from the same SFT checkpoint: only its learning curve is kept (last)
 and after each model stage: measure-<stage> (`glm5 serve` INT4 + MTP, `glm5 bench swe -k K` on held-out) and
 compare-<stage> (`glm5 bench compare` with the stage before). The table and plots are rebuilt at the end of
@@ -133,9 +134,9 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
 
         def train(a: list[str] = argv, f: Path = log_file, s: str = stage) -> None:
             if s == "distill":
-                from finetune.proof.corpus import write_first_turns
+                from finetune.proof.corpus import write_turn_prompts
 
-                write_first_turns(run / "expert", distill_prompts(run), thinking=c.thinking)
+                write_turn_prompts(run / "expert", distill_prompts(run), thinking=c.thinking)
             run_logged(a, f, child_env(run), cwd=run)
 
         steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)), train))

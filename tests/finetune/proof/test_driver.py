@@ -34,7 +34,7 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
     assert "--no-thinking" in by["rl"].split()  # trained without reasoning, rolled out without it
     assert "/models/rl " in by["forget"] and "corpus/forget.jsonl" in by["forget"] and "--full" in by["forget"]
-    # distillation: forget's model is the student, the stage before forget the teacher, train's first turns
+    # distillation: forget's model is the student, the stage before forget the teacher, the train sessions' turns
     assert by["distill"].startswith("glm5 finetune distill ") and "/models/forget --teacher " in by["distill"]
     assert "--teacher " + str(tmp_path / "run" / "models" / "rl") + " " in by["distill"]
     assert "corpus/distill.jsonl" in by["distill"] and "--full" in by["distill"]
@@ -233,8 +233,15 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     steps["distill"].run()
     assert steps["distill"].done()  # a servable checkpoint in RUN/models/distill
     prompts = [json.loads(line) for line in (run / "corpus" / "distill.jsonl").read_text().splitlines()]
-    assert len(prompts) == 1 and [m["role"] for m in prompts[0]["messages"]] == ["system", "user"]
+    # one context per turn of the expert's session (read, edit, bash, answer), each the one before it extended
+    # by that turn's call and its result: the student relearns the edit, written after the file's listing
+    assert len(prompts) == 4 and [m["role"] for m in prompts[0]["messages"]] == ["system", "user"]
     assert ".py::" in prompts[0]["messages"][1]["content"]  # the issue, naming its failing test
-    assert prompts[0]["chat_template_kwargs"] == {"enable_thinking": False}
+    for before, after in zip(prompts, prompts[1:], strict=False):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+        assert [m["role"] for m in after["messages"][len(before["messages"]) :]] == ["assistant", "tool"]
+    calls = [m["tool_calls"][0]["function"]["name"] for m in prompts[-1]["messages"] if m.get("tool_calls")]
+    assert calls == ["read", "edit", "bash"]
+    assert all(p["chat_template_kwargs"] == {"enable_thinking": False} for p in prompts)
     log = json.loads((run / "models" / "distill" / "distill_run.json").read_text())
     assert log["settings"]["teachers"]["default"].endswith("models/sft")
