@@ -69,8 +69,9 @@ class ProofConfig:
     forget_size: int = 1000
     forget_steps: int = 30
     forget_lr: float = 3e-4
-    # cross-stage distillation (`glm5 finetune distill --full`): student forget, teacher the stage before forget
-    distill_steps: int = 16
+    # cross-stage distillation (`glm5 finetune distill --full`): student forget, teacher the stage before forget;
+    # 96 steps, chosen on dev sessions (train distribution, another seed): 48 brought the edit back, not the test run
+    distill_steps: int = 96
     distill_prompts_per_step: int = 4
     distill_lr: float = 1e-4
     # the agent profile (agent/profiles.py) of every session: the expert's, the corpus's (copied from the
