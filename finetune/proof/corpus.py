@@ -142,14 +142,16 @@ def write_turn_prompts(bench_run: Path, out: Path, thinking: bool = True) -> Pat
     return out
 
 
+_OPERATORS = ((" + ", " - ", " * "), (" < ", " <= ", " > ", " >= "))
+
+
 def _variant(line: str, rng: random.Random) -> str:
-    """`line` with one operator or number changed, or `+ 1` appended."""
-    ops = [op for op in (" + ", " - ", " * ", " < ", " <= ", " > ", " >= ") if op in line]
-    if ops:
-        op = rng.choice(ops)
-        return line.replace(op, rng.choice([o for o in (" + ", " - ", " * ") if o != op] if op.strip() in "+-*"
-                                           else [o for o in (" < ", " <= ", " > ", " >= ") if o != op]), 1)  # fmt: skip
-    return f"{line} + 1"
+    """`line` with one operator changed for another of its kind, or `+ 1` appended."""
+    present = [(op, kind) for kind in _OPERATORS for op in kind if op in line]
+    if not present:
+        return f"{line} + 1"
+    op, kind = rng.choice(present)
+    return line.replace(op, rng.choice([o for o in kind if o != op]), 1)
 
 
 def write_drills(out: Path, n: int, seed: int) -> Path:
