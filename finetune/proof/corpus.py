@@ -154,19 +154,27 @@ def _variant(line: str, rng: random.Random) -> str:
     return line.replace(op, rng.choice([o for o in kind if o != op]), 1)
 
 
-def write_drills(out: Path, n: int, seed: int) -> Path:
+def write_drills(out: Path, n: int, seed: int, in_code: float = 0.15) -> Path:
     """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
     with X, where X is a path, a test id, a function name or a line of code drawn like the sessions' (train-split
     names only); or two quoted lines ("Replace `X` with `Y`.") answered with both in order. No system prompt and
     no tools: ~25 tokens each, so packed rows hold dozens and a small model sees thousands of copies per step. A
     session's first act is a copy (the path the user names into `read`), and a repair's edit copies the two lines
-    its issue quotes: a model that learned only to copy paths writes the edit's `old_string` from memory."""
+    its issue quotes: a model that learned only to copy paths writes the edit's `old_string` from memory.
+
+    A share `in_code` of all drills are pairs with code around them, as a repair's do: a block of two or three of the
+    family's functions holding X and lines that differ from X in one operator, so the lines to copy are found
+    among look-alikes with the same names (a model trained on bare pairs copied the names and wrote the family's
+    usual operators and numbers)."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     names = name_pool("train")
 
-    def line() -> str:
+    def function() -> list[str]:
         fn = rng.choice(list(SHAPES.values()))(rng, rng.choice(names))
-        return rng.choice([*fn.lines, f"def {fn.name}({', '.join(fn.args)}):"]).strip()
+        return [f"def {fn.name}({', '.join(fn.args)}):", *fn.lines]
+
+    def line() -> str:
+        return rng.choice(function()).strip()
 
     def item() -> str:
         k = rng.random()
@@ -180,11 +188,31 @@ def write_drills(out: Path, n: int, seed: int) -> Path:
             return f"tests/test_{rng.choice(MODULES)}.py::test_{rng.choice(names)}"
         return line()
 
+    def in_code_pair() -> tuple[str, str]:
+        unique: list[int] = []
+        while not unique:  # x occurs once in the block, as an edit's old_string must
+            rows = [row for _ in range(rng.randint(2, 3)) for row in function()]
+            body = [row.strip() for row in rows if not row.startswith("def ")]
+            unique = [j for j, row in enumerate(rows) if not row.startswith("def ") and body.count(row.strip()) == 1]
+        i = rng.choice(unique)
+        x, y = rows[i].strip(), _variant(rows[i].strip(), rng)
+        indent = rows[i][: len(rows[i]) - len(rows[i].lstrip())]
+        alikes = {_variant(x, rng) for _ in range(4)} | {f"{x} - 1"}
+        alikes -= {x, y}  # look-alikes elsewhere in the block: neither line itself
+        for alike in sorted(alikes)[: rng.randint(1, 2)]:
+            rows.insert(rng.randint(1, len(rows)), indent + alike)
+        ask = rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y)
+        code = "```python\n" + "\n".join(rows) + "\n```"
+        return (f"{code}\n\n{ask}" if rng.random() < 0.5 else f"{ask}\n\n{code}"), f"{x}\n{y}"
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for _ in range(n):
-            if rng.random() < 0.2:  # two lines, often one a near copy of the other (which to write where?)
+            k = rng.random()
+            if k < in_code:
+                ask, answer = in_code_pair()
+            elif k < in_code + 0.2:  # two lines, often one a near copy of the other (which to write where?)
                 x = line()
                 y = line() if rng.random() < 0.5 else _variant(x, rng)
                 ask = rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y)

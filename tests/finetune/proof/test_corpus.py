@@ -1,4 +1,5 @@
-"""The base's copy drills: what is asked back is quoted verbatim, code lines and pairs among it, train names only."""
+"""The base's copy drills: what is asked back is quoted verbatim, code lines and pairs among it (some inside a block
+of code with look-alike lines), train names only."""
 
 from __future__ import annotations
 
@@ -13,15 +14,25 @@ def test_drills_ask_for_paths_names_and_lines_of_code_back_verbatim(tmp_path):
     path = write_drills(tmp_path / "drill.jsonl", 2000, seed=3)
     drills = [json.loads(line)["messages"] for line in path.read_text().splitlines()]
     assert len(drills) == 2000
-    answers = []
+    answers, in_code = [], 0
     for ask, answer in drills:
         assert ask["role"] == "user" and answer["role"] == "assistant"
         parts = answer["content"].split("\n")
-        assert re.findall(r"`([^`]*)`", ask["content"]) == parts  # each part quoted, in the order it is written
+        text, blocks = ask["content"], re.findall(r"```python\n(.*?)\n```", ask["content"], re.S)
+        if blocks:  # a pair among code: x once, y not there, and a look-alike of x beside it
+            in_code += 1
+            (block,) = blocks
+            code = [row.strip() for row in block.split("\n")]
+            x, y = parts
+            assert code.count(x) == 1 and y not in code
+            assert any(row != x and row.split()[:2] == x.split()[:2] for row in code)
+            text = text.replace(f"```python\n{block}\n```", "")
+        assert re.findall(r"`([^`]*)`", text) == parts  # each part quoted, in the order it is written
         answers.append(parts)
     pairs = [a for a in answers if len(a) == 2]
     lines = [x for a in answers for x in a if x.startswith(("return ", "if ", "def ")) or " = " in x]
-    assert 250 < len(pairs) < 550  # ~1 in 5
+    assert 220 < in_code < 380  # ~15%
+    assert 550 < len(pairs) < 850  # ~35%: in code, and bare ~1 in 5
     assert sum(1 for a, b in pairs if a != b and a.split()[0] == b.split()[0]) > 50  # near copies: order matters
     assert len(lines) > 900 and len(set(lines)) > 600  # lines of code, drawn afresh, not a few memorised ones
     assert any(x.endswith(".py") for a in answers for x in a)
