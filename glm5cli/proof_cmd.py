@@ -12,14 +12,16 @@ from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 def proof(
     out: Path = typer.Option(..., "--out", "-o", help="The run folder (a rerun resumes at the step it stopped in)."),
     smoke: bool = typer.Option(False, "--smoke", help="The smallest setting: tiny model, 2+1 tasks, 1 step each."),
-    preset: str = typer.Option(None, "--preset", help="Model preset, tiny or small (default: tiny grown to ~4.6M parameters)."),
+    preset: str = typer.Option(
+        None, "--preset", help="Model preset, tiny or small (default: tiny grown to ~4.6M parameters)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the task family, the model and every stage."),
-    n_train: int = typer.Option(None, "--train", help="Train-split tasks (default 200)."),
+    n_train: int = typer.Option(None, "--train", help="Train-split tasks (default 1000)."),
     n_heldout: int = typer.Option(None, "--heldout", help="Held-out tasks, the measurement (default 25)."),
     k: int = typer.Option(None, "-k", help="Attempts per held-out task (default 4): pass@k."),
-    n: int = typer.Option(None, "-n", help="Trials (and RL sessions / 2) at once (default 2)."),
+    n: int = typer.Option(None, "-n", help="Trials (and RL sessions) at once (default 4)."),
     base_steps: int = typer.Option(None, "--base-steps", help="Steps of the base model's training from scratch."),
-    sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories."),
+    sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories (default 250)."),
     rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split."),
     threads: int = typer.Option(
         None,

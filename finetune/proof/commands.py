@@ -90,7 +90,7 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
                     "--merge", "--steps", c.rl_steps, "--lr", c.rl_lr, "--max-new-tokens", c.max_response_tokens,
                     "--group-size", c.rl_group_size, "--groups-per-step", c.rl_groups_per_step,
                     "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
-                    "--concurrency", c.concurrency * 2, "--seed", c.seed,
+                    "--concurrency", c.concurrency, "--seed", c.seed,
                     "--thinking" if c.thinking else "--no-thinking",
                     *(("--save-every", c.rl_curve_every) if c.rl_curve_every else ()))  # fmt: skip
     if stage == "distill":

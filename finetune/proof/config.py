@@ -31,7 +31,7 @@ PROOF_MODEL = ("hidden_size=128", "intermediate_size=384", "moe_intermediate_siz
 @dataclass(frozen=True)
 class ProofConfig:
     seed: int = 0
-    n_train: int = 200  # train-split tasks: the expert's trajectories and RL's tasks
+    n_train: int = 1000  # train-split tasks: the expert's trajectories and RL's tasks
     n_heldout: int = 25  # held-out tasks (x k attempts): the measurement, never trained on
     preset: str = "tiny"  # `glm5 model init --preset`, changed by `model` (--set KEY=VALUE)
     model: tuple[str, ...] = PROOF_MODEL
@@ -44,6 +44,9 @@ class ProofConfig:
     # short exchanges without the agent prompt that ask for a path, a name or a line of code back ("Echo `X`."),
     # or two lines ("Replace `X` with `Y`."): copying, dense
     drill_size: int = 60000
+    # the share of drills that are a pair inside a block of the family's code with look-alike lines (a repair's
+    # edit: two quoted lines to copy among lines that share their names)
+    drill_in_code: float = 0.15
     base_steps: int = 300
     base_lr: float = 2e-3
     base_pack_len: int = 1024
@@ -52,7 +55,7 @@ class ProofConfig:
     dsa_sparse_steps: int = 40
     dsa_sparse_lr: float = 3e-4
     # SFT on the expert's resolved train trajectories (full fine-tuning, MTP trained along)
-    sft_steps: int = 100
+    sft_steps: int = 250  # 2 epochs of the expert's 1,000 sessions
     sft_lr: float = 1e-3
     # agentic RL on the train split (GLM-5's async rules: `glm5 finetune rl --env swe`)
     rl_steps: int = 6
@@ -94,7 +97,9 @@ class ProofConfig:
     mtp_steps: int = 1
     # the measurement: each stage served as deployed, benched on held-out
     k: int = 4
-    concurrency: int = 2
+    # trials at once (and RL's sessions): 4 benched dev tasks 1.47x faster than 2 on 2 cores (the server
+    # batches their decoding while another trial's tests run)
+    concurrency: int = 4
     max_turns: int = 6
     # every model response is cut here (the expert's longest is ~100 tokens): a stage that never stops costs
     # the same bounded time per turn instead of filling the context; the same cap for every stage and for RL

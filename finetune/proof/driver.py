@@ -11,7 +11,9 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
     sft        `glm5 finetune sft --full` on the expert's resolved trajectories
     rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged; every
                rl_curve_every steps its adapter is kept, and measure-rl-step-K benches it on held-out
-               (`glm5 serve PREV --lora RUN/models/rl/adapters/step-K`): the learning curve through `glm5 bench`
+               (`glm5 serve PREV --lora RUN/models/rl/adapters/step-K`): the learning curve through `glm5 bench`;
+               an adapter with the last step's weights (no later step had signal) is not benched again: its
+               point is RL's own measurement (RUN/bench/rl-step-K.same.json says so)
     forget     `glm5 finetune sft --full` on another task kind (renames only): what it makes the model lose
     distill    `glm5 finetune distill --full`: forget's model taught by the stage before forget (rl, or sft) on
                the contexts of every turn of the train split's expert sessions (RUN/corpus/distill.jsonl, written
@@ -106,7 +108,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
 
         system, tools = deployed_prompt(run / "expert")
         write_corpus(run / "corpus" / "forget.jsonl", c.forget_size, c.seed, system, tools, kinds=("rename",))
-        write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed)
+        write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code)
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
     steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
@@ -161,14 +163,34 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             for k in rl_curve_steps(c):
                 name, adapter = f"rl-step-{k}", rl_step_adapter(run, k)
                 steps.append(Step(f"measure-{name}", f"glm5 serve {start} --lora {adapter} + glm5 bench swe -k {c.k} "
-                                  "held-out", lambda n=name: _bench_complete(run / "bench" / n),
-                                  lambda n=name, a=adapter, m=start: serve_and_bench(run, n, c, log, model=m,
-                                                                                     lora=a)))  # fmt: skip
+                                  "held-out (unless it holds the last step's weights: RL's own measurement)",
+                                  lambda n=name: _bench_complete(run / "bench" / n) or same_as_last(run, n).is_file(),
+                                  lambda k=k, m=start: measure_rl_step(run, k, c, log, m)))  # fmt: skip
     if "rl" in c.stages and c.rl_sync_baseline:
         argv = rl_sync_cmd(run, c)
         steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
                           lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run), cwd=run)))  # fmt: skip
     return steps
+
+
+def same_as_last(run: Path, name: str) -> Path:
+    """The mark that RL step adapter `name` (rl-step-K) holds the same weights as RL's last step."""
+    return run / "bench" / f"{name}.same.json"
+
+
+def measure_rl_step(run: Path, k: int, c: ProofConfig, log: Callable[[str], None], start: Path) -> None:
+    """Bench RL's step-k adapter on held-out, unless its weights are the last step's (no step after k had a group
+    with signal, so nothing changed): then RL's own measurement is that point, and benching it again would only
+    spend minutes on a replicate; a mark says so."""
+    adapter, last = rl_step_adapter(run, k), rl_step_adapter(run, c.rl_steps)
+    weights = "adapter_model.safetensors"
+    if (last / weights).is_file() and (adapter / weights).read_bytes() == (last / weights).read_bytes():
+        mark = same_as_last(run, f"rl-step-{k}")
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(json.dumps({"step": k, "same_weights_as_step": c.rl_steps, "measured": "rl"}) + "\n")
+        log(f"RL step {k}'s adapter holds step {c.rl_steps}'s weights: its held-out point is RL's measurement")
+        return
+    serve_and_bench(run, f"rl-step-{k}", c, log, model=start, lora=adapter)
 
 
 def run_proof(run: Path, c: ProofConfig, *, force: bool = False, plan: bool = False,

@@ -107,9 +107,11 @@ def heldout_curve(run: Path, c: ProofConfig | None) -> list[dict[str, Any]]:
     points = [(0, previous("rl", c.stages)), *((k, f"rl-step-{k}") for k in rl_curve_steps(c)), (c.rl_steps, "rl")]
     out = []
     for step, name in points:
-        row = stage_row(run, name)  # None until that point's bench has a report (`init` never has one)
+        same = (run / "bench" / f"{name}.same.json").is_file()  # the last step's weights: RL's own measurement
+        row = stage_row(run, "rl" if same else name)  # None until that point's bench has a report (`init` never)
         if row is not None:
-            out.append({"step": step, "measured": name, **{k: row[k] for k in ROW_KEYS}})
+            out.append({"step": step, "measured": "rl" if same else name, **{k: row[k] for k in ROW_KEYS},
+                        **({"same_weights_as_step": c.rl_steps} if same else {})})  # fmt: skip
     return out
 
 
@@ -183,7 +185,9 @@ def write_table(run: Path, stages: tuple[str, ...] = STAGES, c: ProofConfig | No
     made = plots(run, rows, curve)
     note = made if isinstance(made, str) else "plots: " + ", ".join(str(p.relative_to(run)) for p in made)
     if len(curve) > 1:
-        points = ", ".join(f"step {p['step']} {p['resolved']}/{p['graded']}" for p in curve)
+        points = ", ".join(f"step {p['step']} {p['resolved']}/{p['graded']}"
+                           + (f" (step {p['same_weights_as_step']}'s weights)" if "same_weights_as_step" in p else "")
+                           for p in curve)  # fmt: skip
         note = f"RL on held-out through glm5 bench: {points}\n\n{note}"
     body = {"stages": rows, "rl_heldout_curve": curve, "plots": [] if isinstance(made, str) else [str(p) for p in made],
             "note": note}  # fmt: skip

@@ -173,6 +173,31 @@ def test_rl_is_also_measured_at_its_step_adapters_through_glm5_bench(tmp_path):
         ProofConfig.smoke(rl_curve_every=-1)
 
 
+def test_a_step_adapter_with_the_last_steps_weights_is_not_benched_again(tmp_path, monkeypatch):
+    """When no step after K had a group with signal, step K's adapter is the last step's: its held-out point is
+    RL's own measurement (marked, not a second bench run); an adapter that differs is served and benched."""
+    from finetune.proof import driver
+
+    c = ProofConfig.smoke(rl_steps=6, rl_curve_every=3)
+    run = tmp_path / "run"
+    for step, data in ((3, b"same"), (6, b"same")):
+        (run / "models" / "rl" / "adapters" / f"step-{step}").mkdir(parents=True)
+        (run / "models" / "rl" / "adapters" / f"step-{step}" / "adapter_model.safetensors").write_bytes(data)
+    served = []
+    monkeypatch.setattr(driver, "serve_and_bench", lambda run, name, c, log, **kw: served.append((name, kw["lora"])))
+    driver.measure_rl_step(run, 3, c, print, run / "models" / "sft")
+    assert served == [] and json.loads((run / "bench" / "rl-step-3.same.json").read_text())["same_weights_as_step"] == 6
+    for name, resolved in (("sft", 1), ("rl", 5)):
+        _bench(run / "bench" / name, resolved, 8, [0.1, 0.9])
+    body = write_table(run, c.stages, c)
+    assert [(p["step"], p["measured"], p["resolved"]) for p in body["rl_heldout_curve"]] == [
+        (0, "sft", 1), (3, "rl", 5), (6, "rl", 5)]  # fmt: skip
+    assert "step 3 5/8 (step 6's weights)" in body["note"]
+    (run / "models" / "rl" / "adapters" / "step-3" / "adapter_model.safetensors").write_bytes(b"other")
+    driver.measure_rl_step(run, 3, c, print, run / "models" / "sft")
+    assert served == [("rl-step-3", run / "models" / "rl" / "adapters" / "step-3")]
+
+
 def test_spec_counters_are_read_from_prometheus_text():
     text = ('# HELP glm5:spec_accept_rate Share.\n# TYPE glm5:spec_accept_rate gauge\n'
             'glm5:spec_accept_rate{model_name="glm5-proof"} 0.4\nglm5:spec_draft_tokens_total 30\n'
