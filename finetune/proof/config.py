@@ -40,16 +40,16 @@ class ProofConfig:
     # learn each layer's attention, then a sparse stage) gives it DSA. With an untrained indexer from the start,
     # a query past index_topk lost ~1 in 4 of the 30 keys before it in layer 0 and the model never learned to
     # copy a path from the issue (pilots: 0 of 8 copies after 400 steps; benchmarks/RESULTS.md).
-    corpus_size: int = 2000
+    corpus_size: int = 4000
     # short exchanges without the agent prompt that ask for a path, a name or a line of code back ("Echo `X`."),
     # or two lines ("Replace `X` with `Y`."): copying, dense
-    drill_size: int = 70000
+    drill_size: int = 60000
     # the share of drills that are a pair inside a block of the family's code with look-alike lines (a repair's
-    # edit: two quoted lines to copy among lines that share their names; ~120 tokens each, the others ~29). The
-    # base's 300 packed steps see ~2.5M tokens: with 4,000 sessions and 15% of 60,000 drills in code, the short
-    # drills lost a third of their share and dev SFT copied names worse (test run 25/100 against 64/100), so
-    # the sessions are halved to make room and the short drills keep the share they had without code
-    drill_in_code: float = 0.13
+    # edit: two quoted lines among lines that share their names; ~120 tokens each, the others ~29). Off by default:
+    # with 2,000 sessions and 13% of 70,000 drills in code, dev SFT wrote the right edit twice as often (21/100
+    # against 11/100, teacher-forced) but ran the right test less often (50 against 64), and its held-out SFT
+    # resolved 4/100 against 5/100; only the default has a complete stage table (benchmarks/RESULTS.md)
+    drill_in_code: float = 0.0
     base_steps: int = 300
     base_lr: float = 2e-3
     base_pack_len: int = 1024
