@@ -154,7 +154,7 @@ def _variant(line: str, rng: random.Random) -> str:
     return line.replace(op, rng.choice([o for o in kind if o != op]), 1)
 
 
-def write_drills(out: Path, n: int, seed: int, in_code: float = 0.15) -> Path:
+def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0) -> Path:
     """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
     with X, where X is a path, a test id, a function name or a line of code drawn like the sessions' (train-split
     names only); or two quoted lines ("Replace `X` with `Y`.") answered with both in order. No system prompt and

@@ -53,7 +53,7 @@ from finetune.proof.commands import (
 )
 from finetune.proof.config import ProofConfig, claim, rl_curve_steps
 from finetune.proof.measure import StageFailed, child_env, run_logged, serve_and_bench
-from finetune.proof.table import write_table
+from finetune.proof.table import same_as_last, write_table
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -171,11 +171,6 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
                           lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run), cwd=run)))  # fmt: skip
     return steps
-
-
-def same_as_last(run: Path, name: str) -> Path:
-    """The mark that RL step adapter `name` (rl-step-K) holds the same weights as RL's last step."""
-    return run / "bench" / f"{name}.same.json"
 
 
 def measure_rl_step(run: Path, k: int, c: ProofConfig, log: Callable[[str], None], start: Path) -> None:

@@ -98,6 +98,11 @@ def rl_curve(run: Path, name: str = "rl") -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def same_as_last(run: Path, name: str) -> Path:
+    """The mark that RL step adapter `name` (rl-step-K) holds the same weights as RL's last step."""
+    return run / "bench" / f"{name}.same.json"
+
+
 def heldout_curve(run: Path, c: ProofConfig | None) -> list[dict[str, Any]]:
     """RL's learning curve measured by `glm5 bench` on held-out: step 0 is the stage RL started from, then each
     benched step adapter (RUN/bench/rl-step-K), then RL's own measurement at its last step. Points not measured
@@ -107,7 +112,7 @@ def heldout_curve(run: Path, c: ProofConfig | None) -> list[dict[str, Any]]:
     points = [(0, previous("rl", c.stages)), *((k, f"rl-step-{k}") for k in rl_curve_steps(c)), (c.rl_steps, "rl")]
     out = []
     for step, name in points:
-        same = (run / "bench" / f"{name}.same.json").is_file()  # the last step's weights: RL's own measurement
+        same = same_as_last(run, name).is_file()  # the last step's weights: RL's own measurement
         row = stage_row(run, "rl" if same else name)  # None until that point's bench has a report (`init` never)
         if row is not None:
             out.append({"step": step, "measured": "rl" if same else name, **{k: row[k] for k in ROW_KEYS},

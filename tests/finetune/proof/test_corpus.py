@@ -11,7 +11,7 @@ from plugins.bench_suites.repair_family import name_pool
 
 
 def test_drills_ask_for_paths_names_and_lines_of_code_back_verbatim(tmp_path):
-    path = write_drills(tmp_path / "drill.jsonl", 2000, seed=3)
+    path = write_drills(tmp_path / "drill.jsonl", 2000, seed=3, in_code=0.15)
     drills = [json.loads(line)["messages"] for line in path.read_text().splitlines()]
     assert len(drills) == 2000
     answers, in_code = [], 0
@@ -38,4 +38,4 @@ def test_drills_ask_for_paths_names_and_lines_of_code_back_verbatim(tmp_path):
     assert any(x.endswith(".py") for a in answers for x in a)
     words = {w for a in answers for x in a for w in re.findall(r"[a-z_]+", x)}
     assert not words & (set(name_pool("heldout")) - set(name_pool("train")))  # held-out names never appear
-    assert path.read_text() == write_drills(tmp_path / "again.jsonl", 2000, seed=3).read_text()  # seeded
+    assert path.read_text() == write_drills(tmp_path / "again.jsonl", 2000, seed=3, in_code=0.15).read_text()  # seeded
