@@ -69,14 +69,15 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
     before = cps.snapshot(f"before {name}") if cps else None
     agent.ui.on_tool_start(name, args)
     t0 = time.monotonic()
+    failed = None  # "call": the tool refused the call as made (the model's mistake); "crash": a bug in the tool
     try:
         result = tool.run(args, ToolContext(agent.env, agent.state))
     except ToolError as e:
-        result = ToolResult(f"error: {e}", is_error=True)
+        result, failed = ToolResult(f"error: {e}", is_error=True), "call"
     except KeyboardInterrupt:
         raise
     except Exception as e:  # a tool bug must not kill the session; the model sees what happened
-        result = ToolResult(f"error: {name} failed: {type(e).__name__}: {e}", is_error=True)
+        result, failed = ToolResult(f"error: {name} failed: {type(e).__name__}: {e}", is_error=True), "crash"
     duration = time.monotonic() - t0
     after = cps.snapshot(f"after {name}") if cps else None
 
@@ -99,6 +100,7 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
         decision=verdict.decision,
         result=result.output,
         is_error=result.is_error,
+        **({"failed": failed} if failed else {}),
         data={k: v for k, v in result.data.items() if k != "todos"},
         duration_s=round(duration, 3),
         checkpoint=before.ref if before else None,

@@ -18,7 +18,9 @@ object per line, each with a `type` and a wall-clock `ts`:
     tool         {"step", "call_id", "name", "arguments", "decision" (allow | approved | denied | blocked |
                  format_error: unknown tool or unparsable arguments, then `arguments` is the raw string),
                  "reason" and "user_message" (a refusal's why, and what the user said with their no),
-                 "result" (text shown to the model), "is_error", "duration_s", "checkpoint" (hidden git ref
+                 "result" (text shown to the model), "is_error" (also a command's nonzero exit), "failed"
+                 (only when the call failed: "call", the tool refused it as made -- a missing argument, an
+                 old_string not in the file; "crash", the tool itself broke), "duration_s", "checkpoint" (hidden git ref
                  taken before the call), "commit_before", "commit_after" (snapshot commits of the working tree;
                  equal when the call changed nothing)}
     compaction   {"summary", "messages": the full new conversation}: the conversation restarts from here.

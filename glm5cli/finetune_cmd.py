@@ -419,6 +419,11 @@ def sft(
     include_format_errors: bool = typer.Option(
         False, help="Also train on turns with a malformed tool call (default: context only)."
     ),
+    include_failed_calls: bool = typer.Option(
+        False,
+        help="Also train on turns whose tool call the tool refused as made, such as an edit whose old_string is "
+        "not in the file (default: context only, as GLM-5 masks erroneous segments; a failing test run is trained).",
+    ),
     only_resolved: bool | None = typer.Option(
         None,
         "--only-resolved/--all-outcomes",
@@ -503,7 +508,8 @@ def sft(
     tok = _checkpoint_tokenizer(model)
     from finetune.data.trajectories import DataOptions
 
-    opts = DataOptions(include_denied, include_format_errors, only_resolved, min_reward, strict, max_len)
+    opts = DataOptions(include_denied, include_format_errors, include_failed_calls, only_resolved, min_reward, strict,
+                       max_len)  # fmt: skip
     settings = {"model": str(model.resolve()), "data": [str(p.resolve()) for p in data], "steps": steps}
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
     settings |= {"data_options": opts.__dict__, "pack": pack, "micro_batch": micro_batch}

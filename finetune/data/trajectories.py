@@ -2,8 +2,11 @@
 
 A trajectory is replayed record by record as `glm5 code --resume` does (messages, compactions, rewinds), and
 each `model_call` becomes a Call with the prompt it was sent, its response, finish_reason and recorded ids
-(`choices[0].token_ids`, `prompt_token_ids`). A call whose tool calls were denied, blocked or malformed is kept
-as context but not trained unless the options say so. A line that is not JSON or a record that does not fit
+(`choices[0].token_ids`, `prompt_token_ids`). A call whose tool calls were denied, blocked or malformed, or that
+the tool refused as made (`failed: "call"`: a missing argument, an edit's old_string not in the file), is kept as
+context but not trained unless the options say so: GLM-5 keeps erroneous segments of agent data in the
+sequence and masks them out of the loss, so the model learns to correct an error without learning to make it.
+A command that ran and exited nonzero (a failing test run) is not a failed call: it is trained. A line that is not JSON or a record that does not fit
 is skipped and reported with its file and line.
 
 A bench run folder (RUN/trials/<task>/<attempt>/trajectory.jsonl beside report.json) is read trial by trial,
@@ -25,6 +28,7 @@ from finetune.data.sequences import Call, Session
 
 DENIED = ("denied", "blocked")  # the user refused the call / a safety rule blocked it
 FORMAT_ERROR = "format_error"  # an unknown tool or arguments that do not parse
+FAILED = "failed"  # the tool refused the call as made (its record's `failed: "call"`); the call did run
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class DataOptions:
 
     include_denied: bool = False
     include_format_errors: bool = False
+    include_failed_calls: bool = False
     only_resolved: bool | None = None
     min_reward: float | None = None
     strict: bool = False
@@ -137,7 +142,7 @@ def read_glm5_trajectory(path: Path, report: DataReport, opts: DataOptions) -> S
     decisions: dict[str, str] = {}
     for _, r in records:
         if r["type"] == "tool" and isinstance(r.get("call_id"), str):
-            decisions[r["call_id"]] = str(r.get("decision", ""))
+            decisions[r["call_id"]] = FAILED if r.get("failed") == "call" else str(r.get("decision", ""))
     msgs: list[dict] = []
     bad: set[int] = set()  # id() of messages that cannot be rendered (reported once, at their line)
     calls: list[Call] = []
@@ -188,6 +193,9 @@ def _call(r, msgs, where, decisions, bad, report: DataReport, opts: DataOptions)
         elif decision == FORMAT_ERROR and not opts.include_format_errors:
             trained = False
             report.filtered["turns with a malformed tool call (context, not trained)"] += 1
+        elif decision == FAILED and not opts.include_failed_calls:
+            trained = False
+            report.filtered["turns with a failed tool call (context, not trained)"] += 1
     ids = choice.get("token_ids")
     prompt_ids = response.get("prompt_token_ids", choice.get("prompt_token_ids"))
     ok = _ids(ids) and _ids(prompt_ids)

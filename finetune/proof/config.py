@@ -57,6 +57,10 @@ class ProofConfig:
     dsa_warmup_lr: float = 1e-3
     dsa_sparse_steps: int = 40
     dsa_sparse_lr: float = 3e-4
+    # the share of train tasks on which the expert first makes 1 or 2 failed edits (a wrong copy of the line, the
+    # path left out), then the right one: SFT sees each slip and its error as context, masked out of the loss,
+    # and learns the correction (expert.py)
+    expert_slips: float = 0.0
     # SFT on the expert's resolved train trajectories (full fine-tuning, MTP trained along)
     sft_steps: int = 250  # 2 epochs of the expert's 1,000 sessions
     sft_lr: float = 1e-3

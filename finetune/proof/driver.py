@@ -95,7 +95,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
     def expert() -> None:
         from finetune.proof.expert_server import ExpertServer
 
-        with ExpertServer() as server:
+        with ExpertServer(slip_rate=c.expert_slips) as server:
             run_logged(
                 expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run), threads=True, cwd=run
             )

@@ -24,7 +24,7 @@ from typing import Any
 MODEL = "glm5-expert"
 
 
-def make_app():
+def make_app(slip_rate: float = 0.0):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -48,7 +48,7 @@ def make_app():
         if not isinstance(messages, list) or not messages:
             return JSONResponse({"error": {"message": "`messages` must be a non-empty list"}}, status_code=400)
         app.state.requests += 1
-        msg = next_message(messages)
+        msg = next_message(messages, slip_rate)
         finish = "tool_calls" if msg.get("tool_calls") else "stop"
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         meta = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "created": int(time.time()), "model": MODEL}
@@ -74,14 +74,14 @@ def make_app():
 class ExpertServer:
     """The expert app under uvicorn in a daemon thread; a context manager."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, slip_rate: float = 0.0):
         import uvicorn
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
         self.host, self.port = host, self.sock.getsockname()[1]
-        self.app = make_app()
+        self.app = make_app(slip_rate)
         self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
@@ -110,8 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="Serve the repair family's scripted expert as an OpenAI endpoint.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
+    p.add_argument("--slip-rate", type=float, default=0.0, help="share of tasks with failed edits before the fix")
     args = p.parse_args(argv)
-    with ExpertServer(args.host, args.port) as s:
+    with ExpertServer(args.host, args.port, args.slip_rate) as s:
         print(f"expert endpoint: {s.base_url}", flush=True)
         try:
             s.thread.join()

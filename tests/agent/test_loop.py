@@ -133,6 +133,26 @@ def test_step_limit_and_format_errors(repo, fake_model):
     s.close()
 
 
+def test_a_call_the_tool_refuses_is_recorded_as_failed_and_a_failing_command_is_not(repo, fake_model):
+    # The record tells training data apart: a refused call is the model's mistake (SFT masks it), a command
+    # that ran and exited nonzero is not.
+    fake_model.script = [
+        reply(tools=[("read", {"path": "calc.py"})]),
+        reply(tools=[("edit", {"path": "calc.py", "old_string": "return a * b", "new_string": "return a + b"})]),
+        reply(tools=[("edit", {"old_string": "return a - b", "new_string": "return a + b"})]),
+        reply(tools=[("bash", {"command": PYTEST})]),
+        reply("The test still fails."),
+    ]  # fmt: skip
+    s = make_session(repo, fake_model)  # ask mode; the UI says yes
+    s.agent.run("fix add")
+    s.close()
+    recs = [r for r in Trajectory.load(s.path).records if r["type"] == "tool"]
+    assert [r["name"] for r in recs] == ["read", "edit", "edit", "bash"]
+    assert [r.get("failed") for r in recs] == [None, "call", "call", None]
+    assert "old_string was not found" in recs[1]["result"] and "missing required argument" in recs[2]["result"]
+    assert recs[3]["is_error"] and "failed" in recs[3]["result"]  # the test ran and failed: not a failed call
+
+
 def test_crash_mid_step_leaves_a_readable_trajectory(repo, fake_model):
     class Boom(Exception):
         pass

@@ -25,8 +25,9 @@ def _call(i: int, content: str, tool: bool = True) -> dict:
     return m
 
 
-def _session(path, decisions=("allow", "allow"), finish=("tool_calls", "tool_calls", "stop"), ids=None):
-    """A glm5 trajectory: user task, two tool-calling turns with their results, a final answer."""
+def _session(path, decisions=("allow", "allow"), finish=("tool_calls", "tool_calls", "stop"), ids=None, tool=({}, {})):
+    """A glm5 trajectory: user task, two tool-calling turns with their results (`tool`: more fields of each
+    result's record), a final answer."""
     w = TrajectoryWriter(path)
     w.write("session", id="s", schema="glm5-trajectory/1", tools=TOOLS)
     convo = [{"role": "user", "content": "fix the bug"}]
@@ -42,7 +43,8 @@ def _session(path, decisions=("allow", "allow"), finish=("tool_calls", "tool_cal
         convo.append(reply)
         w.write("message", index=len(convo) - 1, message=reply)
         if i < 2:
-            w.write("tool", step=i, call_id=f"c{i}", name="bash", decision=decisions[i], result="ok")
+            w.write("tool", step=i, call_id=f"c{i}", name="bash", decision=decisions[i],
+                    **{"result": "ok", **tool[i]})  # fmt: skip
             convo.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"out {i}"})
             w.write("message", index=len(convo) - 1, message=convo[-1])
     w.close()
@@ -79,6 +81,24 @@ def test_denied_calls_are_context_unless_included_and_a_truncated_turn_gets_no_e
     assert seq.ids[-1] != TOK.special_id(END_OF_TEXT)  # cut at max_tokens: the model did not end it
     (seq,), _ = _load([tmp_path], include_denied=True)
     assert "look" in TOK.decode(_targets(seq))
+
+
+def test_a_call_the_tool_refused_is_context_and_a_command_that_failed_is_trained(tmp_path):
+    # GLM-5 masks erroneous segments: the refused call stays in the sequence (the model learns what followed
+    # its error), its tokens are not targets. A nonzero exit (a failing test run) is a call that ran: trained.
+    refused = {"is_error": True, "failed": "call", "result": "error: old_string was not found in a.py"}
+    _session(tmp_path / "s.jsonl", tool=(refused, {"is_error": True, "result": "1 failed\n[exit code 1]"}))
+    (seq,), report = _load([tmp_path])
+    text = TOK.decode(_targets(seq))
+    assert "look" not in text and "edit" in text and "done" in text
+    assert "look" in TOK.decode(seq.ids)  # kept as context
+    assert report.filtered == {"turns with a failed tool call (context, not trained)": 1}
+    (seq,), report = _load([tmp_path], include_failed_calls=True)
+    assert "look" in TOK.decode(_targets(seq)) and not report.filtered
+    # A tool that broke (a bug, not the model's call) is not the model's error: trained.
+    _session(tmp_path / "c.jsonl", tool=({"is_error": True, "failed": "crash"}, {}))
+    (seq,), report = _load([tmp_path / "c.jsonl"])
+    assert "look" in TOK.decode(_targets(seq)) and not report.filtered
 
 
 def test_recorded_token_ids_are_trained_as_sampled(tmp_path):

@@ -77,3 +77,53 @@ def test_the_endpoint_answers_the_real_client(stream):
     (call,) = resp.tool_calls
     assert call["function"]["name"] == "read" and json.loads(call["function"]["arguments"]) == {"path": inst.path}
     assert resp.finish_reason == "tool_calls"
+
+
+def _play(inst, slip_rate: float) -> list[tuple[str, dict, str]]:
+    """A session of the expert against the task's file, the edit tool played as ours answers: (tool, args, result)."""
+    text = inst.files(False)[inst.path]
+    listing = "\n".join(f"{n:6d}\t{line}" for n, line in enumerate(text.splitlines(), 1))
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": f"<issue>\n{inst.problem_statement}"}]
+    steps = []
+    while (msg := next_message(msgs, slip_rate)).get("tool_calls"):
+        (call,) = msg["tool_calls"]
+        name, args = call["function"]["name"], json.loads(call["function"]["arguments"])
+        if name == "read":
+            result = listing
+        elif name == "edit":
+            result = ("error: missing required argument `path`" if "path" not in args else
+                      "edited" if text.count(args["old_string"]) == 1 else
+                      f"error: old_string was not found in {args['path']}")  # fmt: skip
+        else:
+            result = "1 passed in 0.01s\n[exit code 0]"
+        steps.append((name, args, result))
+        msgs += [msg, {"role": "tool", "tool_call_id": call["id"], "content": result}]
+        assert len(steps) < 8
+    assert "passes" in msg["content"]
+    return steps
+
+
+def test_with_a_slip_rate_the_expert_fails_an_edit_as_a_model_would_then_makes_the_right_one():
+    from finetune.proof.expert import slips_for
+
+    kinds, counts = set(), []
+    for i in range(40):
+        inst = generate(5, "train", i)
+        steps = _play(inst, 0.5)
+        names = [name for name, _, _ in steps]
+        slips = slips_for(f"<issue>\n{inst.problem_statement}", 0.5)
+        counts.append(slips)
+        assert names == ["read"] + ["edit"] * (slips + 1) + ["bash"]
+        *failed, right = [(args, result) for name, args, result in steps if name == "edit"]
+        assert right == ({"path": inst.path, "old_string": inst.bug.old, "new_string": inst.bug.new}, "edited")
+        for args, result in failed:  # a slip is refused by the tool, never applied
+            assert result.startswith("error:")
+            assert args["new_string"] == inst.bug.new
+            kinds.add("path" if "path" not in args else "copy")
+            if "path" in args:  # a near copy of the quoted line: one digit, name or operator off
+                assert (
+                    args["old_string"] != inst.bug.old and inst.files(False)[inst.path].count(args["old_string"]) == 0
+                )
+        assert _play(inst, 0.5) == steps  # the same task, the same session
+        assert _play(inst, 0.0) == [steps[0], ("edit", *right), steps[-1]]  # no slips without a rate
+    assert kinds == {"path", "copy"} and set(counts) == {0, 1, 2}
