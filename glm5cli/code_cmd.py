@@ -22,8 +22,11 @@ def code(
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="At most this many model calls for the task."),
     approval: str = typer.Option("deny", "--approval", help="Headless answer to permission asks: auto or deny."),
     mode: str = typer.Option(None, "--mode", help="Permission mode: ask, accept-edits, plan or auto."),
-    profile: str = typer.Option(None, "--profile", help="Agent profile: full (default) or compact (read, edit, bash, "
-                                "glob and a short prompt: for small models)."),  # fmt: skip
+    profile: str = typer.Option(
+        None,
+        "--profile",
+        help="Agent profile: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
+    ),  # fmt: skip
     continue_: bool = typer.Option(False, "--continue", "-c", help="Continue the latest session here."),
     resume: bool = typer.Option(False, "--resume", "-r", help="Resume a session: `--resume [ID]` (latest without ID)."),
     session_id: str = typer.Argument(None, metavar="[ID]", help="The session to resume (with --resume)."),
@@ -37,8 +40,11 @@ def code(
     no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Run commands without bubblewrap."),
     sessions_dir: str = typer.Option(None, "--sessions-dir", help="Where trajectories go (default .glm5/sessions)."),
     cwd: Path = typer.Option(Path("."), "--cwd", help="Working folder (inside the repository)."),
-    trust: bool = typer.Option(False, "--trust", help="Trust this repository's own .glm5 settings for this run "
-                               "(otherwise they may only narrow permissions)."),  # fmt: skip
+    trust: bool = typer.Option(
+        False,
+        "--trust",
+        help="Trust this repository's own .glm5 settings for this run (otherwise they may only narrow permissions).",
+    ),  # fmt: skip
     sandbox_check: bool = typer.Option(False, "--sandbox-check", help="Say which protections work here and exit."),
     undo: bool = typer.Option(
         False,

@@ -23,6 +23,14 @@ def proof(
     base_steps: int = typer.Option(None, "--base-steps", help="Steps of the base model's training from scratch."),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories (default 250)."),
     rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split."),
+    expert_slips: float = typer.Option(
+        None,
+        "--expert-slips",
+        min=0.0,
+        max=1.0,
+        help="Share of train tasks on which the expert first fails an edit, then corrects it (default 0.5); "
+        "SFT trains the correction, not the slip.",
+    ),
     threads: int = typer.Option(
         None,
         "--threads",
@@ -62,6 +70,7 @@ def proof(
 
     given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k,
              "concurrency": n, "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
+             "expert_slips": expert_slips,
              "threads": threads, "agent_profile": agent_profile,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
     given = {key: v for key, v in given.items() if v is not None}

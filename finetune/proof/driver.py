@@ -3,6 +3,7 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
 
     tasks      the repair family's train and held-out splits                    (in-process: RepairSuite)
     expert     the expert's sessions on train, recorded by `glm5 bench swe`     (expert endpoint in-process)
+               (on expert_slips of the tasks it first fails an edit, then corrects it: SFT trains the correction)
     corpus     the base model's synthetic conversations                         (in-process)
     init       `glm5 model init`
     base-dense `glm5 finetune sft --full --dense-attention --pack` on the corpus and the copy drills: the base

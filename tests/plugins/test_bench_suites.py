@@ -61,7 +61,11 @@ def test_both_suites_are_registered_as_plugins():
     assert suites["swe:builtin"].kind == "swe" and suites["terminal:builtin"].kind == "terminal"
     assert suites["swe:repair-heldout"].kind == "swe" and suites["terminal:repair-heldout"].kind == "terminal"
     for suite in suites.values():
-        assert suite.name in ("builtin", "repair-train", "repair-heldout") and suite.description and suite.deterministic is True
+        assert (
+            suite.name in ("builtin", "repair-train", "repair-heldout")
+            and suite.description
+            and suite.deterministic is True
+        )
         assert callable(suite.materialize)
 
 

@@ -220,6 +220,7 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
 def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_path):
     from finetune.data.sources import load_sequences
     from finetune.data.trajectories import DataOptions
+    from finetune.proof.expert import slips_for
     from model.tokenizer import _shipped
 
     run = tmp_path / "run"
@@ -233,6 +234,16 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert report["summary"]["resolved"] == 1  # the expert solved its train task through the real agent loop
     seqs, data = load_sequences([run / "expert"], _shipped(), DataOptions(only_resolved=True))
     assert len(seqs) == 1 and seqs[0].targets > 50  # what `finetune sft --data RUN/expert` trains on
+    # this task is one the expert slips on (expert_slips 0.5): its failed edits went through the real agent
+    # loop, were recorded as failed calls, and are context, not targets
+    (traj,) = (run / "expert" / "trials").rglob("trajectory.jsonl")
+    recs = [json.loads(line) for line in traj.read_text().splitlines()]
+    issue = next(r["message"]["content"] for r in recs if r["type"] == "message" and r["message"]["role"] == "user")
+    slips = slips_for(issue, ProofConfig().expert_slips)
+    assert slips > 0 and [r.get("failed") for r in recs if r["type"] == "tool" and r["name"] == "edit"] == [
+        "call"
+    ] * slips + [None]
+    assert data.filtered == {"turns with a failed tool call (context, not trained)": slips}
     seqs, _ = load_sequences([run / "corpus" / "chat.jsonl"], _shipped(), DataOptions())
     assert len(seqs) == 8 and all(s.targets > 0 for s in seqs)
     renames = [json.loads(line) for line in (run / "corpus" / "forget.jsonl").read_text().splitlines()]
@@ -258,15 +269,15 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     steps["distill"].run()
     assert steps["distill"].done()  # a servable checkpoint in RUN/models/distill
     prompts = [json.loads(line) for line in (run / "corpus" / "distill.jsonl").read_text().splitlines()]
-    # one context per turn of the expert's session (read, edit, bash, answer), each the one before it extended
-    # by that turn's call and its result: the student relearns the edit, written after the file's listing
-    assert len(prompts) == 4 and [m["role"] for m in prompts[0]["messages"]] == ["system", "user"]
+    # one context per turn of the expert's session (read, the slips, edit, bash, answer), each the one before it
+    # extended by that turn's call and its result: the student relearns the edit, written after the file's listing
+    assert len(prompts) == 4 + slips and [m["role"] for m in prompts[0]["messages"]] == ["system", "user"]
     assert ".py::" in prompts[0]["messages"][1]["content"]  # the issue, naming its failing test
     for before, after in zip(prompts, prompts[1:], strict=False):
         assert after["messages"][: len(before["messages"])] == before["messages"]
         assert [m["role"] for m in after["messages"][len(before["messages"]) :]] == ["assistant", "tool"]
     calls = [m["tool_calls"][0]["function"]["name"] for m in prompts[-1]["messages"] if m.get("tool_calls")]
-    assert calls == ["read", "edit", "bash"]
+    assert calls == ["read"] + ["edit"] * (slips + 1) + ["bash"]
     assert all(p["chat_template_kwargs"] == {"enable_thinking": False} for p in prompts)
     log = json.loads((run / "models" / "distill" / "distill_run.json").read_text())
     assert log["settings"]["teachers"]["default"].endswith("models/sft")
