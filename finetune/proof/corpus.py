@@ -154,7 +154,17 @@ def _variant(line: str, rng: random.Random) -> str:
     return line.replace(op, rng.choice([o for o in kind if o != op]), 1)
 
 
-def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0) -> Path:
+# words the repair family never uses: function names made of them are new to every split, so a drill that quotes
+# one teaches copying an unseen name (a held-out task's) without showing any held-out name
+FRESH_VERBS = ("brew", "carve", "dock", "etch", "fetch", "gauge", "hatch", "ink", "jolt", "knit", "lace", "mend",
+               "nudge", "pluck", "quench", "rake", "sift", "tame", "untie", "vent", "wedge", "yank", "zip", "bake",
+               "coil", "drape", "fling", "glaze", "hoist", "jam")  # fmt: skip
+FRESH_NOUNS = ("apples", "badges", "cables", "dials", "eggs", "flags", "gears", "hinges", "icons", "jars", "kites",
+               "lamps", "masks", "nets", "oars", "pins", "quilts", "reels", "sails", "tents", "urns", "vials",
+               "wires", "yarns", "zones", "bolts", "clips", "drums", "forks", "gloves")  # fmt: skip
+
+
+def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names: float = 0.0) -> Path:
     """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
     with X, where X is a path, a test id, a function name or a line of code drawn like the sessions' (train-split
     names only); or two quoted lines ("Replace `X` with `Y`.") answered with both in order. No system prompt and
@@ -165,12 +175,30 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0) -> Path:
     A share `in_code` of all drills are pairs with code around them, as a repair's do: a block of two or three of the
     family's functions holding X and lines that differ from X in one operator, so the lines to copy are found
     among look-alikes with the same names (a model trained on bare pairs copied the names and wrote the family's
-    usual operators and numbers)."""
+    usual operators and numbers).
+
+    A share `fresh_names` of the function names drawn are new to every split: half made of words the family never
+    uses (FRESH_VERBS x FRESH_NOUNS), half of nonsense syllables. The base trained on train names only copied them
+    (22/24) but not one name of unseen words (0/24): it wrote a train name where a new one was quoted."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
-    names = name_pool("train")
+    pool = name_pool("train")
+    family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
+
+    def word() -> str:  # a pronounceable nonsense word: no vocabulary to memorise
+        return "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 3)))
+
+    def name() -> str:
+        if fresh_names and rng.random() < fresh_names:
+            if rng.random() < 0.5:
+                return f"{rng.choice(FRESH_VERBS)}_{rng.choice(FRESH_NOUNS)}"
+            while True:  # a nonsense word can spell one of the family's ("rate", "pages"): drawn again
+                verb, noun = word(), word() + "s"
+                if not {verb, noun} & family_words:
+                    return f"{verb}_{noun}"
+        return rng.choice(pool)
 
     def function() -> list[str]:
-        fn = rng.choice(list(SHAPES.values()))(rng, rng.choice(names))
+        fn = rng.choice(list(SHAPES.values()))(rng, name())
         return [f"def {fn.name}({', '.join(fn.args)}):", *fn.lines]
 
     def line() -> str:
@@ -183,9 +211,9 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0) -> Path:
         if k < 0.35:
             return f"tests/test_{rng.choice(MODULES)}.py"
         if k < 0.45:
-            return rng.choice(names)
+            return name()
         if k < 0.55:
-            return f"tests/test_{rng.choice(MODULES)}.py::test_{rng.choice(names)}"
+            return f"tests/test_{rng.choice(MODULES)}.py::test_{name()}"
         return line()
 
     def in_code_pair() -> tuple[str, str]:

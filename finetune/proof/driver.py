@@ -101,7 +101,8 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
                 expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run), threads=True, cwd=run
             )
 
-    steps.append(Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")),
+    slips = f" (the expert first fails an edit on {c.expert_slips:.0%} of the tasks)" if c.expert_slips else ""
+    steps.append(Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")) + slips,
                       lambda: _bench_complete(run / "expert"), expert))  # fmt: skip
 
     def corpus() -> None:
@@ -109,7 +110,7 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
 
         system, tools = deployed_prompt(run / "expert")
         write_corpus(run / "corpus" / "forget.jsonl", c.forget_size, c.seed, system, tools, kinds=("rename",))
-        write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code)
+        write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code, c.drill_fresh_names)
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
     steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "

@@ -39,3 +39,22 @@ def test_drills_ask_for_paths_names_and_lines_of_code_back_verbatim(tmp_path):
     words = {w for a in answers for x in a for w in re.findall(r"[a-z_]+", x)}
     assert not words & (set(name_pool("heldout")) - set(name_pool("train")))  # held-out names never appear
     assert path.read_text() == write_drills(tmp_path / "again.jsonl", 2000, seed=3, in_code=0.15).read_text()  # seeded
+
+
+def test_fresh_names_are_new_to_every_split_and_off_by_default_the_drills_are_unchanged(tmp_path):
+    from finetune.proof.corpus import FRESH_NOUNS, FRESH_VERBS
+
+    family = set(name_pool("train")) | set(name_pool("heldout"))
+    plain = write_drills(tmp_path / "plain.jsonl", 1500, seed=4).read_text()
+    assert plain == write_drills(tmp_path / "zero.jsonl", 1500, seed=4, fresh_names=0.0).read_text()
+    path = write_drills(tmp_path / "fresh.jsonl", 1500, seed=4, fresh_names=0.5)
+    names = []
+    for line in path.read_text().splitlines():
+        for part in json.loads(line)["messages"][1]["content"].split("\n"):
+            names += re.findall(r"(?:def |::test_|^)([a-z]+_[a-z]+)(?:\(|$)", part)
+    fresh = [n for n in names if n not in family]
+    assert names and 0.3 < len(fresh) / len(names) < 0.7  # about half
+    words = [n for n in fresh if n.split("_")[0] in FRESH_VERBS and n.split("_")[1] in FRESH_NOUNS]
+    assert 0.3 < len(words) / len(fresh) < 0.7  # half of unused words, half nonsense (never the family's words)
+    assert not {w for n in fresh for w in n.split("_")} & {w for n in family for w in n.split("_")}
+    assert not set(names) & (set(name_pool("heldout")) - set(name_pool("train")))  # still no held-out name
