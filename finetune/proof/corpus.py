@@ -179,7 +179,8 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
 
     A share `fresh_names` of the function names drawn are new to every split: half made of words the family never
     uses (FRESH_VERBS x FRESH_NOUNS), half of nonsense syllables. The base trained on train names only copied them
-    (22/24) but not one name of unseen words (0/24): it wrote a train name where a new one was quoted."""
+    (22/24) but not one name of unseen words (0/24): it wrote a train name where a new one was quoted. At 0.5 the
+    base learnt the fresh words as one more vocabulary and still copied no unseen name (ProofConfig keeps it off)."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     pool = name_pool("train")
     family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
