@@ -214,6 +214,12 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
     assert [p["step"] for p in json.loads(r.output)["plan"]][:4] == ["tasks", "expert", "corpus", "init"]
     r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "run"), "--stages", "base,dpo"])
     assert r.exit_code == 2 and "unknown stage" in r.output
+    r = runner.invoke(
+        app, ["bench", "proof", "--out", str(tmp_path / "s"), "--expert-slips", "0.2", "--plan", "--json"]
+    )
+    assert r.exit_code == 0 and "fails an edit on 20% of the tasks" in json.loads(r.output)["plan"][1]["command"]
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "s"), "--expert-slips", "2", "--plan"])
+    assert r.exit_code == 2
 
 
 @pytest.mark.slow
