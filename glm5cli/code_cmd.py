@@ -26,7 +26,7 @@ def code(
         None,
         "--profile",
         help="Agent profile: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
-    ),  # fmt: skip
+    ),
     continue_: bool = typer.Option(False, "--continue", "-c", help="Continue the latest session here."),
     resume: bool = typer.Option(False, "--resume", "-r", help="Resume a session: `--resume [ID]` (latest without ID)."),
     session_id: str = typer.Argument(None, metavar="[ID]", help="The session to resume (with --resume)."),
@@ -44,7 +44,7 @@ def code(
         False,
         "--trust",
         help="Trust this repository's own .glm5 settings for this run (otherwise they may only narrow permissions).",
-    ),  # fmt: skip
+    ),
     sandbox_check: bool = typer.Option(False, "--sandbox-check", help="Say which protections work here and exit."),
     undo: bool = typer.Option(
         False,

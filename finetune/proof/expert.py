@@ -123,7 +123,7 @@ def next_message(messages: list[dict[str, Any]], slip_rate: float = 0.0) -> dict
     which it first makes failed edits (see the module's text)."""
     users = [m for m in messages if m.get("role") == "user"]
     issue_text = _text(users[0].get("content")) if users else ""
-    issue = parse_issue(issue_text) if users else None
+    issue = parse_issue(issue_text)
     if issue is None:
         return {"role": "assistant", "content": "I cannot tell from the issue which line to change."}
     calls = [tc for m in messages if m.get("role") == "assistant" for tc in (m.get("tool_calls") or [])]
@@ -135,7 +135,7 @@ def next_message(messages: list[dict[str, Any]], slip_rate: float = 0.0) -> dict
     if "read" not in done:
         return {"role": "assistant", "content": None, "tool_calls": [_call("read", {"path": issue.path}, n)]}
     edits = [result[i] for i, name in enumerate(done) if name == "edit"]
-    if not any(not r.startswith("error:") for r in edits):  # no edit has been made yet
+    if all(r.startswith("error:") for r in edits):  # no edit has been made yet
         listing = result[done.index("read")]
         lines = [m.group(1) for m in map(_NUMBERED.match, listing.splitlines()) if m]
         found = fix_line(lines, issue)
