@@ -55,6 +55,11 @@ class ProofConfig:
     # Off: at 0.5 the base still copied 0/24 unseen names and only 10/24 train names (it learnt the fresh words as
     # one more vocabulary; benchmarks/RESULTS.md)
     drill_fresh_names: float = 0.0
+    # the share of drills whose names, arguments and paths are made up (nonsense words, alone or beside a family
+    # word): only a copy from the prompt answers them. Off: at 0.5 the dense base (300 steps) copied 0/40 made-up
+    # names (of the same kind it trained on) and fell from 36/40 to 18/40 train names, 20/40 to 15/40 line pairs:
+    # 300 steps do not grow an induction head in this model (benchmarks/RESULTS.md)
+    drill_nonsense: float = 0.0
     base_steps: int = 300
     base_lr: float = 2e-3
     base_pack_len: int = 1024

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,8 @@ FRESH_NOUNS = ("apples", "badges", "cables", "dials", "eggs", "flags", "gears", 
                "wires", "yarns", "zones", "bolts", "clips", "drums", "forks", "gloves")  # fmt: skip
 
 
-def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names: float = 0.0) -> Path:
+def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names: float = 0.0,
+                 nonsense: float = 0.0) -> Path:  # fmt: skip
     """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
     with X, where X is a path, a test id, a function name or a line of code drawn like the sessions' (train-split
     names only); or two quoted lines ("Replace `X` with `Y`.") answered with both in order. No system prompt and
@@ -180,7 +182,13 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     A share `fresh_names` of the function names drawn are new to every split: half made of words the family never
     uses (FRESH_VERBS x FRESH_NOUNS), half of nonsense syllables. The base trained on train names only copied them
     (22/24) but not one name of unseen words (0/24): it wrote a train name where a new one was quoted. At 0.5 the
-    base learnt the fresh words as one more vocabulary and still copied no unseen name (ProofConfig keeps it off)."""
+    base learnt the fresh words as one more vocabulary and still copied no unseen name (ProofConfig keeps it off).
+
+    A share `nonsense` of the drills have every function name and argument in them made up: nonsense words, alone
+    or beside one of the family's words (`scale_vokiru`, `pelaso_items`), never a name of either split, never
+    twice alike. No vocabulary can answer them: only a copy from the prompt can, which is what a held-out task
+    asks of the model (its function names are combinations train never shows). At 0.5 the 300-step dense base
+    copied none of them (0/40) and fewer train names (18/40 against 36/40): off in ProofConfig."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     pool = name_pool("train")
     family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
@@ -188,7 +196,24 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     def word() -> str:  # a pronounceable nonsense word: no vocabulary to memorise
         return "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 3)))
 
+    verbs = sorted({n.split("_")[0] for n in pool})
+    nouns = sorted({n.split("_")[1] for n in pool})
+    made_up = False  # this drill's names and arguments are nonsense
+
+    def nonsense_word() -> str:
+        while True:
+            w = word()
+            if w not in family_words:
+                return w
+
     def name() -> str:
+        if made_up:
+            k = rng.random()
+            if k < 1 / 3:
+                return f"{rng.choice(verbs)}_{nonsense_word()}"
+            if k < 2 / 3:
+                return f"{nonsense_word()}_{rng.choice(nouns)}"
+            return f"{nonsense_word()}_{nonsense_word()}"
         if fresh_names and rng.random() < fresh_names:
             if rng.random() < 0.5:
                 return f"{rng.choice(FRESH_VERBS)}_{rng.choice(FRESH_NOUNS)}"
@@ -200,13 +225,19 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
 
     def function() -> list[str]:
         fn = rng.choice(list(SHAPES.values()))(rng, name())
-        return [f"def {fn.name}({', '.join(fn.args)}):", *fn.lines]
+        rows = [f"def {fn.name}({', '.join(fn.args)}):", *fn.lines]
+        if made_up:  # its arguments renamed too
+            new = {a: nonsense_word()[: rng.randint(1, 6)] for a in fn.args}
+            rows = [re.sub(r"\b\w+\b", lambda m: new.get(m.group(), m.group()), r) for r in rows]
+        return rows
 
     def line() -> str:
         return rng.choice(function()).strip()
 
     def item() -> str:
         k = rng.random()
+        if made_up and k < 0.35:  # a path of made-up words: a file a task names
+            return f"{nonsense_word()}/{nonsense_word()}.py" if k < 0.25 else f"tests/test_{nonsense_word()}.py"
         if k < 0.25:
             return f"{rng.choice(PACKAGES)}/{rng.choice(MODULES)}.py"
         if k < 0.35:
@@ -238,6 +269,7 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     tmp = out.with_suffix(out.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for _ in range(n):
+            made_up = bool(nonsense) and rng.random() < nonsense
             k = rng.random()
             if k < in_code:
                 ask, answer = in_code_pair()

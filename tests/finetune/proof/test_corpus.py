@@ -58,3 +58,25 @@ def test_fresh_names_are_new_to_every_split_and_off_by_default_the_drills_are_un
     assert 0.3 < len(words) / len(fresh) < 0.7  # half of unused words, half nonsense (never the family's words)
     assert not {w for n in fresh for w in n.split("_")} & {w for n in family for w in n.split("_")}
     assert not set(names) & (set(name_pool("heldout")) - set(name_pool("train")))  # still no held-out name
+
+
+def test_made_up_drills_quote_names_of_no_split_and_off_by_default_the_drills_are_unchanged(tmp_path):
+    family = set(name_pool("train")) | set(name_pool("heldout"))
+    plain = write_drills(tmp_path / "plain.jsonl", 1500, seed=5).read_text()
+    assert plain == write_drills(tmp_path / "zero.jsonl", 1500, seed=5, nonsense=0.0).read_text()
+    path = write_drills(tmp_path / "made.jsonl", 1500, seed=5, nonsense=0.5)
+    drills = [json.loads(line)["messages"] for line in path.read_text().splitlines()]
+    names, paths = [], []
+    for ask, answer in drills:
+        parts = answer["content"].split("\n")
+        assert re.findall(r"`([^`]*)`", ask["content"]) == parts  # still a verbatim copy
+        for part in parts:
+            names += re.findall(r"(?:def |::test_|^)([a-z]+_[a-z]+)(?:\(|$)", part)
+            paths += re.findall(r"^([a-z]+)/[a-z]+\.py$", part)
+    made = [n for n in names if n not in family]
+    assert names and 0.2 < len(made) / len(names) < 0.6  # the made-up drills' names
+    words = {w for n in family for w in n.split("_")}
+    assert all(not set(n.split("_")) <= words for n in made)  # at least one made-up word in each
+    assert any(n.split("_")[0] in words for n in made) and any(n.split("_")[1] in words for n in made)
+    assert any(p not in {"corelib", "mathkit"} and p not in plain for p in paths)  # made-up paths too
+    assert not set(names) & (set(name_pool("heldout")) - set(name_pool("train")))  # no held-out name
