@@ -184,9 +184,9 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     (22/24) but not one name of unseen words (0/24): it wrote a train name where a new one was quoted. At 0.5 the
     base learnt the fresh words as one more vocabulary and still copied no unseen name (ProofConfig keeps it off).
 
-    A share `nonsense` of the drills have every function name and argument in them made up: nonsense words, alone
-    or beside one of the family's words (`scale_vokiru`, `pelaso_items`), never a name of either split, never
-    twice alike. No vocabulary can answer them: only a copy from the prompt can, which is what a held-out task
+    A share `nonsense` of the drills have every function name, argument and most paths in them made up: nonsense
+    words, alone or beside one of the family's words (`scale_vokiru`, `pelaso_items`), never a name of either
+    split, drawn afresh for each drill. No vocabulary can answer them: only a copy from the prompt can, which is what a held-out task
     asks of the model (its function names are combinations train never shows). At 0.5 the 300-step dense base
     copied none of them (0/40) and fewer train names (18/40 against 36/40): off in ProofConfig."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
