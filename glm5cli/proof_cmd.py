@@ -20,7 +20,15 @@ def proof(
     n_heldout: int = typer.Option(None, "--heldout", help="Held-out tasks, the measurement (default 25)."),
     k: int = typer.Option(None, "-k", help="Attempts per held-out task (default 4): pass@k."),
     n: int = typer.Option(None, "-n", help="Trials (and RL sessions) at once (default 4)."),
-    base_steps: int = typer.Option(None, "--base-steps", help="Steps of the base model's training from scratch."),
+    copy_steps: int = typer.Option(
+        None,
+        "--copy-steps",
+        min=0,
+        help="Steps of the base model's first phase from scratch: copy drills of made-up names (default 400; 0: none).",
+    ),
+    base_steps: int = typer.Option(
+        None, "--base-steps", help="Steps of the base model's training on the corpus, after the copy phase."
+    ),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories (default 250)."),
     rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split."),
     expert_slips: float = typer.Option(
@@ -69,7 +77,7 @@ def proof(
     from finetune.proof.driver import run_proof
 
     given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k,
-             "concurrency": n, "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
+             "concurrency": n, "copy_steps": copy_steps, "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
              "expert_slips": expert_slips,
              "threads": threads, "agent_profile": agent_profile,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip

@@ -6,9 +6,10 @@ packages are the ones used. The layout of a run folder:
     RUN/proof.json                 the configuration (a resumed run must ask for the same)
     RUN/tasks/{train,heldout}/     the repair family's two splits (repos + SWE-bench JSONL)
     RUN/expert/                    `glm5 bench swe` of the expert on train: the SFT data
-    RUN/corpus/chat.jsonl          the base model's synthetic conversations; forget.jsonl: renames only;
+    RUN/corpus/chat.jsonl          the base model's synthetic conversations; copy.jsonl, drill.jsonl: its copy
+                                   drills (made-up names; the family's); forget.jsonl: renames only;
                                    distill.jsonl: every turn's context in the train split's expert sessions
-    RUN/models/<stage>/            init, base, sft, rl, rl-sync, forget, distill: each stage's checkpoint (full
+    RUN/models/<stage>/            init, base-copy, base-dense, base, sft, rl, rl-sync, forget, distill: each stage's checkpoint (full
                                    fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
     RUN/logs/<step>.log            every subprocess's output
@@ -63,9 +64,20 @@ def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig
                 "--seed", c.seed, outcomes, "--save-every", max(1, steps // 4))  # fmt: skip
 
 
+def base_copy_cmd(run: Path, c: ProofConfig) -> list[str]:
+    """The base model's first phase from scratch, every key visible: copy drills of made-up names, packed."""
+    return glm5("finetune", "sft", model_dir(run, "init"), "--out", model_dir(run, "base-copy"), "--data",
+                run / "corpus" / "copy.jsonl", "--full", "--train-mtp", "--mtp-steps", c.mtp_steps,
+                "--dense-attention", "--pack", "--steps", c.copy_steps, "--lr", c.copy_lr, "--batch-size",
+                c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",
+                "--save-every", max(1, c.copy_steps // 4))  # fmt: skip
+
+
 def base_dense_cmd(run: Path, c: ProofConfig) -> list[str]:
-    """The base model's pretraining from scratch, every key visible, on the corpus and the copy drills packed."""
-    return glm5("finetune", "sft", model_dir(run, "init"), "--out", model_dir(run, "base-dense"), "--data",
+    """The base model's pretraining, every key visible, on the corpus and the copy drills packed: from the copy
+    phase's checkpoint (or from scratch without one)."""
+    src = model_dir(run, "base-copy" if c.copy_steps else "init")
+    return glm5("finetune", "sft", src, "--out", model_dir(run, "base-dense"), "--data",
                 run / "corpus" / "chat.jsonl", "--data", run / "corpus" / "drill.jsonl", "--full", "--train-mtp",
                 "--mtp-steps", c.mtp_steps, "--dense-attention", "--pack", "--steps", c.base_steps, "--lr",
                 c.base_lr, "--batch-size", c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",

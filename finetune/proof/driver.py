@@ -6,8 +6,10 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
                (on expert_slips of the tasks it first fails an edit, then corrects it: SFT trains the correction)
     corpus     the base model's synthetic conversations                         (in-process)
     init       `glm5 model init`
-    base-dense `glm5 finetune sft --full --dense-attention --pack` on the corpus and the copy drills: the base
-               model's pretraining from scratch, every key visible
+    base-copy  `glm5 finetune sft --full --dense-attention --pack` on drills that quote made-up names: the base
+               model's first phase from scratch, where it learns to copy from its prompt (copy_steps; 0: none)
+    base-dense the same on the corpus and the family's copy drills, from base-copy: the base model's
+               pretraining, every key visible
     base       `glm5 finetune dsa-warmup` of base-dense: its indexers learn its attention, then a sparse stage
     sft        `glm5 finetune sft --full` on the expert's resolved trajectories
     rl         `glm5 finetune rl --env swe` on the train split (async, GLM-5's rules), merged; every
@@ -39,6 +41,7 @@ from typing import Any
 
 from finetune.proof.commands import (
     agent_config,
+    base_copy_cmd,
     base_dense_cmd,
     compare_cmd,
     distill_prompts,
@@ -113,6 +116,8 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         write_drills(
             run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code, c.drill_fresh_names, c.drill_nonsense
         )
+        if c.copy_steps:
+            write_drills(run / "corpus" / "copy.jsonl", c.copy_size, c.seed, nonsense=1.0)
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
     steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
@@ -133,6 +138,11 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         argv = stage_cmd(run, stage, c)
         log_file = run / "logs" / f"{stage}.log"
         if stage == "base":
+            if c.copy_steps:
+                copy = base_copy_cmd(run, c)
+                steps.append(Step("base-copy", shown(copy), lambda: _checkpoint(model_dir(run, "base-copy")),
+                                  lambda a=copy: run_logged(a, run / "logs" / "base-copy.log", child_env(run),
+                                                            cwd=run)))  # fmt: skip
             dense = base_dense_cmd(run, c)
             steps.append(Step("base-dense", shown(dense), lambda: _checkpoint(model_dir(run, "base-dense")),
                               lambda a=dense: run_logged(a, run / "logs" / "base-dense.log", child_env(run),

@@ -5,6 +5,7 @@ the corpus read as training data."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -19,14 +20,17 @@ from finetune.proof.table import markdown, stage_row, write_table
 def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(), plan=True)["plan"]
     names = [p["step"] for p in plan]
-    assert names == ["tasks", "expert", "corpus", "init", "base-dense", "base", "measure-base", "sft", "measure-sft",
+    assert names == ["tasks", "expert", "corpus", "init", "base-copy", "base-dense", "base", "measure-base", "sft", "measure-sft",
                      "compare-sft", "rl", "measure-rl", "compare-rl", "forget", "measure-forget",
                      "compare-forget", "distill", "measure-distill", "compare-distill"]  # fmt: skip
     by = {p["step"]: p["command"] for p in plan}
     assert not any(p["done"] for p in plan) and not (tmp_path / "run").exists()  # a plan writes nothing
     assert by["init"].startswith("glm5 model init --preset tiny")
-    # the base: dense pretraining on the corpus and the copy drills, then DSA by the indexers' warm-up
-    assert "/models/init " in by["base-dense"] and "--dense-attention" in by["base-dense"]
+    # the base: a copy phase on made-up names from scratch, dense pretraining on the corpus and the copy drills
+    # from there, then DSA by the indexers' warm-up
+    assert "/models/init " in by["base-copy"] and "corpus/copy.jsonl" in by["base-copy"]
+    assert "--dense-attention" in by["base-copy"] and "--pack" in by["base-copy"]
+    assert "/models/base-copy " in by["base-dense"] and "--dense-attention" in by["base-dense"]
     assert "corpus/drill.jsonl" in by["base-dense"] and "--pack" in by["base-dense"]
     assert by["base"].startswith("glm5 finetune dsa-warmup ") and "/models/base-dense " in by["base"]
     assert "finetune sft" in by["sft"] and "/models/base " in by["sft"] and "--only-resolved" in by["sft"]
@@ -55,6 +59,10 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
         and "/models/sft " in full["rl-sync"]
     )
     assert list(full)[-1] == "rl-sync"  # the baseline's curve comes after every measurement
+    # without the copy phase the dense base starts from scratch
+    plan = run_proof(tmp_path / "run", ProofConfig.smoke(copy_steps=0), plan=True)["plan"]
+    assert "base-copy" not in [p["step"] for p in plan]
+    assert "/models/init " in {p["step"]: p["command"] for p in plan}["base-dense"]
     # an ablation without the base stage fine-tunes the random init
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(stages=("sft",)), plan=True)["plan"]
     assert "/models/init " in {p["step"]: p["command"] for p in plan}["sft"]
@@ -228,6 +236,7 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     from finetune.data.trajectories import DataOptions
     from finetune.proof.expert import slips_for
     from model.tokenizer import _shipped
+    from plugins.bench_suites.repair_family import name_pool
 
     run = tmp_path / "run"
     summary = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
@@ -256,6 +265,11 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert len(renames) == 4 and all("rename" in r["messages"][1]["content"] for r in renames)
     drills = [json.loads(line)["messages"] for line in (run / "corpus" / "drill.jsonl").read_text().splitlines()]
     assert len(drills) == 8 and all(f"`{x}`" in d[0]["content"] for d in drills for x in d[1]["content"].split("\n"))
+    # the copy phase's drills: every one quotes its answer, and none names a function of either split
+    copies = [json.loads(line)["messages"] for line in (run / "corpus" / "copy.jsonl").read_text().splitlines()]
+    assert len(copies) == 8 and all(f"`{x}`" in d[0]["content"] for d in copies for x in d[1]["content"].split("\n"))
+    words = {w for d in copies for w in re.findall(r"\w+", d[1]["content"])}
+    assert words and not words & {*name_pool("train"), *name_pool("heldout")}
     again = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert {s["status"] for s in again["steps"]} == {"done before"}
     # the sessions were recorded with the compact profile: the corpus copies its prompt, four tools
