@@ -27,10 +27,12 @@ def proof(
         help="Steps of the base model's first phase from scratch: copy drills of made-up names (default 400; 0: none).",
     ),
     base_steps: int = typer.Option(
-        None, "--base-steps", help="Steps of the base model's training on the corpus, after the copy phase."
+        None,
+        "--base-steps",
+        help="Steps of the base model's training on the corpus, after the copy phase (default 300).",
     ),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories (default 250)."),
-    rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split."),
+    rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split (default 20)."),
     expert_slips: float = typer.Option(
         None,
         "--expert-slips",
@@ -64,12 +66,12 @@ def proof(
     """The training proof: GLM-5's post-training stages in miniature, each measured on held-out tasks.
 
     A generated family of one-line repair tasks (train and held-out share no function) -> an expert's sessions
-    recorded by `glm5 bench swe` -> a GLM-5 model trained from scratch on synthetic sessions (base) -> SFT on
-    the expert's -> agentic RL on train -> a forgetting stage (SFT on another task kind) -> on-policy
-    distillation from the stage before forget. Every session uses the compact agent profile (4 tools, a short
-    prompt: `glm5 code --profile compact`), so the model is served with the prompt it was trained on. After each
-    stage the model is served as deployed (INT4, MTP) and benched on held-out with -k attempts; RUN/table.md
-    holds the stage table, RUN/plots/ the plots.
+    recorded by `glm5 bench swe` -> a GLM-5 model trained from scratch, first on copy drills of made-up names,
+    then on synthetic sessions (base) -> SFT on the expert's -> agentic RL on train -> a forgetting stage (SFT on
+    another task kind) -> on-policy distillation from the stage before forget. Every session uses the compact
+    agent profile (4 tools, a short prompt: `glm5 code --profile compact`), so the model is served with the prompt
+    it was trained on. After each stage the model is served as deployed (INT4, MTP) and benched on held-out with
+    -k attempts; RUN/table.md holds the stage table, RUN/plots/ the plots.
 
     Example: glm5 bench proof --out runs/proof --smoke     (minutes: checks every step works)
     """
