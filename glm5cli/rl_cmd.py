@@ -356,6 +356,9 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
         f"{result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups dropped, "
         f"in {result['seconds']:.0f}s; adapter: {out / 'adapter'}"
     )
+    if not result.get("held_out_solved_rate"):
+        console.print("[dim]the rewards are of the train tasks each step drew, not a trend of the policy: "
+                      "--eval-tasks measures held-out tasks at every --save-every step[/]")  # fmt: skip
     console.print(f"serve it with: glm5 serve {model} --lora {out / 'adapter'}")
 
 
