@@ -33,7 +33,7 @@ N = 40
 
 def prompts() -> dict[str, list[tuple[str, str]]]:
     """kind -> [(user prompt, answer)], a fixed draw."""
-    from finetune.proof.corpus import FRESH_NOUNS, FRESH_VERBS, _variant
+    from finetune.proof.corpus import FRESH_NOUNS, FRESH_VERBS, _variant, made_up_word
     from plugins.bench_suites.repair_family import SHAPES, name_pool
 
     rng = random.Random("echo-dev-7")
@@ -43,10 +43,7 @@ def prompts() -> dict[str, list[tuple[str, str]]]:
     family = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
 
     def made_up() -> str:
-        while True:
-            w = "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 3)))
-            if w not in family:
-                return w
+        return made_up_word(rng, avoid=family)
 
     names = {
         "train": lambda: rng.choice(pool),

@@ -32,7 +32,7 @@ def proof(
         help="Steps of the base model's training on the corpus, after the copy phase (default 300).",
     ),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories (default 250)."),
-    rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split (default 20)."),
+    rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split (default 6)."),
     expert_slips: float = typer.Option(
         None,
         "--expert-slips",
@@ -79,8 +79,8 @@ def proof(
     from finetune.proof.driver import run_proof
 
     given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k,
-             "concurrency": n, "copy_steps": copy_steps, "base_steps": base_steps, "sft_steps": sft_steps, "rl_steps": rl_steps,
-             "expert_slips": expert_slips,
+             "concurrency": n, "copy_steps": copy_steps, "base_steps": base_steps, "sft_steps": sft_steps,
+             "rl_steps": rl_steps, "expert_slips": expert_slips,
              "threads": threads, "agent_profile": agent_profile,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
     given = {key: v for key, v in given.items() if v is not None}

@@ -9,8 +9,8 @@ packages are the ones used. The layout of a run folder:
     RUN/corpus/chat.jsonl          the base model's synthetic conversations; copy.jsonl, drill.jsonl: its copy
                                    drills (made-up names; the family's); forget.jsonl: renames only;
                                    distill.jsonl: every turn's context in the train split's expert sessions
-    RUN/models/<stage>/            init, base-copy, base-dense, base, sft, rl, rl-sync, forget, distill: each stage's checkpoint (full
-                                   fine-tuning, or LoRA merged: servable as it is)
+    RUN/models/<stage>/            init, base-copy, base-dense, base, sft, rl, rl-sync, forget, distill: each
+                                   stage's checkpoint (full fine-tuning, or LoRA merged: servable as it is)
     RUN/bench/<stage>/             `glm5 bench swe` of that checkpoint on held-out, served with INT4 + MTP
     RUN/logs/<step>.log            every subprocess's output
     RUN/config/config.toml         the GLM5_CONFIG_DIR of every subprocess: the response cap and the agent
@@ -64,24 +64,25 @@ def _sft(src: Path, out: Path, data: Path, steps: int, lr: float, c: ProofConfig
                 "--seed", c.seed, outcomes, "--save-every", max(1, steps // 4))  # fmt: skip
 
 
+def _pretrain(run: Path, c: ProofConfig, src: str, out: str, data: list[str], steps: int, lr: float) -> list[str]:
+    """A phase of the base model's training: full, every key visible, packed rows of base_pack_len."""
+    files = [a for name in data for a in ("--data", run / "corpus" / name)]
+    return glm5("finetune", "sft", model_dir(run, src), "--out", model_dir(run, out), *files, "--full",
+                "--train-mtp", "--mtp-steps", c.mtp_steps, "--dense-attention", "--pack", "--steps", steps, "--lr", lr,
+                "--batch-size", c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",
+                "--save-every", max(1, steps // 4))  # fmt: skip
+
+
 def base_copy_cmd(run: Path, c: ProofConfig) -> list[str]:
-    """The base model's first phase from scratch, every key visible: copy drills of made-up names, packed."""
-    return glm5("finetune", "sft", model_dir(run, "init"), "--out", model_dir(run, "base-copy"), "--data",
-                run / "corpus" / "copy.jsonl", "--full", "--train-mtp", "--mtp-steps", c.mtp_steps,
-                "--dense-attention", "--pack", "--steps", c.copy_steps, "--lr", c.copy_lr, "--batch-size",
-                c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",
-                "--save-every", max(1, c.copy_steps // 4))  # fmt: skip
+    """The base model's first phase, from scratch: copy drills of made-up names."""
+    return _pretrain(run, c, "init", "base-copy", ["copy.jsonl"], c.copy_steps, c.copy_lr)
 
 
 def base_dense_cmd(run: Path, c: ProofConfig) -> list[str]:
-    """The base model's pretraining, every key visible, on the corpus and the copy drills packed: from the copy
-    phase's checkpoint (or from scratch without one)."""
-    src = model_dir(run, "base-copy" if c.copy_steps else "init")
-    return glm5("finetune", "sft", src, "--out", model_dir(run, "base-dense"), "--data",
-                run / "corpus" / "chat.jsonl", "--data", run / "corpus" / "drill.jsonl", "--full", "--train-mtp",
-                "--mtp-steps", c.mtp_steps, "--dense-attention", "--pack", "--steps", c.base_steps, "--lr",
-                c.base_lr, "--batch-size", c.batch_size, "--max-len", c.base_pack_len, "--seed", c.seed, "--all-outcomes",
-                "--save-every", max(1, c.base_steps // 4))  # fmt: skip
+    """The base model's pretraining on the corpus and the copy drills: from the copy phase's checkpoint (or from
+    scratch without one)."""
+    src = "base-copy" if c.copy_steps else "init"
+    return _pretrain(run, c, src, "base-dense", ["chat.jsonl", "drill.jsonl"], c.base_steps, c.base_lr)
 
 
 def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:

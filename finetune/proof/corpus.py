@@ -165,6 +165,14 @@ FRESH_NOUNS = ("apples", "badges", "cables", "dials", "eggs", "flags", "gears", 
                "wires", "yarns", "zones", "bolts", "clips", "drums", "forks", "gloves")  # fmt: skip
 
 
+def made_up_word(rng: random.Random, avoid: set[str] | frozenset[str] = frozenset()) -> str:
+    """A pronounceable nonsense word of 2-3 syllables (no vocabulary to memorise), drawn again while in `avoid`."""
+    while True:
+        w = "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 3)))
+        if w not in avoid:
+            return w
+
+
 def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names: float = 0.0,
                  nonsense: float = 0.0) -> Path:  # fmt: skip
     """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
@@ -186,8 +194,8 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
 
     A share `nonsense` of the drills have every function name, argument and most paths in them made up: nonsense
     words, alone or beside one of the family's words (`scale_vokiru`, `pelaso_items`), never a name of either
-    split, drawn afresh for each drill. No vocabulary can answer them: only a copy from the prompt can, which is what a held-out task
-    asks of the model (its function names are combinations train never shows). From scratch, at 0.5 the 300-step
+    split, drawn afresh for each drill. No vocabulary can answer them: only a copy from the prompt can, which is
+    what a held-out task asks of the model (its function names are combinations train never shows). From scratch, at 0.5 the 300-step
     dense base copied none of them (0/40) and fewer train names (18/40 against 36/40); at 1.0 alone (the proof's
     copy phase, RUN/corpus/copy.jsonl) the model learns to copy (21/40 after 400 steps), and 0.5 in the corpus
     after it keeps that (ProofConfig.drill_nonsense)."""
@@ -195,18 +203,15 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     pool = name_pool("train")
     family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
 
-    def word() -> str:  # a pronounceable nonsense word: no vocabulary to memorise
-        return "".join(rng.choice("bcdfghklmnprstvz") + rng.choice("aeiou") for _ in range(rng.randint(2, 3)))
+    def word() -> str:
+        return made_up_word(rng)
 
     verbs = sorted({n.split("_")[0] for n in pool})
     nouns = sorted({n.split("_")[1] for n in pool})
     made_up = False  # this drill's names and arguments are nonsense
 
     def nonsense_word() -> str:
-        while True:
-            w = word()
-            if w not in family_words:
-                return w
+        return made_up_word(rng, avoid=family_words)
 
     def name() -> str:
         if made_up:

@@ -20,8 +20,8 @@ from finetune.proof.table import markdown, stage_row, write_table
 def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(), plan=True)["plan"]
     names = [p["step"] for p in plan]
-    assert names == ["tasks", "expert", "corpus", "init", "base-copy", "base-dense", "base", "measure-base", "sft", "measure-sft",
-                     "compare-sft", "rl", "measure-rl", "compare-rl", "forget", "measure-forget",
+    assert names == ["tasks", "expert", "corpus", "init", "base-copy", "base-dense", "base", "measure-base", "sft",
+                     "measure-sft", "compare-sft", "rl", "measure-rl", "compare-rl", "forget", "measure-forget",
                      "compare-forget", "distill", "measure-distill", "compare-distill"]  # fmt: skip
     by = {p["step"]: p["command"] for p in plan}
     assert not any(p["done"] for p in plan) and not (tmp_path / "run").exists()  # a plan writes nothing
