@@ -213,11 +213,12 @@ def claim(run: Path, config: ProofConfig, force: bool = False) -> None:
     path = Path(run) / "proof.json"
     run.mkdir(parents=True, exist_ok=True)
     if path.is_file() and not force:
-        old = ProofConfig.from_json(json.loads(path.read_text()))
-        if old != config:
-            diff = [
-                f"{k}: {v!r} -> {config.to_json()[k]!r}" for k, v in old.to_json().items() if config.to_json()[k] != v
-            ]
+        stored, new = json.loads(path.read_text()), config.to_json()
+        old = ProofConfig.from_json(stored).to_json()
+        # a setting the folder does not record was made by an older glm5, which did without it: not today's default
+        diff = [f"{k}: not recorded -> {v!r}" for k, v in new.items() if k not in stored]
+        diff += [f"{k}: {old[k]!r} -> {v!r}" for k, v in new.items() if k in stored and old[k] != v]
+        if diff:
             raise ProofConfigMismatch(
                 f"{run} holds a proof run with another configuration ({'; '.join(diff)}); "
                 "use a new --out folder, or --force to continue with the new one"

@@ -100,6 +100,12 @@ def test_a_resumed_run_must_ask_for_the_same_configuration(tmp_path):
         claim(tmp_path, ProofConfig.smoke(sft_steps=5))
     claim(tmp_path, ProofConfig.smoke(sft_steps=5), force=True)
     assert json.loads((tmp_path / "proof.json").read_text())["sft_steps"] == 5  # force records the new one
+    # a folder from an older glm5 lacks the settings added since: not taken for today's defaults
+    stored = json.loads((tmp_path / "proof.json").read_text())
+    del stored["copy_steps"]
+    (tmp_path / "proof.json").write_text(json.dumps(stored))
+    with pytest.raises(ProofConfigMismatch, match=r"copy_steps: not recorded -> 1"):
+        claim(tmp_path, ProofConfig.smoke(sft_steps=5))
     with pytest.raises(ValueError, match="unknown stage"):
         ProofConfig(stages=("base", "dpo"))
     with pytest.raises(ValueError, match="in the order"):
