@@ -119,6 +119,13 @@ def rl(
         "`chat_template_kwargs.enable_thinking=false` does in `glm5 serve`: for a model trained without reasoning.",
     ),
     partial_credit: bool = typer.Option(False, help="swe: reward the fraction of FAIL_TO_PASS tests that pass."),
+    dynamic_sampling: int = typer.Option(
+        0,
+        min=0,
+        help="Agentic: DAPO's dynamic sampling. A group whose sessions all got the same reward has no GRPO signal: "
+        "drop it (rl_log.jsonl: dropped_by_reason no_signal) and run another task in its place, up to K x "
+        "--groups-per-step such groups a step (past that the step trains on what it has); 0: off.",
+    ),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
         10,
@@ -178,7 +185,7 @@ def rl(
             max_turns=max_turns, temperature=temperature, lr=lr, objective=objective, is_low=is_low,
             is_high=is_high, max_staleness=max_staleness, reset_optimizer=reset_optimizer, sync=sync,
             concurrency=concurrency, keep_reasoning=keep_reasoning, thinking=thinking, partial_credit=partial_credit,
-            seed=seed,
+            dynamic_sampling=dynamic_sampling, seed=seed,
         )  # fmt: skip
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)
@@ -307,11 +314,15 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
                 f.write(json.dumps(row) + "\n")
             if save_every and (row["step"] % save_every == 0 or row["step"] == cfg.steps):
                 save_step_adapter(row["step"])
-            solved = "" if row["solved_rate"] is None else f", solved {row['solved_rate']:.0%}"
+            reward, rate = (
+                row.get("drawn_reward_mean", row["reward_mean"]),
+                row.get("drawn_solved_rate", row["solved_rate"]),
+            )
+            solved = "" if rate is None else f", solved {rate:.0%}"
             if row.get("eval_solved_rate") is not None:
                 solved += f", held-out {row['eval_solved_rate']:.0%}"
             drop = f", dropped {row['groups_dropped']}" if row["groups_dropped"] else ""
-            bar.update(task, advance=1, description=f"RL ({env}), reward {row['reward_mean']:.3f}{solved}{drop}")
+            bar.update(task, advance=1, description=f"RL ({env}), reward {reward:.3f}{solved}{drop}")
 
         child = None
         try:

@@ -4,7 +4,8 @@
 packages are the ones used. The layout of a run folder:
 
     RUN/proof.json                 the configuration (a resumed run must ask for the same)
-    RUN/tasks/{train,heldout}/     the repair family's two splits (repos + SWE-bench JSONL)
+    RUN/tasks/{train,heldout,dev}/ the repair family's splits (repos + SWE-bench JSONL); dev: RL's in-run
+                                   evaluation (held-out names, instances of its own), never the measurement
     RUN/expert/                    `glm5 bench swe` of the expert on train: the SFT data
     RUN/corpus/chat.jsonl          the base model's synthetic conversations; copy.jsonl, drill.jsonl: its copy
                                    drills (made-up names; the family's); forget.jsonl: renames only;
@@ -105,6 +106,8 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
                     "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
                     "--concurrency", c.concurrency, "--seed", c.seed,
                     "--thinking" if c.thinking else "--no-thinking",
+                    "--eval-tasks", task_file(run, "dev"), "--eval-samples", c.rl_eval_samples,
+                    *(("--dynamic-sampling", c.rl_dynamic_sampling) if c.rl_dynamic_sampling else ()),
                     *(("--save-every", c.rl_curve_every) if c.rl_curve_every else ()))  # fmt: skip
     if stage == "distill":
         teacher = model_dir(run, teacher_of(c.stages) or "")

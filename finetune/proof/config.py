@@ -33,6 +33,10 @@ class ProofConfig:
     seed: int = 0
     n_train: int = 1000  # train-split tasks: the expert's trajectories and RL's tasks
     n_heldout: int = 25  # held-out tasks (x k attempts): the measurement, never trained on
+    # dev tasks: instances of their own drawn from the held-out split's function names (repair_family's `dev`
+    # split), never trained on and never the measurement: RL's in-run evaluation (`--eval-tasks`, rl_eval_samples
+    # sessions each, at step 0, every rl_curve_every steps and the last), by which RL's settings are chosen
+    n_dev: int = 25
     preset: str = "tiny"  # `glm5 model init --preset`, changed by `model` (--set KEY=VALUE)
     model: tuple[str, ...] = PROOF_MODEL
     # the base model: trained from scratch on the synthetic corpus, as GLM-5 was: dense attention first
@@ -90,8 +94,12 @@ class ProofConfig:
     rl_steps: int = 6
     rl_group_size: int = 4
     rl_groups_per_step: int = 2
+    # DAPO's dynamic sampling (`--dynamic-sampling`): a group whose sessions all got the same reward is dropped
+    # and another task drawn, up to this many x rl_groups_per_step a step; 0: off
+    rl_dynamic_sampling: int = 0
     # LoRA's rate (the CLI's default 2e-5 is for a large model: a few steps of it move a small one nowhere)
     rl_lr: float = 5e-4
+    rl_eval_samples: int = 2  # sessions per dev task at each of RL's in-run evaluations
     rl_sync_baseline: bool = True  # also run RL synchronously from the same SFT checkpoint: its curve beside async's
     # the learning curve through `glm5 bench`: every this many RL steps the step's adapter (`--save-every`) is
     # served and benched on held-out exactly as a stage is (step 0 is the stage before RL, the last step RL's
@@ -141,7 +149,7 @@ class ProofConfig:
     @classmethod
     def smoke(cls, **over: Any) -> ProofConfig:
         """The smallest run that goes through every step: minutes on a busy 2-core machine."""
-        small = dict(n_train=2, n_heldout=1, preset="tiny", model=(), corpus_size=8, drill_size=8, copy_steps=1,
+        small = dict(n_train=2, n_heldout=1, n_dev=1, preset="tiny", model=(), corpus_size=8, drill_size=8, copy_steps=1,
                      copy_size=8, base_steps=1, dsa_warmup_steps=1, dsa_sparse_steps=1, sft_steps=1,
                      rl_steps=1, rl_sync_baseline=False, forget_size=4, forget_steps=1, rl_group_size=2,
                      rl_groups_per_step=1, distill_steps=1, distill_prompts_per_step=1, batch_size=2, max_len=2560,
@@ -161,13 +169,16 @@ class ProofConfig:
 
         if self.agent_profile not in PROFILES:
             raise ValueError(f"agent_profile {self.agent_profile!r}: expected one of {', '.join(PROFILES)}")
-        for name in ("n_train", "n_heldout", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens",
+        for name in ("n_train", "n_heldout", "n_dev", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens",
                      "mtp_steps", "distill_steps", "distill_prompts_per_step"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
         if self.copy_steps < 0 or (self.copy_steps and self.copy_size < 1):
             raise ValueError(f"copy_steps must be >= 0 (0: no copy phase) and copy_size >= 1 with a copy phase, not "
                              f"{self.copy_steps} and {self.copy_size}")  # fmt: skip
+        if self.rl_eval_samples < 2 or self.rl_dynamic_sampling < 0:
+            raise ValueError(f"rl_eval_samples must be >= 2 (a group) and rl_dynamic_sampling >= 0, not "
+                             f"{self.rl_eval_samples} and {self.rl_dynamic_sampling}")  # fmt: skip
         if self.rl_curve_every < 0:
             raise ValueError(f"rl_curve_every must be >= 0 (0: no held-out curve), not {self.rl_curve_every}")
         if self.threads < 0:

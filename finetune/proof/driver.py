@@ -87,14 +87,14 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
     def tasks() -> None:
         from plugins.bench_suites.repair_suite import RepairSuite
 
-        for split, n in (("train", c.n_train), ("heldout", c.n_heldout)):
+        for split, n in (("train", c.n_train), ("heldout", c.n_heldout), ("dev", c.n_dev)):
             RepairSuite(split, c.seed, n).materialize(run / "tasks" / split)
 
     def tasks_done() -> bool:
-        return task_file(run, "train").is_file() and task_file(run, "heldout").is_file()
+        return all(task_file(run, split).is_file() for split in ("train", "heldout", "dev"))
 
-    steps.append(Step("tasks", f"repair family seed {c.seed}: {c.n_train} train, {c.n_heldout} held-out",
-                      tasks_done, tasks))  # fmt: skip
+    steps.append(Step("tasks", f"repair family seed {c.seed}: {c.n_train} train, {c.n_heldout} held-out, "
+                      f"{c.n_dev} dev (RL's in-run evaluation)", tasks_done, tasks))  # fmt: skip
 
     def expert() -> None:
         from finetune.proof.expert_server import ExpertServer

@@ -98,6 +98,15 @@ def rl_curve(run: Path, name: str = "rl") -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def dev_curve(rows: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(step, solved rate) of RL's in-run evaluations (`--eval-tasks`: the proof's dev split), step 0 first."""
+    out = []
+    before = rows[0].get("eval_before", {}).get("eval_solved_rate") if rows else None
+    if before is not None:
+        out.append((0, before))
+    return out + [(r["step"], r["eval_solved_rate"]) for r in rows if r.get("eval_solved_rate") is not None]
+
+
 def same_as_last(run: Path, name: str) -> Path:
     """The mark that RL step adapter `name` (rl-step-K) holds the same weights as RL's last step."""
     return run / "bench" / f"{name}.same.json"
@@ -149,13 +158,20 @@ def plots(run: Path, rows: list[dict[str, Any]], heldout: list[dict[str, Any]] |
     curves = {name: rl_curve(run, name) for name in ("rl", "rl-sync")}
     curves = {k: v for k, v in curves.items() if v}
     if curves:
-        fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
         for name, rows_ in curves.items():
             steps = [r["step"] for r in rows_]
-            axes[0].plot(steps, [r.get("reward_mean") for r in rows_], marker="o", label=name)
-            axes[1].plot(steps, [r.get("solved_rate") for r in rows_], marker="o", label=name)
-        axes[0].set_title("RL: mean reward per step")
+            # with dynamic sampling, what each step drew (its no-signal groups included), not only what it kept
+            axes[0].plot(steps, [r.get("drawn_reward_mean", r.get("reward_mean")) for r in rows_], marker="o",
+                         label=name)  # fmt: skip
+            axes[1].plot(steps, [r.get("drawn_solved_rate", r.get("solved_rate")) for r in rows_], marker="o",
+                         label=name)  # fmt: skip
+            dev = dev_curve(rows_)
+            if dev:
+                axes[2].plot([k for k, _ in dev], [v for _, v in dev], marker="o", label=name)
+        axes[0].set_title("RL: mean reward per step (train)")
         axes[1].set_title("RL: solved rate per step (train)")
+        axes[2].set_title("RL: solved rate on dev tasks")
         for ax in axes:
             ax.set_ylim(-0.05, 1.05)  # rewards and rates are in [0, 1]: a flat curve stays readable
             ax.set_xlabel("step")
@@ -189,12 +205,18 @@ def write_table(run: Path, stages: tuple[str, ...] = STAGES, c: ProofConfig | No
     curve = heldout_curve(run, c)
     made = plots(run, rows, curve)
     note = made if isinstance(made, str) else "plots: " + ", ".join(str(p.relative_to(run)) for p in made)
+    dev = {name: dev_curve(rl_curve(run, name)) for name in ("rl", "rl-sync")}
+    dev = {k: v for k, v in dev.items() if v}
+    if dev:
+        shown = "; ".join(f"{name} " + ", ".join(f"step {k} {v:.0%}" for k, v in pts) for name, pts in dev.items())
+        note = f"RL on dev tasks (its in-run evaluation, not the measurement): {shown}\n\n{note}"
     if len(curve) > 1:
         points = ", ".join(f"step {p['step']} {p['resolved']}/{p['graded']}"
                            + (f" (step {p['same_weights_as_step']}'s weights)" if "same_weights_as_step" in p else "")
                            for p in curve)  # fmt: skip
         note = f"RL on held-out through glm5 bench: {points}\n\n{note}"
-    body = {"stages": rows, "rl_heldout_curve": curve, "plots": [] if isinstance(made, str) else [str(p) for p in made],
+    body = {"stages": rows, "rl_heldout_curve": curve, "rl_dev_curve": {k: [list(p) for p in v] for k, v in dev.items()},
+            "plots": [] if isinstance(made, str) else [str(p) for p in made],
             "note": note}  # fmt: skip
     (run / "table.json").write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
     (run / "table.md").write_text(markdown(rows, note), encoding="utf-8")

@@ -8,7 +8,11 @@ rules, and why the others were dropped:
   trainer's (`version - oldest > tau`) is dropped (GLM-5 §4.1.2, w' - w0 > tau);
 - crash groups: environment failures (and dropped stale samples) leave a group's valid samples; with more
   than half of the group valid it is padded to its size by repeating valid samples in order, otherwise the
-  whole group is dropped (GLM-5's environment-failure filtering).
+  whole group is dropped (GLM-5's environment-failure filtering);
+- no signal (DAPO's dynamic sampling, `take(..., filter_uniform=K)`): a group whose rewards are all equal has no
+  GRPO advantage and would only dilute the step; up to K of them per step are dropped ("no_signal") so that
+  the orchestrator runs other groups in their place; past K a step takes what it has (a policy that solves
+  every task, or none, must not stall the run).
 
 `forget(groups)` deletes consumed groups' files once the trainer's checkpoint that consumed them is written;
 a resumed run reloads the rest with `load()`, so finished rollouts are never regenerated, and their
@@ -35,6 +39,7 @@ class TakeReport:
     stale_samples: int = 0
     crashed_samples: int = 0
     lags: Counter = field(default_factory=Counter)  # version lag of the kept samples
+    uniform: list[Rollout] = field(default_factory=list)  # the sessions of the groups dropped for no signal
 
     def dropped_by_reason(self) -> dict[str, int]:
         return dict(Counter(r.split(":")[0] for r in self.dropped.values()))
@@ -96,10 +101,12 @@ class RolloutBuffer:
         with self.changed:
             return sorted(g for g, rs in self.groups.items() if len(rs) == self.size)
 
-    def take(self, version: int, n: int, wait=None) -> tuple[list[list[Rollout]], TakeReport]:
+    def take(self, version: int, n: int, wait=None, filter_uniform: int = 0) -> tuple[list[list[Rollout]], TakeReport]:
         """The next `n` groups that survive the rules. `wait()` is called while fewer are complete (it must
-        make progress: run more sessions, or sleep on `changed`); dropped groups leave the buffer."""
+        make progress: run more sessions, or sleep on `changed`); dropped groups leave the buffer.
+        `filter_uniform`: drop up to this many groups whose rewards are all equal (no signal) in this take."""
         rep = TakeReport()
+        uniform = 0
         batch: list[list[Rollout]] = []
         while len(batch) < n:
             ready = [g for g in self.complete() if g not in rep.kept]
@@ -114,6 +121,10 @@ class RolloutBuffer:
             kept, why, counts = apply_rules(group, version, self.tau, self.size)
             rep.stale_samples += counts["stale"]
             rep.crashed_samples += counts["crashed"]
+            if kept is not None and uniform < filter_uniform and len({r.reward for r in kept}) == 1:
+                rep.uniform += {id(r): r for r in kept}.values()
+                kept, why = None, f"no_signal: all {len(kept)} rewards {kept[0].reward:g}"
+                uniform += 1
             if kept is None:
                 rep.dropped[g] = why
                 self.forget([g])

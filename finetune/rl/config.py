@@ -38,6 +38,9 @@ class RLConfig:
     # `chat_template_kwargs.enable_thinking=false` does in `glm5 serve`: for a policy trained without reasoning
     thinking: bool = True
     partial_credit: bool = False
+    # DAPO's dynamic sampling: a group whose sessions all got the same reward has no GRPO advantage; drop it
+    # and run another task in its place, up to dynamic_sampling x groups_per_step such groups a step (0: off)
+    dynamic_sampling: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -53,6 +56,9 @@ class RLConfig:
             raise ValueError("icepop_beta must be > 1 (the kept band is [1/beta, beta])")
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 (0: every sample comes from the trainer's weights)")
+        if self.dynamic_sampling < 0:
+            raise ValueError("dynamic_sampling must be >= 0 (0: off; K: drop up to K x groups_per_step "
+                             "no-signal groups a step)")  # fmt: skip
         for name in ("steps", "groups_per_step", "max_new_tokens", "max_turns", "concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

@@ -54,6 +54,14 @@ def step_row(step: int, version: int, groups, rep: TakeReport, train: dict, extr
         "reward_std": math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards)) if rewards else 0.0,
         "solved_rate": sum(solved) / len(solved) if solved else None,
         "sessions": len(seen),
+    }
+    if rep.uniform:  # dynamic sampling: what the step drew, the no-signal groups it dropped included
+        drawn = [*seen, *rep.uniform]
+        row["drawn_reward_mean"] = sum(r.reward or 0.0 for r in drawn) / len(drawn)
+        done = [r.solved for r in drawn if r.solved is not None]
+        row["drawn_solved_rate"] = sum(done) / len(done) if done else None
+        row["drawn_sessions"] = len(drawn)
+    row |= {
         "groups_kept": len(rep.kept),
         "groups_dropped": len(rep.dropped),
         "dropped_by_reason": rep.dropped_by_reason(),
@@ -174,7 +182,7 @@ def run_rl(
                         buffer.changed.notify_all()  # a drop frees the gate
                         buffer.changed.wait(0.2)
 
-            groups, rep = buffer.take(trainer.version, B, wait)
+            groups, rep = buffer.take(trainer.version, B, wait, filter_uniform=cfg.dynamic_sampling * B)
             on_dropped(rep, seen_drops)
             trainer_idle = time.monotonic() - t_wait
             train = trainer.step(groups)
@@ -222,8 +230,9 @@ def summary(history: list[dict]) -> dict:
         return {}
     k = max(1, min(5, n // 2))
 
-    def mean(rows, key):
-        vals = [r[key] for r in rows if r.get(key) is not None]
+    def mean(rows, key):  # with dynamic sampling, over what each step drew (its no-signal groups included)
+        vals = [r.get(f"drawn_{key}", r.get(key)) for r in rows]
+        vals = [v for v in vals if v is not None]
         return round(sum(vals) / len(vals), 4) if vals else None
 
     out = {"steps": n, "window": k, "reward_first": mean(history[:k], "reward_mean")}

@@ -14,8 +14,11 @@ the edit without seeing the tests' hidden case. The quoted line occurs once in i
 target it as quoted.
 
 Splits share no instance and no function name: every (verb, noun) function name is assigned to exactly one
-split by a hash, so held-out tasks are about functions the train split never shows. An instance is a pure
-function of (seed, split, index): the same arguments give the same files on every machine.
+split by a hash, so held-out tasks are about functions the train split never shows. The third split, `dev`, is a
+development set for choosing training settings without looking at the held-out split: instances of its own (its
+own random stream) drawn from the held-out split's names, so it measures what the held-out split measures
+(functions training never shows) without sharing an instance with it. An instance is a pure function of
+(seed, split, index): the same arguments give the same files on every machine.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
-SPLITS = ("train", "heldout")
+SPLITS = ("train", "heldout", "dev")
 KINDS = ("wrong_operator", "off_by_one", "wrong_comparison", "wrong_return")
 
 VERBS = ("scale", "count", "merge", "clamp", "shift", "blend", "weigh", "score", "total", "offset", "pad", "trim",
@@ -41,6 +44,7 @@ PACKAGES = ("corelib", "mathkit", "datakit", "tallyho", "numly", "calcpy", "opsk
             "countly", "metrix")  # fmt: skip
 ARGS = ("a", "b", "x", "y", "n", "m", "size", "value", "width", "base", "rate", "amount", "qty", "start", "total_in")
 HELD_OUT_SHARE = 5  # one function name in five belongs to the held-out split
+NAMES_OF = {"dev": "heldout"}  # a split that draws its function names from another split's pool
 
 
 def name_split(name: str) -> str:
@@ -223,7 +227,8 @@ STATEMENTS = {
 
 @functools.cache
 def name_pool(split: str) -> tuple[str, ...]:
-    """Every function name of `split`, in a fixed order."""
+    """Every function name `split` draws from, in a fixed order."""
+    split = NAMES_OF.get(split, split)
     return tuple(f"{v}_{n}" for v in VERBS for n in NOUNS if name_split(f"{v}_{n}") == split)
 
 

@@ -18,7 +18,7 @@ from plugins.bench_suites.repair_family import SPLITS, Instance, generate
 from plugins.bench_suites.suite import BuiltinSuite
 
 DEFAULT_SEED = 0
-DEFAULT_COUNTS = {"train": 200, "heldout": 50}
+DEFAULT_COUNTS = {"train": 200, "heldout": 50, "dev": 50}
 DATE = "2026-01-05T12:00:00+00:00"
 TEST_CMD = "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -rA -p no:cacheprovider tests"
 

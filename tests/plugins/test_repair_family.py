@@ -35,7 +35,21 @@ def test_splits_share_no_instance_and_no_function_name():
     assert {i.bug.kind for i in train} == {i.bug.kind for i in held} == set(KINDS)
 
 
-@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_the_dev_split_draws_held_out_names_but_shares_no_instance_with_the_held_out_split():
+    dev = [generate(0, "dev", i) for i in range(25)]
+    held = [generate(0, "heldout", i) for i in range(25)]
+    train_names = set(name_pool("train"))
+    for d in dev:
+        names = {f.name for fns in d.modules.values() for f in fns}
+        assert all(name_split(n) == "heldout" for n in names) and names.isdisjoint(train_names)
+        assert d.instance_id.startswith("glm5proof__repair-dev-")
+    # another random stream: no dev instance is a held-out one under another name
+    assert {d.problem_statement for d in dev}.isdisjoint(h.problem_statement for h in held)
+    assert all(d.files(fixed=False) != h.files(fixed=False) for d, h in zip(dev, held, strict=True))
+    assert {d.bug.kind for d in dev} == set(KINDS)
+
+
+@pytest.mark.parametrize("split", ["train", "heldout", "dev"])
 def test_the_fix_is_one_line_and_the_issue_names_where(split):
     for i in range(24):
         inst = generate(1, split, i)

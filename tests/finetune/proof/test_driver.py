@@ -37,6 +37,12 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
     assert "--no-thinking" in by["rl"].split()  # trained without reasoning, rolled out without it
+    # RL evaluates itself on the dev split (held-out names, instances of its own), never on held-out
+    assert "--eval-tasks " + str(tmp_path / "run" / "tasks" / "dev" / "repair-dev.jsonl") in by["rl"]
+    assert "repair-heldout" not in by["rl"] and "--eval-samples 2" in by["rl"]
+    assert "--dynamic-sampling" not in by["rl"]  # off in the smoke setting
+    assert "--dynamic-sampling 3" in {p["step"]: p["command"] for p in run_proof(
+        tmp_path / "ds", ProofConfig.smoke(rl_dynamic_sampling=3), plan=True)["plan"]}["rl"]  # fmt: skip
     assert "/models/rl " in by["forget"] and "corpus/forget.jsonl" in by["forget"] and "--full" in by["forget"]
     # distillation: forget's model is the student, the stage before forget the teacher, the train sessions' turns
     assert by["distill"].startswith("glm5 finetune distill ") and "/models/forget --teacher " in by["distill"]
@@ -185,6 +191,21 @@ def test_rl_is_also_measured_at_its_step_adapters_through_glm5_bench(tmp_path):
         assert (tmp_path / "t" / "plots" / "rl_heldout.png").stat().st_size > 0
     with pytest.raises(ValueError, match="rl_curve_every"):
         ProofConfig.smoke(rl_curve_every=-1)
+    with pytest.raises(ValueError, match="rl_eval_samples"):
+        ProofConfig.smoke(rl_eval_samples=1)
+
+
+def test_the_table_shows_rls_dev_curve_from_its_log(tmp_path):
+    rows = [{"step": 1, "reward_mean": 0.5, "solved_rate": 0.5, "eval_before": {"eval_solved_rate": 0.3}},
+            {"step": 2, "reward_mean": 1.0, "solved_rate": 1.0, "drawn_reward_mean": 0.25, "drawn_solved_rate": 0.25,
+             "eval_solved_rate": 0.4}]  # fmt: skip
+    (tmp_path / "models" / "rl").mkdir(parents=True)
+    (tmp_path / "models" / "rl" / "rl_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    body = write_table(tmp_path, ("sft", "rl"))
+    assert body["rl_dev_curve"] == {"rl": [[0, 0.3], [2, 0.4]]}
+    assert "RL on dev tasks (its in-run evaluation, not the measurement): rl step 0 30%, step 2 40%" in body["note"]
+    if body["plots"]:
+        assert (tmp_path / "plots" / "rl_curves.png").stat().st_size > 0
 
 
 def test_a_step_adapter_with_the_last_steps_weights_is_not_benched_again(tmp_path, monkeypatch):

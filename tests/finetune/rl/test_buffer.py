@@ -56,6 +56,21 @@ def test_take_returns_the_lowest_complete_groups_and_reports_drops(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["g3-s0.json", "g3-s1.json", "g7-s0.json"]
 
 
+def test_dynamic_sampling_drops_no_signal_groups_up_to_its_limit(tmp_path):
+    buf = RolloutBuffer(tmp_path, group_size=2, tau=1)
+    for g, rewards in enumerate([(1.0, 1.0), (0.0, 1.0), (0.0, 0.0), (1.0, 0.0)]):
+        for i, r in enumerate(rewards):
+            buf.add(roll(g, i, reward=r))
+    groups, rep = buf.take(version=5, n=2, filter_uniform=1)
+    # group 0 (all 1.0) is dropped; group 2 (all 0.0) is the second no-signal group, past the limit: kept
+    assert rep.kept == [1, 2] and rep.dropped == {0: "no_signal: all 2 rewards 1"}
+    assert rep.dropped_by_reason() == {"no_signal": 1} and sorted(r.index for r in rep.uniform) == [0, 1]
+    assert [[r.reward for r in g] for g in groups] == [[0.0, 1.0], [0.0, 0.0]]
+    assert not (tmp_path / "g0-s0.json").exists()
+    _, rep = RolloutBuffer(None, group_size=2, tau=1).take(5, 0)  # off by default: nothing filtered
+    assert rep.uniform == [] and rep.dropped == {}
+
+
 def test_a_new_buffer_reloads_what_a_killed_run_finished(tmp_path):
     buf = RolloutBuffer(tmp_path, group_size=2, tau=1)
     for g in range(3):

@@ -12,7 +12,7 @@ import torch
 
 from finetune.rl.config import RLConfig
 from finetune.rl.run import run_rl, summary
-from finetune.rl.scripted import ScriptedFamily, digit_tasks
+from finetune.rl.scripted import ScriptedFamily, ScriptedTask, digit_tasks
 from finetune.rl.server import InProcessServer
 from tests.finetune.rl.conftest import peaky_model
 
@@ -75,6 +75,27 @@ def test_async_runs_ahead_within_the_staleness_bound_and_drops_crashed_groups(to
     drops = {why for h in hist for why in h["dropped_groups"].values()}
     assert drops == {"crashed: 1/4 valid (0 stale, 3 crashed)"}
     assert sum(h["padded_samples"] for h in hist) >= 1
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_dynamic_sampling_trains_on_groups_with_signal_and_records_what_it_drew(tok, tmp_path, sync):
+    # two tasks every session solves (the pattern matches any reply: all rewards 1, no signal) and two digit tasks
+    tasks = [ScriptedTask(f"any-{i}", "say anything", "^") for i in range(2)] + digit_tasks(2)
+    cfg = RLConfig(steps=3, sync=sync, dynamic_sampling=2, **SMALL)
+    hist = run_rl(peaky_model(), tok, ScriptedFamily(), tasks, cfg, tmp_path, max_model_len=256)
+    assert len(hist) == 3 and all(h["groups_kept"] == 2 for h in hist)
+    drops = [why for h in hist for why in h["dropped_groups"].values()]
+    assert "no_signal: all 4 rewards 1" in drops and all(w.startswith("no_signal") for w in drops)
+    for h in hist:
+        n = h["dropped_by_reason"].get("no_signal", 0)
+        assert n <= 2 * 2  # the limit: dynamic_sampling x groups_per_step
+        if n < 4:  # under the limit every kept group has signal
+            assert h["groups_with_signal"] == 2, h
+        if n:  # the row says what the step drew, the dropped groups' sessions included
+            assert h["drawn_sessions"] == h["sessions"] + 4 * n
+            assert h["drawn_reward_mean"] >= h["reward_mean"] - 1e-9
+        else:
+            assert "drawn_reward_mean" not in h
 
 
 def test_async_starts_no_group_past_the_last_step(tok, tmp_path):
