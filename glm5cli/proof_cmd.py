@@ -32,7 +32,7 @@ def proof(
         help="Steps of the base model's training on the corpus, after the copy phase (default 300).",
     ),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories (default 250)."),
-    rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split (default 6)."),
+    rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split (default 8)."),
     expert_slips: float = typer.Option(
         None,
         "--expert-slips",

@@ -102,8 +102,8 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
     if stage == "rl":
         return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
                     "--merge", "--steps", c.rl_steps, "--lr", c.rl_lr, "--max-new-tokens", c.max_response_tokens,
-                    "--group-size", c.rl_group_size, "--groups-per-step", c.rl_groups_per_step,
-                    "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
+                    "--temperature", c.rl_temperature, "--group-size", c.rl_group_size,
+                    "--groups-per-step", c.rl_groups_per_step, "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
                     "--concurrency", c.concurrency, "--seed", c.seed,
                     "--thinking" if c.thinking else "--no-thinking",
                     "--eval-tasks", task_file(run, "dev"), "--eval-samples", c.rl_eval_samples,
@@ -124,9 +124,12 @@ def distill_prompts(run: Path) -> Path:
 
 def rl_sync_cmd(run: Path, c: ProofConfig) -> list[str]:
     """The synchronous RL baseline (roll out, then train) from the same start as the async stage: only its
-    learning curve is kept (RUN/models/rl-sync/rl_log.jsonl), for the plot beside async's."""
+    learning curve is kept (RUN/models/rl-sync/rl_log.jsonl), for the plot beside async's. It skips the dev
+    evaluations (minutes each time): its curve is the per-step rewards, beside async's."""
     argv = stage_cmd(run, "rl", c)
     argv[argv.index("--out") + 1] = str(model_dir(run, "rl-sync"))
+    i = argv.index("--eval-tasks")
+    del argv[i : i + 4]  # --eval-tasks DEV --eval-samples N
     return [*argv, "--sync"]
 
 

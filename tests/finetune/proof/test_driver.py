@@ -63,6 +63,8 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
         full["rl-sync"].endswith("--sync")
         and "/models/rl-sync " in full["rl-sync"]
         and "/models/sft " in full["rl-sync"]
+        and "--eval-tasks" not in full["rl-sync"]  # its curve is the per-step rewards: no dev evaluations
+        and "--eval-samples" not in full["rl-sync"]
     )
     assert list(full)[-1] == "rl-sync"  # the baseline's curve comes after every measurement
     # without the copy phase the dense base starts from scratch
