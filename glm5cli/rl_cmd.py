@@ -321,7 +321,9 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
             solved = "" if rate is None else f", solved {rate:.0%}"
             if row.get("eval_solved_rate") is not None:
                 solved += f", held-out {row['eval_solved_rate']:.0%}"
-            drop = f", dropped {row['groups_dropped']}" if row["groups_dropped"] else ""
+            quiet = row.get("dropped_by_reason", {}).get("no_signal", 0)  # dynamic sampling's, not failures
+            drop = f", dropped {row['groups_dropped'] - quiet}" if row["groups_dropped"] > quiet else ""
+            drop += f", {quiet} without signal" if quiet else ""
             bar.update(task, advance=1, description=f"RL ({env}), reward {reward:.3f}{solved}{drop}")
 
         child = None
@@ -362,9 +364,10 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
         print_json(result)
         return
     last = "" if result.get("reward_last") is None else f" -> {result['reward_last']:.3f} (last {result['window']})"
+    quiet = f" ({result['groups_no_signal']} without signal)" if result.get("groups_no_signal") else ""
     console.print(
         f"[green]trained[/] {model} with agentic RL on {len(tasks)} {env} tasks for {cfg.steps} steps: mean reward "
-        f"{result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups dropped, "
+        f"{result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups dropped{quiet}, "
         f"in {result['seconds']:.0f}s; adapter: {out / 'adapter'}"
     )
     if not result.get("held_out_solved_rate"):

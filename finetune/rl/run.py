@@ -240,5 +240,6 @@ def summary(history: list[dict]) -> dict:
     out["solved_first"] = mean(history[:k], "solved_rate")
     out["solved_last"] = mean(history[-k:], "solved_rate") if n > 1 else None
     out["groups_dropped"] = sum(r["groups_dropped"] for r in history)
+    out["groups_no_signal"] = sum(r.get("dropped_by_reason", {}).get("no_signal", 0) for r in history)
     out["is_masked"] = mean(history, "is_masked")
     return out

@@ -96,6 +96,7 @@ def test_dynamic_sampling_trains_on_groups_with_signal_and_records_what_it_drew(
             assert h["drawn_reward_mean"] >= h["reward_mean"] - 1e-9
         else:
             assert "drawn_reward_mean" not in h
+    assert summary(hist)["groups_no_signal"] == len(drops)
 
 
 def test_async_starts_no_group_past_the_last_step(tok, tmp_path):
