@@ -67,7 +67,8 @@ def proof(
 
     A generated family of one-line repair tasks (train and held-out share no function) -> an expert's sessions
     recorded by `glm5 bench swe` -> a GLM-5 model trained from scratch, first on copy drills of made-up names,
-    then on synthetic sessions (base) -> SFT on the expert's -> agentic RL on train -> a forgetting stage (SFT on
+    then on synthetic sessions (base) -> SFT on the expert's -> agentic RL on train (dynamic sampling; its own
+    evaluation on a dev split of held-out names, never the measurement) -> a forgetting stage (SFT on
     another task kind) -> on-policy distillation from the stage before forget. Every session uses the compact
     agent profile (4 tools, a short prompt: `glm5 code --profile compact`), so the model is served with the prompt
     it was trained on. After each stage the model is served as deployed (INT4, MTP) and benched on held-out with
