@@ -367,8 +367,8 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     quiet = f" ({result['groups_no_signal']} without signal)" if result.get("groups_no_signal") else ""
     console.print(
         f"[green]trained[/] {model} with agentic RL on {len(tasks)} {env} tasks for {cfg.steps} steps: mean reward "
-        f"{result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups dropped{quiet}, "
-        f"in {result['seconds']:.0f}s; adapter: {out / 'adapter'}"
+        f"{result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups "
+        f"dropped{quiet}, in {result['seconds']:.0f}s; adapter: {out / 'adapter'}"
     )
     if not result.get("held_out_solved_rate"):
         console.print("[dim]the rewards are of the train tasks each step drew, not a trend of the policy: "

@@ -100,15 +100,7 @@ def stage_cmd(run: Path, stage: str, c: ProofConfig) -> list[str]:
     if stage == "forget":
         return _sft(src, out, run / "corpus" / "forget.jsonl", c.forget_steps, c.forget_lr, c, only_resolved=False)
     if stage == "rl":
-        return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
-                    "--merge", "--steps", c.rl_steps, "--lr", c.rl_lr, "--max-new-tokens", c.max_response_tokens,
-                    "--temperature", c.rl_temperature, "--group-size", c.rl_group_size,
-                    "--groups-per-step", c.rl_groups_per_step, "--max-turns", c.max_turns, "--max-model-len", c.max_len + 1024,
-                    "--concurrency", c.concurrency, "--seed", c.seed,
-                    "--thinking" if c.thinking else "--no-thinking",
-                    "--eval-tasks", task_file(run, "dev"), "--eval-samples", c.rl_eval_samples,
-                    *(("--dynamic-sampling", c.rl_dynamic_sampling) if c.rl_dynamic_sampling else ()),
-                    *(("--save-every", c.rl_curve_every) if c.rl_curve_every else ()))  # fmt: skip
+        return _rl(run, c, src, out, sync=False)
     if stage == "distill":
         teacher = model_dir(run, teacher_of(c.stages) or "")
         return glm5("finetune", "distill", src, "--teacher", teacher, "--prompts", distill_prompts(run), "--out", out,
@@ -122,15 +114,25 @@ def distill_prompts(run: Path) -> Path:
     return run / "corpus" / "distill.jsonl"
 
 
+def _rl(run: Path, c: ProofConfig, src: Path, out: Path, sync: bool) -> list[str]:
+    """Agentic RL on the train split. The async stage evaluates itself on dev (`--eval-tasks`); the synchronous
+    baseline skips those evaluations (minutes each): its curve is the per-step rewards, beside async's."""
+    dev = () if sync else ("--eval-tasks", task_file(run, "dev"), "--eval-samples", c.rl_eval_samples)
+    return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
+                "--merge", "--steps", c.rl_steps, "--lr", c.rl_lr, "--max-new-tokens", c.max_response_tokens,
+                "--temperature", c.rl_temperature, "--group-size", c.rl_group_size,
+                "--groups-per-step", c.rl_groups_per_step, "--max-turns", c.max_turns,
+                "--max-model-len", c.max_len + 1024, "--concurrency", c.concurrency, "--seed", c.seed,
+                "--thinking" if c.thinking else "--no-thinking", *dev,
+                *(("--dynamic-sampling", c.rl_dynamic_sampling) if c.rl_dynamic_sampling else ()),
+                *(("--save-every", c.rl_curve_every) if c.rl_curve_every else ()),
+                *(("--sync",) if sync else ()))  # fmt: skip
+
+
 def rl_sync_cmd(run: Path, c: ProofConfig) -> list[str]:
     """The synchronous RL baseline (roll out, then train) from the same start as the async stage: only its
-    learning curve is kept (RUN/models/rl-sync/rl_log.jsonl), for the plot beside async's. It skips the dev
-    evaluations (minutes each time): its curve is the per-step rewards, beside async's."""
-    argv = stage_cmd(run, "rl", c)
-    argv[argv.index("--out") + 1] = str(model_dir(run, "rl-sync"))
-    i = argv.index("--eval-tasks")
-    del argv[i : i + 4]  # --eval-tasks DEV --eval-samples N
-    return [*argv, "--sync"]
+    learning curve is kept (RUN/models/rl-sync/rl_log.jsonl), for the plot beside async's."""
+    return _rl(run, c, model_dir(run, previous("rl", c.stages)), model_dir(run, "rl-sync"), sync=True)
 
 
 def expert_cmd(run: Path, c: ProofConfig, base_url: str) -> list[str]:

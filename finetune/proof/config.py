@@ -94,8 +94,8 @@ class ProofConfig:
     # step 10; lr 5e-4 at temperature 0.7: 30, 34% at steps 5, 10; lr 2e-3: 26% at step 5. A small rate moves
     # nothing, a large one loses: ~2 groups with signal a step are too few. Dynamic sampling is kept so that
     # every step trains on signal (without it most of the proof's steps had none); 8 steps fit the hour. At lr
-    # 5e-4: p14 (seed 0) held-out 47 -> 44, dev 34 -> 30%; p15 (seed 1) 56 -> 46, dev 54 -> 40%. The same run at
-    # 2e-4 (dev only): 56 -> 58 -> 62% at steps 0/4/8; with seed 0's flat 2e-4 run, the rate below
+    # 5e-4: p14 (seed 0) held-out 47 -> 44, dev 34 -> 30%; p15 (seed 1) 56 -> 46, dev 54 -> 40%. At 2e-4, seed 1's
+    # dev went 56 -> 62% once and 54 -> 54% (p16, held-out 56 -> 54) again: 2e-4 does not lose, nothing gains
     rl_steps: int = 8
     rl_group_size: int = 4
     rl_groups_per_step: int = 2
@@ -180,8 +180,8 @@ class ProofConfig:
 
         if self.agent_profile not in PROFILES:
             raise ValueError(f"agent_profile {self.agent_profile!r}: expected one of {', '.join(PROFILES)}")
-        for name in ("n_train", "n_heldout", "n_dev", "k", "concurrency", "max_turns", "batch_size", "max_response_tokens",
-                     "mtp_steps", "distill_steps", "distill_prompts_per_step"):  # fmt: skip
+        for name in ("n_train", "n_heldout", "n_dev", "k", "concurrency", "max_turns", "batch_size",
+                     "max_response_tokens", "mtp_steps", "distill_steps", "distill_prompts_per_step"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
         if self.copy_steps < 0 or (self.copy_steps and self.copy_size < 1):

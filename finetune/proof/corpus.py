@@ -195,10 +195,10 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     A share `nonsense` of the drills have every function name, argument and most paths in them made up: nonsense
     words, alone or beside one of the family's words (`scale_vokiru`, `pelaso_items`), never a name of either
     split, drawn afresh for each drill. No vocabulary can answer them: only a copy from the prompt can, which is
-    what a held-out task asks of the model (its function names are combinations train never shows). From scratch, at 0.5 the 300-step
-    dense base copied none of them (0/40) and fewer train names (18/40 against 36/40); at 1.0 alone (the proof's
-    copy phase, RUN/corpus/copy.jsonl) the model learns to copy (21/40 after 400 steps), and 0.5 in the corpus
-    after it keeps that (ProofConfig.drill_nonsense)."""
+    what a held-out task asks of the model (its function names are combinations train never shows). From scratch,
+    at 0.5 the 300-step dense base copied none of them (0/40) and fewer train names (18/40 against 36/40); at 1.0
+    alone (the proof's copy phase, RUN/corpus/copy.jsonl) the model learns to copy (21/40 after 400 steps), and
+    0.5 in the corpus after it keeps that (ProofConfig.drill_nonsense)."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     pool = name_pool("train")
     family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}

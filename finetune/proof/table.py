@@ -215,9 +215,13 @@ def write_table(run: Path, stages: tuple[str, ...] = STAGES, c: ProofConfig | No
                            + (f" (step {p['same_weights_as_step']}'s weights)" if "same_weights_as_step" in p else "")
                            for p in curve)  # fmt: skip
         note = f"RL on held-out through glm5 bench: {points}\n\n{note}"
-    body = {"stages": rows, "rl_heldout_curve": curve, "rl_dev_curve": {k: [list(p) for p in v] for k, v in dev.items()},
-            "plots": [] if isinstance(made, str) else [str(p) for p in made],
-            "note": note}  # fmt: skip
+    body = {
+        "stages": rows,
+        "rl_heldout_curve": curve,
+        "rl_dev_curve": {k: [list(p) for p in v] for k, v in dev.items()},
+        "plots": [] if isinstance(made, str) else [str(p) for p in made],
+        "note": note,
+    }
     (run / "table.json").write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
     (run / "table.md").write_text(markdown(rows, note), encoding="utf-8")
     return body
