@@ -172,9 +172,10 @@ def plots(run: Path, rows: list[dict[str, Any]], heldout: list[dict[str, Any]] |
         axes[0].set_title("RL: mean reward per step (train)")
         axes[1].set_title("RL: solved rate per step (train)")
         axes[2].set_title("RL: solved rate on dev tasks")
-        for ax in axes:
+        for i, ax in enumerate(axes):
             ax.set_ylim(-0.05, 1.05)  # rewards and rates are in [0, 1]: a flat curve stays readable
-            ax.set_xlabel("step")
+            # a train point is the tasks that step drew (others each step), not a trend; dev is one fixed set
+            ax.set_xlabel("step (each draws other tasks)" if i < 2 else "step (the same dev tasks)")
             ax.legend()
         fig.tight_layout()
         written.append(out_dir / "rl_curves.png")
