@@ -33,6 +33,13 @@ def proof(
     ),
     sft_steps: int = typer.Option(None, "--sft-steps", help="Steps of SFT on the expert's trajectories (default 250)."),
     rl_steps: int = typer.Option(None, "--rl-steps", help="Steps of agentic RL on the train split (default 8)."),
+    rl_curve_every: int = typer.Option(
+        None,
+        "--rl-curve-every",
+        min=0,
+        help="Every this many RL steps, bench the step's adapter on held-out and evaluate it on dev: the learning "
+        "curve, ~3 min a point (default 4; 0: only before and after RL). With a long --rl-steps, raise it.",
+    ),
     expert_slips: float = typer.Option(
         None,
         "--expert-slips",
@@ -81,7 +88,7 @@ def proof(
 
     given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k,
              "concurrency": n, "copy_steps": copy_steps, "base_steps": base_steps, "sft_steps": sft_steps,
-             "rl_steps": rl_steps, "expert_slips": expert_slips,
+             "rl_steps": rl_steps, "rl_curve_every": rl_curve_every, "expert_slips": expert_slips,
              "threads": threads, "agent_profile": agent_profile,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
     given = {key: v for key, v in given.items() if v is not None}

@@ -257,6 +257,15 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
     assert r.exit_code == 0 and "fails an edit on 20% of the tasks" in json.loads(r.output)["plan"][1]["command"]
     r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "s"), "--expert-slips", "2", "--plan"])
     assert r.exit_code == 2
+    # a long RL with a sparse curve: one held-out point between SFT and RL's own measurement, not seven
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "c"), "--rl-steps", "32", "--rl-curve-every",
+                            "16", "--plan", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    plan = {p["step"]: p["command"] for p in json.loads(r.output)["plan"]}
+    assert [s for s in plan if s.startswith("measure-rl-step")] == ["measure-rl-step-16"]
+    assert "--steps 32" in plan["rl"] and "--save-every 16" in plan["rl"]
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "c"), "--rl-curve-every", "-1", "--plan"])
+    assert r.exit_code == 2
 
 
 @pytest.mark.slow
