@@ -13,6 +13,9 @@ of the answer is the answer's (its end marker included); `tok` is the share of a
     verb+fresh  a train verb beside a noun no split uses (`scale_kites`): tokens no drill or session trains
     fresh+noun  a verb no split uses beside a train noun (`brew_items`)
     pair        two lines of the family's code, the second one operator off ("Replace `X` with `Y`.")
+    number      a comparison line with a two-digit constant (`if qty >= 39:`), as a wrong_comparison issue quotes it
+    number-pair two of them, the second with another operator ("Replace `if y >= 39:` with `if y > 39:`.")
+    path        a module path of the family (`datakit/routing.py`), as every issue names its file
 
 No held-out name is drawn: held-out names are the family's verbs and nouns in combinations train never shows, and
 the made-up kinds stand in for them. The prompts are a fixed draw (seed "echo-dev-7"), the same for every checkpoint.
@@ -34,7 +37,7 @@ N = 40
 def prompts() -> dict[str, list[tuple[str, str]]]:
     """kind -> [(user prompt, answer)], a fixed draw."""
     from finetune.proof.corpus import FRESH_NOUNS, FRESH_VERBS, _variant, made_up_word
-    from plugins.bench_suites.repair_family import SHAPES, name_pool
+    from plugins.bench_suites.repair_family import MODULES, PACKAGES, SHAPES, name_pool
 
     rng = random.Random("echo-dev-7")
     pool = name_pool("train")
@@ -60,6 +63,20 @@ def prompts() -> dict[str, list[tuple[str, str]]]:
         y = _variant(x, rng)
         pairs.append((f"Replace `{x}` with `{y}`.", f"{x}\n{y}"))
     out["pair"] = pairs
+    # the kinds added later draw from a stream of their own: the prompts of the kinds above stay what they were
+    rng = random.Random("echo-dev-numbers")
+    ops = ["<", "<=", ">", ">="]
+    numbers, number_pairs, paths = [], [], []
+    for _ in range(N):
+        fn = SHAPES["predicate"](rng, rng.choice(pool))
+        arg, op, k = fn.args[0], rng.choice(ops), rng.randint(10, 60)
+        line = f"if {arg} {op} {k}:"
+        other = f"if {arg} {rng.choice([o for o in ops if o != op])} {k}:"
+        numbers.append((f"Echo `{line}`.", line))
+        number_pairs.append((f"Replace `{line}` with `{other}`.", f"{line}\n{other}"))
+        path = f"{rng.choice(PACKAGES)}/{rng.choice(MODULES)}.py"
+        paths.append((f"Echo `{path}`.", path))
+    out["number"], out["number-pair"], out["path"] = numbers, number_pairs, paths
     return out
 
 
