@@ -174,7 +174,7 @@ def made_up_word(rng: random.Random, avoid: set[str] | frozenset[str] = frozense
 
 
 def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names: float = 0.0,
-                 nonsense: float = 0.0) -> Path:  # fmt: skip
+                 nonsense: float = 0.0, numbers: float = 0.0) -> Path:  # fmt: skip
     """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
     with X, where X is a path, a test id, a function name or a line of code drawn like the sessions' (train-split
     names only); or two quoted lines ("Replace `X` with `Y`.") answered with both in order. No system prompt and
@@ -198,7 +198,12 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     what a held-out task asks of the model (its function names are combinations train never shows). From scratch,
     at 0.5 the 300-step dense base copied none of them (0/40) and fewer train names (18/40 against 36/40); at 1.0
     alone (the proof's copy phase, RUN/corpus/copy.jsonl) the model learns to copy (21/40 after 400 steps), and
-    0.5 in the corpus after it keeps that (ProofConfig.drill_nonsense)."""
+    0.5 in the corpus after it keeps that (ProofConfig.drill_nonsense).
+
+    A share `numbers` of the drills are a comparison line with its constant (`if qty >= 39:`, the line a
+    wrong_comparison issue quotes), echoed (2 in 5) or as a pair with another operator: the base echoed such a line
+    28/40 times against a path 40/40, and SFT's failed sessions mis-copied the number. At 0 no draw changes: the
+    drills are those of a run without it."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     pool = name_pool("train")
     family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
@@ -272,13 +277,24 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
         code = "```python\n" + "\n".join(rows) + "\n```"
         return (f"{code}\n\n{ask}" if rng.random() < 0.5 else f"{ask}\n\n{code}"), f"{x}\n{y}"
 
+    def number_drill() -> tuple[str, str]:
+        fn = SHAPES["predicate"](rng, name())
+        x = fn.lines[0].strip()  # `if qty >= 39:`
+        op = x.split()[2]
+        y = x.replace(f" {op} ", f" {rng.choice([o for o in _OPERATORS[1] if o.strip() != op]).strip()} ", 1)
+        if rng.random() < 0.4:
+            return rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(x), x
+        return rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y), f"{x}\n{y}"
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for _ in range(n):
             made_up = bool(nonsense) and rng.random() < nonsense
             k = rng.random()
-            if k < in_code:
+            if numbers and rng.random() < numbers:
+                ask, answer = number_drill()
+            elif k < in_code:
                 ask, answer = in_code_pair()
             elif k < in_code + 0.2:  # two lines, often one a near copy of the other (which to write where?)
                 x = line()

@@ -113,9 +113,8 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
 
         system, tools = deployed_prompt(run / "expert")
         write_corpus(run / "corpus" / "forget.jsonl", c.forget_size, c.seed, system, tools, kinds=("rename",))
-        write_drills(
-            run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code, c.drill_fresh_names, c.drill_nonsense
-        )
+        write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code, c.drill_fresh_names,
+                     c.drill_nonsense, c.drill_numbers)  # fmt: skip
         if c.copy_steps:
             write_drills(run / "corpus" / "copy.jsonl", c.copy_size, c.seed, nonsense=1.0)
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark

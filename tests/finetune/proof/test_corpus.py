@@ -80,3 +80,30 @@ def test_made_up_drills_quote_names_of_no_split_and_off_by_default_the_drills_ar
     assert any(n.split("_")[0] in words for n in made) and any(n.split("_")[1] in words for n in made)
     assert any(p not in {"corelib", "mathkit"} and p not in plain for p in paths)  # made-up paths too
     assert not set(names) & (set(name_pool("heldout")) - set(name_pool("train")))  # no held-out name
+
+
+def test_number_drills_quote_a_comparison_with_its_constant_and_off_by_default_the_drills_are_unchanged(tmp_path):
+    plain = write_drills(tmp_path / "plain.jsonl", 1500, seed=6, nonsense=0.5).read_text()
+    assert plain == write_drills(tmp_path / "zero.jsonl", 1500, seed=6, nonsense=0.5, numbers=0.0).read_text()
+    with_numbers = write_drills(tmp_path / "num.jsonl", 1500, seed=6, nonsense=0.5, numbers=0.2).read_text()
+    line = re.compile(r"if \w+ (<|<=|>|>=) (\d+):")
+
+    def comparisons(text: str) -> tuple[int, list[tuple[str, list[str]]]]:
+        """(drills, the drills answered by comparison lines only: one, or two with one constant)"""
+        drills = [json.loads(row)["messages"] for row in text.splitlines()]
+        found = []
+        for ask, answer in drills:
+            rows = answer["content"].split("\n")
+            m = [line.fullmatch(r) for r in rows]
+            if all(m) and (len(m) == 1 or m[0].group(2) == m[1].group(2)):
+                found.append((ask["content"], rows))
+        return len(drills), found
+
+    n, before = comparisons(plain)
+    n, after = comparisons(with_numbers)
+    assert 0.15 < (len(after) - len(before)) / n < 0.25  # a fifth more of them
+    pairs = [rows for _, rows in after if len(rows) == 2]
+    assert 0.45 < len(pairs) / len(after) < 0.75  # 3 in 5 of the number drills are pairs
+    for ask, rows in after:
+        assert all(f"`{r}`" in ask for r in rows)  # every answered line is quoted in the prompt, verbatim
+    assert all(line.fullmatch(a).group(1) != line.fullmatch(b).group(1) for a, b in pairs)  # another operator
