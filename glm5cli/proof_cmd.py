@@ -48,6 +48,14 @@ def proof(
         help="Share of train tasks on which the expert first fails an edit, then corrects it (default 0.5); "
         "SFT trains the correction, not the slip.",
     ),
+    drill_numbers: float = typer.Option(
+        None,
+        "--drill-numbers",
+        min=0.0,
+        max=1.0,
+        help="Share of the base's copy drills that are a comparison line with its constant (default 0; on dev, 0.2 "
+        "raised SFT from 50 to 86/100: see benchmarks/RESULTS.md).",
+    ),
     threads: int = typer.Option(
         None,
         "--threads",
@@ -89,6 +97,7 @@ def proof(
     given = {"preset": preset, "model": () if preset else None, "n_train": n_train, "n_heldout": n_heldout, "k": k,
              "concurrency": n, "copy_steps": copy_steps, "base_steps": base_steps, "sft_steps": sft_steps,
              "rl_steps": rl_steps, "rl_curve_every": rl_curve_every, "expert_slips": expert_slips,
+             "drill_numbers": drill_numbers,
              "threads": threads, "agent_profile": agent_profile,
              "stages": tuple(s.strip() for s in stages.split(",") if s.strip()) if stages else None}  # fmt: skip
     given = {key: v for key, v in given.items() if v is not None}

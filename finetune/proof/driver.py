@@ -120,7 +120,9 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
     steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
-                      f"(+ {c.drill_size} copy drills, {c.forget_size} renames for the forgetting stage)",
+                      f"(+ {c.drill_size} copy drills"
+                      + (f", {c.drill_numbers:.0%} of them comparison lines" if c.drill_numbers else "")
+                      + f", {c.forget_size} renames for the forgetting stage)",
                       lambda: (run / "corpus" / "chat.jsonl").is_file(), corpus))  # fmt: skip
 
     def init() -> None:

@@ -266,6 +266,14 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
     assert "--steps 32" in plan["rl"] and "--save-every 16" in plan["rl"]
     r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "c"), "--rl-curve-every", "-1", "--plan"])
     assert r.exit_code == 2
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "d"), "--drill-numbers", "1.5", "--plan"])
+    assert r.exit_code == 2
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "d"), "--drill-numbers", "0.2", "--plan",
+                            "--json"])  # fmt: skip
+    plan = {p["step"]: p["command"] for p in json.loads(r.output)["plan"]}
+    assert "20% of them comparison lines" in plan["corpus"]
+    assert "comparison" not in {p["step"]: p["command"] for p in json.loads(runner.invoke(
+        app, ["bench", "proof", "--out", str(tmp_path / "e"), "--plan", "--json"]).output)["plan"]}["corpus"]  # fmt: skip
 
 
 @pytest.mark.slow
