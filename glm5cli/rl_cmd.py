@@ -126,6 +126,13 @@ def rl(
         "drop it (rl_log.jsonl: dropped_by_reason no_signal) and run another task in its place, up to K x "
         "--groups-per-step such groups a step (past that the step trains on what it has); 0: off.",
     ),
+    loss_agg: str = typer.Option(
+        "sample",
+        "--loss-agg",
+        help="Agentic: how a step's token terms are averaged. sample: each sample's mean, then 1/G over sessions "
+        "(GRPO; a long sample's tokens weigh less each). token: one mean over every sampled token of the step "
+        "(DAPO's token-level loss, TRL's default).",
+    ),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
         10,
@@ -185,7 +192,7 @@ def rl(
             max_turns=max_turns, temperature=temperature, lr=lr, objective=objective, is_low=is_low,
             is_high=is_high, max_staleness=max_staleness, reset_optimizer=reset_optimizer, sync=sync,
             concurrency=concurrency, keep_reasoning=keep_reasoning, thinking=thinking, partial_credit=partial_credit,
-            dynamic_sampling=dynamic_sampling, seed=seed,
+            dynamic_sampling=dynamic_sampling, loss_agg=loss_agg, seed=seed,
         )  # fmt: skip
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)

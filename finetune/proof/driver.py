@@ -218,17 +218,40 @@ def run_proof(run: Path, c: ProofConfig, *, force: bool = False, plan: bool = Fa
     claim(run, c, force)
     (run / "config").mkdir(exist_ok=True)
     (run / "config" / "config.toml").write_text(agent_config(c), encoding="utf-8")
-    statuses = run_steps(steps, emit)
+    status_path = run / "proof-status.json"
+
+    def write_status(statuses: list[dict[str, Any]], complete: bool, table: dict | None = None) -> dict[str, Any]:
+        timed = [x["seconds"] for x in statuses if x.get("seconds") is not None]
+        summary = {"run": str(run), "complete": complete, "steps": statuses,
+                   "seconds": round(sum(timed), 1),  # every step's own time, earlier invocations' included
+                   "untimed": [x["step"] for x in statuses if x["status"] != "not run" and x.get("seconds") is None]}  # fmt: skip
+        if table is not None:
+            summary["table"] = table
+        status_path.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        return summary
+
+    statuses = run_steps(steps, emit, earlier_seconds(status_path), lambda st: write_status(st, False))
     failed = next((x["step"] for x in statuses if x["status"] == "failed"), None)
-    table = write_table(run, c.stages, c)
-    summary = {"run": str(run), "complete": failed is None, "steps": statuses, "table": table}
-    (run / "proof-status.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    return summary
+    return write_status(statuses, failed is None, write_table(run, c.stages, c))
 
 
-def run_steps(steps: list[Step], emit: Event) -> list[dict[str, Any]]:
-    """Run the steps not done yet, in order; after a failure the rest are `not run`. One status per step."""
+def earlier_seconds(status_path: Path) -> dict[str, float]:
+    """The times of the steps an earlier invocation ran (RUN/proof-status.json, written after every step), so a
+    resumed run still knows its end-to-end time. Unreadable: none."""
+    try:
+        steps = json.loads(status_path.read_text(encoding="utf-8"))["steps"]
+        return {x["step"]: float(x["seconds"]) for x in steps if x.get("seconds") is not None}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def run_steps(
+    steps: list[Step], emit: Event, earlier: dict[str, float] | None = None, record: Callable | None = None
+) -> list[dict[str, Any]]:
+    """Run the steps not done yet, in order; after a failure the rest are `not run`. One status per step; a step
+    done before keeps the time `earlier` gives it. `record(statuses)` after every step (and before each runs)."""
     statuses: list[dict[str, Any]] = []
+    earlier = earlier or {}
     failed = None
     for s in steps:
         if failed is not None:
@@ -236,8 +259,12 @@ def run_steps(steps: list[Step], emit: Event) -> list[dict[str, Any]]:
             continue
         if s.done():
             statuses.append({"step": s.name, "status": "done before"})
+            if s.name in earlier:
+                statuses[-1]["seconds"] = earlier[s.name]
             emit("skip", {"step": s.name})
             continue
+        if record is not None:
+            record(statuses)
         emit("start", {"step": s.name, "command": s.what})
         t0 = time.monotonic()
         try:
@@ -252,4 +279,6 @@ def run_steps(steps: list[Step], emit: Event) -> list[dict[str, Any]]:
         seconds = round(time.monotonic() - t0, 1)
         statuses.append({"step": s.name, "status": "done", "seconds": seconds})
         emit("done", {"step": s.name, "seconds": seconds})
+        if record is not None:
+            record(statuses)
     return statuses

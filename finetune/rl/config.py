@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 OBJECTIVES = ("auto", "icepop", "double-is")
+LOSS_AGGS = ("sample", "token")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class RLConfig:
     # DAPO's dynamic sampling: a group whose sessions all got the same reward has no GRPO advantage; drop it
     # and run another task in its place, up to dynamic_sampling x groups_per_step such groups a step (0: off)
     dynamic_sampling: int = 0
+    # How a step's token terms are averaged. sample: each sample's own mean, then over the step's sessions
+    # (GRPO's 1/G sum_i 1/|y_i| sum_t, the report's IcePop formula): a long sample's tokens weigh less each, so a
+    # long wrong session is pushed down less per token than a short one. token: one mean over every trained
+    # token of the step (DAPO's token-level loss, TRL's default `loss_type="dapo"`): each token weighs the same.
+    loss_agg: str = "sample"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -50,6 +56,8 @@ class RLConfig:
             raise ValueError("temperature must be > 0: RL samples (greedy rollouts have no spread to learn from)")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {self.objective!r}")
+        if self.loss_agg not in LOSS_AGGS:
+            raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGGS)}, not {self.loss_agg!r}")
         if not 0 <= self.is_low < 1 or self.is_high <= 0:
             raise ValueError("is_low must be in [0, 1) and is_high > 0 (the kept band is [1 - is_low, 1 + is_high])")
         if self.icepop_beta <= 1:

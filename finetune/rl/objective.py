@@ -7,6 +7,7 @@ weight versions has no single behaviour policy, so the rollout engine's own logp
     r_t   = exp(log pi_theta(y_t) - log pi_rollout(y_t))
     f(r)  = r inside the band [lo, hi], else 0
     loss  = -(1/G) sum_samples 1/|y| sum_t f(r_t) A            (mean over the step's groups)
+          = -(1/sum_samples |y|) sum_samples sum_t f(r_t) A     (--loss-agg token: DAPO's token-level loss)
 
 With r carrying the gradient, d loss = -A r grad log pi_theta inside the band and nothing outside: PPO with
 pi_old := pi_rollout and a hard two-sided mask instead of min/clip. The double-sided band is [1 - eps_l,
@@ -44,13 +45,15 @@ class TokenStats:
 
 
 def sample_loss(
-    lp_N: torch.Tensor, rollout_N: torch.Tensor, advantage: float, band: tuple[float, float]
+    lp_N: torch.Tensor, rollout_N: torch.Tensor, advantage: float, band: tuple[float, float], per_token: bool = False
 ) -> tuple[torch.Tensor, TokenStats]:
-    """This sample's term (before the 1/G and group averaging): -(1/N) sum_t f(r_t) A."""
+    """This sample's term before the step's normalisation: -(1/N) sum_t f(r_t) A (the caller scales it by 1/G),
+    or with `per_token` the sum -sum_t f(r_t) A (the caller divides by the step's trained tokens)."""
     log_r = lp_N - rollout_N
     r = torch.exp(log_r)
     keep = (r >= band[0]) & (r <= band[1])
-    loss = -(torch.where(keep, r, torch.zeros_like(r)) * advantage).mean()
+    terms = torch.where(keep, r, torch.zeros_like(r)) * advantage
+    loss = -(terms.sum() if per_token else terms.mean())
     with torch.no_grad():
         lr = log_r.detach()
         st = TokenStats(

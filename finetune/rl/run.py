@@ -105,10 +105,12 @@ def run_rl(
     consumed: set[int] = set()
     dropped: set[int] = set()
     evals: dict[int, dict] = {}  # step -> its evaluation (step 0: before training)
+    logged = [0]  # rows of `history` handed to `log` (a kill between a step's save and its log leaves one behind)
     if state is not None:
         trainer.restore(state["trainer"])
         history, consumed, dropped = state["history"], set(state["consumed"]), set(state["dropped"])
         evals = dict(state.get("evals", {}))
+        logged[0] = state.get("logged", len(history))
     buffer = RolloutBuffer(work / "rollouts", cfg.group_size, cfg.staleness)
     resumed_rollouts = buffer.load(consumed | dropped)
     own_server = server is None
@@ -143,7 +145,7 @@ def run_rl(
 
     def save() -> None:
         _save(state_path, {"trainer": trainer.state(), "history": history, "consumed": sorted(consumed),
-                           "dropped": sorted(dropped), "evals": evals})  # fmt: skip
+                           "dropped": sorted(dropped), "evals": evals, "logged": logged[0]})  # fmt: skip
 
     def due(k: int) -> bool:
         every = k == 0 or k == cfg.steps or (eval_every > 0 and k % eval_every == 0)
@@ -156,14 +158,31 @@ def run_rl(
         save()
         return evals[k]
 
+    def finish(row: dict) -> bool:
+        """A step after its push: its evaluation (when due) joins its row, then `log` gets the row. -> whether
+        an evaluation ran. A resumed run finishes a step that was saved but never logged the same way."""
+        k, ran = row["step"], False
+        if k in evals:
+            row.update(evals[k])  # evaluated before a kill, not yet in the row
+        elif due(k):
+            row.update(run_eval(k))
+            ran = True
+        if log is not None:
+            log(row)
+        logged[0] = max(logged[0], k)  # row k is history[k - 1]
+        save()
+        return ran
+
     def mark() -> dict:  # where the next row's throughput and idle figures start (evaluations left out)
         st = server.stats()
         return {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": time.monotonic()}
 
     start = trainer.version
     try:
-        if due(start):  # before the first step; a resumed run whose last evaluation was cut short redoes it
-            run_eval(start)
+        if start == 0 and due(0):  # before the first step
+            run_eval(0)
+        for row in history[logged[0] :]:  # killed after a step's save, before its evaluation and log: finish it
+            finish(row)
         if not cfg.sync:
             orch.start(gate, buffer.changed)
         prev = mark()
@@ -209,12 +228,8 @@ def run_rl(
             with buffer.changed:
                 pushed[0] = version
                 buffer.changed.notify_all()  # the gate opens for the next version's groups
-            if due(trainer.version):
-                row.update(run_eval(trainer.version))
-                save()
+            if finish(row):
                 prev = mark()
-            if log is not None:
-                log(row)
     finally:
         orch.close()
         if own_server:

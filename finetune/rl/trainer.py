@@ -1,7 +1,7 @@
 """The trainer: one explicit optimizer step per batch of groups (torchtune's loop, no Trainer base class).
 
     batch of groups -> advantages per group -> forward (log pi_theta of the sampled tokens, micro-batched)
-    -> objective.sample_loss -> backward -> clip -> AdamW step -> version + 1
+    -> objective.sample_loss (per sample, or per token: --loss-agg) -> backward -> clip -> AdamW step -> version + 1
 
 `version` counts optimizer steps; the weight push after each step makes it the rollout server's version, and
 the staleness rule compares samples' versions with it. Samples are the TokenSamples of each rollout (one per
@@ -53,14 +53,18 @@ class Trainer:
                     work += [(s, a) for s in r.samples if s.n_sampled]
         stats = TokenStats()
         self.opt.zero_grad(set_to_none=True)
-        scale = 1.0 / (self.cfg.group_size * len(groups))
+        per_token = self.cfg.loss_agg == "token"
+        # sample: 1/G per sample, over the step's groups. token: one mean over every sampled token of the step's
+        # groups (DAPO: zero-advantage samples count in the denominator though they add no term)
+        n_tokens = sum(s.n_sampled for group in groups for r in group for s in r.samples)
+        scale = 1.0 / max(1, n_tokens) if per_token else 1.0 / (self.cfg.group_size * len(groups))
         for i in range(0, len(work), self.micro_batch):
             part = work[i : i + self.micro_batch]
             lps = token_logprobs(self.model, [s for s, _ in part], self.cfg.temperature)
             loss = lps[0].new_zeros(())
             for (s, a), lp in zip(part, lps, strict=True):
                 rollout = torch.tensor([x for x, m in zip(s.logprobs, s.mask, strict=True) if m], dtype=lp.dtype)
-                term, st = sample_loss(lp, rollout, a, self.cfg.band)
+                term, st = sample_loss(lp, rollout, a, self.cfg.band, per_token)
                 loss = loss + term * scale
                 stats.add(st)
             loss.backward()

@@ -96,6 +96,11 @@ def test_done_steps_are_skipped_and_a_failure_stops_the_steps_that_need_it():
     # the rerun (b fixed) skips a and goes on
     statuses = run_steps([step("a"), step("b"), step("c")], lambda k, d: None)
     assert [s["status"] for s in statuses] == ["done before", "done", "done"] and ran == ["a", "b", "b", "c"]
+    # a step done before keeps an earlier invocation's time; `record` sees the statuses after every step
+    seen = []
+    statuses = run_steps([step("a"), step("e")], lambda k, d: None, {"a": 12.5}, lambda st: seen.append(list(st)))
+    assert statuses[0] == {"step": "a", "status": "done before", "seconds": 12.5}
+    assert statuses[1]["status"] == "done" and [len(x) for x in seen] == [1, 2]
     # a step whose command "succeeds" without leaving its output is a failure, not a silent skip later
     statuses = run_steps([Step("d", "glm5 d", lambda: False, lambda: None)], lambda k, d: None)
     assert statuses[0]["status"] == "failed" and "output is not there" in statuses[0]["reason"]
@@ -273,7 +278,9 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
     plan = {p["step"]: p["command"] for p in json.loads(r.output)["plan"]}
     assert "20% of them comparison lines" in plan["corpus"]
     assert "comparison" not in {p["step"]: p["command"] for p in json.loads(runner.invoke(
-        app, ["bench", "proof", "--out", str(tmp_path / "e"), "--plan", "--json"]).output)["plan"]}["corpus"]  # fmt: skip
+        app, ["bench", "proof", "--out", str(tmp_path / "e"), "--drill-numbers", "0", "--plan", "--json"]
+    ).output)["plan"]}["corpus"]  # fmt: skip
+    assert ProofConfig().drill_numbers == 0.2  # the default since p18 (benchmarks/RESULTS.md)
 
 
 @pytest.mark.slow
@@ -318,6 +325,9 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert words and not words & {*name_pool("train"), *name_pool("heldout")}
     again = run_proof(run, ProofConfig.smoke(n_train=1, stages=(), preset="tiny"))
     assert {s["status"] for s in again["steps"]} == {"done before"}
+    # the rerun keeps each step's time from the first run: the end-to-end time of a resumed run
+    assert [s["seconds"] for s in again["steps"]] == [s["seconds"] for s in summary["steps"]]
+    assert again["seconds"] == summary["seconds"] > 0 and again["untimed"] == []
     # the sessions were recorded with the compact profile: the corpus copies its prompt, four tools
     assert len(json.loads((run / "corpus" / "chat.jsonl").read_text().splitlines()[0])["tools"]) == 4
 

@@ -58,3 +58,40 @@ def test_held_out_tasks_that_are_training_tasks_are_refused():
         disjoint(digit_tasks(3), [*HELD, digit_tasks(3)[1]])
     with pytest.raises(ValueError, match=">= 2"):
         HeldOut(ScriptedFamily(), HELD, 1, None, RLConfig(), "x")
+
+
+@pytest.mark.parametrize("killed_in", ["evaluate", "log"])
+def test_a_run_killed_between_its_last_step_and_that_steps_log_finishes_the_step_on_resume(tok, tmp_path, killed_in):
+    """The last step is saved, then evaluated, then logged (the CLI writes its adapter there). Killed in between,
+    the rerun has no step left to train, and still evaluates that step (unless it already was), puts the result in
+    its row and logs it."""
+    cfg = RLConfig(steps=2, groups_per_step=1, group_size=2, max_new_tokens=5, lr=5e-3, concurrency=4)
+
+    class Killed(Exception):
+        pass
+
+    calls, logged, killed = [], [], []
+
+    def evaluate(server, step):
+        if killed_in == "evaluate" and step == 2 and not calls.count(2):
+            calls.append(2)
+            raise Killed
+        calls.append(step)
+        return {"eval_step": step, "eval_solved_rate": 0.25 * step}
+
+    def log(row):
+        if killed_in == "log" and row["step"] == 2 and not killed:
+            killed.append(row)
+            raise Killed
+        logged.append(row)
+
+    with pytest.raises(Killed):
+        run_rl(peaky_model(), tok, ScriptedFamily(), digit_tasks(4), cfg, tmp_path, max_model_len=256, log=log,
+               evaluate=evaluate)  # fmt: skip
+    n_calls = len(calls)
+    del logged[:]
+    hist = run_rl(peaky_model(), tok, ScriptedFamily(), digit_tasks(4), cfg, tmp_path, max_model_len=256, log=log,
+                  evaluate=evaluate)  # fmt: skip
+    assert [h["step"] for h in hist] == [1, 2] and hist[1]["eval_solved_rate"] == 0.5
+    assert [r["step"] for r in logged] == [2] and logged[0]["eval_solved_rate"] == 0.5
+    assert calls[n_calls:] == ([2] if killed_in == "evaluate" else [])  # an evaluation that finished is not redone

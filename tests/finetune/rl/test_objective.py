@@ -53,3 +53,12 @@ def test_bad_bands_are_named():
                     ({"objective": "ppo"}, "objective"), ({"max_staleness": -1}, "max_staleness")):  # fmt: skip
         with pytest.raises(ValueError, match=msg):
             RLConfig(**kw)
+
+
+def test_the_per_token_term_is_the_sum_and_the_per_sample_term_the_mean():
+    lp = torch.log(torch.tensor([0.9, 1.0, 1.2, 1.5]))  # the last is outside the band: no term
+    mean, _ = sample_loss(lp, torch.zeros(4), 2.0, (0.8, 1.28))
+    total, _ = sample_loss(lp, torch.zeros(4), 2.0, (0.8, 1.28), per_token=True)
+    assert float(total) == pytest.approx(-2.0 * (0.9 + 1.0 + 1.2)) and float(total) == pytest.approx(4 * float(mean))
+    with pytest.raises(ValueError, match="loss_agg"):
+        RLConfig(loss_agg="seq")

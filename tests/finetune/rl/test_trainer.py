@@ -47,3 +47,36 @@ def test_a_batch_without_signal_changes_nothing():
     st = tr.step([_group(model, [1.0, 1.0])])
     assert st["groups_with_signal"] == 0 and st["pg_grad_norm"] == 0.0 and tr.version == 1
     assert all(torch.equal(before[n], p) for n, p in tr.named)
+
+
+def test_the_token_level_loss_weighs_every_token_alike_and_the_sample_level_one_every_sample():
+    """Two sessions of 1 and 4 sampled tokens, on-policy (r = 1): sample gives -(1/G) sum_i A_i/|y_i| grad sum_t
+    log pi; token gives -(1/sum |y|) sum_i A_i grad sum_t log pi (DAPO). The trainer's gradient is each."""
+    from finetune.grpo import advantages
+    from finetune.rl.objective import token_logprobs
+
+    prompt = [5, 6, 7, 8]
+    grads = {}
+    for agg in ("sample", "token"):
+        model = peaky_model()
+        cfg = RLConfig(group_size=2, lr=1e-9, max_grad_norm=1e9, loss_agg=agg)
+        tr = Trainer(model, cfg)
+        group = [Rollout(0, 0, 0, reward=1.0, samples=[_sample(model, prompt, [11])]),
+                 Rollout(0, 1, 0, reward=0.0, samples=[_sample(model, prompt, [12, 13, 14, 15])])]  # fmt: skip
+        a = advantages([1.0, 0.0])
+        per_sample = []
+        for r in group:
+            tr.opt.zero_grad(set_to_none=True)
+            token_logprobs(model, r.samples, cfg.temperature)[0].sum().backward()
+            per_sample.append([torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in tr.params])
+        if agg == "sample":
+            want = [-(a[0] / 1 * g0 + a[1] / 4 * g1) / 2 for g0, g1 in zip(*per_sample, strict=True)]
+        else:
+            want = [-(a[0] * g0 + a[1] * g1) / 5 for g0, g1 in zip(*per_sample, strict=True)]
+        tr.step([group])
+        got = [torch.zeros_like(p) if p.grad is None else p.grad for p in tr.params]
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-4 * float(w.abs().max()) + 1e-9)
+        grads[agg] = torch.cat([g.flatten() for g in got])
+    assert grads["token"].abs().sum() > 0
+    assert not torch.allclose(grads["sample"], grads["token"])
