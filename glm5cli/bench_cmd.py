@@ -31,7 +31,8 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          base_url: str | None, model: str | None, provider: str | None, api_key_env: str | None,
          repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
          max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool,
-         flaky_reruns: int = 1, agent_profile: str | None = None) -> None:  # fmt: skip
+         flaky_reruns: int = 1, agent_profile: str | None = None,
+         retry_infra_errors: bool = False) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
     from agent.bench.job import below, load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
@@ -54,7 +55,8 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
         options = RunOptions(k=k, concurrency=n, shard=parse_shard(shard), filter=filter_, env=env, retries=retries,
                              limits=AgentLimits(max_turns, timeout, max_cost, memory_mb), test_timeout_s=test_timeout,
                              keep_workdirs=keep_workdirs, repos_dir=repos, base_dir=base_dir, force=force,
-                             flaky_reruns=flaky_reruns, source=source)  # fmt: skip
+                             flaky_reruns=flaky_reruns, source=source,
+                             retry_infra_errors=retry_infra_errors)  # fmt: skip
         with _Progress(kind) as progress:
             report = run_job(kind, tasks, bench_agent, out, options, junit, progress.event)
     except (TaskError, ValueError, RunFolderError, SettingsError, FileExistsError) as e:
@@ -62,6 +64,10 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
     except KeyboardInterrupt:
         fail(f"interrupted; rerun the same command to resume (finished trials are kept in {out})", code=130)
     _show(report, as_json, out)
+    infra = report["summary"]["infra_errors"]
+    if infra and not as_json:
+        err_console.print(f"{infra} trial(s) ended in an infrastructure error and are not scored; once the cause is "
+                          "fixed, rerun the same command with --retry-infra-errors to run them again", style="yellow")  # fmt: skip
     if below(report, min_resolved):
         rate = report["summary"]["resolved_rate"]
         fail(f"resolved rate {'n/a' if rate is None else f'{rate:.3f}'} is below --min-resolved {min_resolved}",
@@ -169,6 +175,12 @@ def swe(
     max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
     timeout: float = typer.Option(None, "--timeout", help="Wall-time limit of the agent per trial, seconds."),
     retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
+    retry_infra_errors: bool = typer.Option(
+        False,
+        "--retry-infra-errors",
+        help="On resume, run again the trials whose every try ended in an infrastructure error (an endpoint that "
+        "was down, say); without it a resume keeps them as they are.",
+    ),
     junit: Path = typer.Option(None, "--junit", help="Also write the JUnit XML here (always in RUN/junit.xml)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     base_url: str = typer.Option(None, "--base-url", help="glm5 agent: OpenAI-compatible endpoint."),
@@ -197,7 +209,7 @@ def swe(
     """
     _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
          base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
-         temperature, keep_workdirs, flaky_reruns, agent_profile)  # fmt: skip
+         temperature, keep_workdirs, flaky_reruns, agent_profile, retry_infra_errors)  # fmt: skip
 
 
 @app.command("terminal")
@@ -217,6 +229,12 @@ def terminal(
     max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
     timeout: float = typer.Option(None, "--timeout", help="Agent wall time per trial (default: task.toml's)."),
     retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
+    retry_infra_errors: bool = typer.Option(
+        False,
+        "--retry-infra-errors",
+        help="On resume, run again the trials whose every try ended in an infrastructure error (an endpoint that "
+        "was down, say); without it a resume keeps them as they are.",
+    ),
     junit: Path = typer.Option(None, "--junit", help="Also write the JUnit XML here (always in RUN/junit.xml)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     base_url: str = typer.Option(None, "--base-url", help="glm5 agent: OpenAI-compatible endpoint."),
@@ -242,7 +260,7 @@ def terminal(
     """
     _run("terminal", list(task_dirs or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit,
          as_json, base_url, model, provider, api_key_env, None, suite, force, min_resolved, 1800.0, max_cost,
-         memory_mb, temperature, keep_workdirs, 1, agent_profile)  # fmt: skip
+         memory_mb, temperature, keep_workdirs, 1, agent_profile, retry_infra_errors)  # fmt: skip
 
 
 @app.command("validate")

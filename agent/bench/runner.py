@@ -4,7 +4,9 @@
                                      the same split in every job, and shards of equal size)
     run_bench(...)                -> claims the folder (config.json), skips what results.jsonl holds, runs the
                                      rest on a thread pool; each try's result is appended before the next starts;
-                                     infra errors are retried up to `retries` more times in a new trial folder
+                                     infra errors are retried up to `retries` more times in a new trial folder;
+                                     a resume leaves a trial whose tries all ended so unless `retry_infra_errors`
+                                     gives it `retries + 1` more (once the endpoint, say, is fixed)
 Events go to `on_event(kind, data)` for the live progress: "start" {total, todo, done, resolved}, then "trial"
 {result: TrialResult, final: False while an infra error will be retried}.
 """
@@ -45,6 +47,8 @@ class RunOptions:
     base_dir: Path | None = None  # relative `repo` paths in the tasks file are relative to this
     force: bool = False
     source: str = ""  # what the tasks came from (a path, "--suite builtin"), for config.json
+    # this invocation only (not in config.json): rerun trials whose every try ended in an infrastructure error
+    retry_infra_errors: bool = False
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -115,12 +119,14 @@ def run_bench(kind: str, all_tasks: list[Task], agent: BenchAgent, out: Path, o:
     try:
         lines = folder.lines()
         final, n_tries = final_results(lines), tries(lines)
-        todo: list[tuple[Task, int]] = []
+        todo: list[tuple[Task, int, int]] = []  # (task, attempt, its last try)
         for t in tasks:
             for a in range(o.k):
-                r = final.get((t.task_id, a))
-                if r is None or (r["status"] == "infra_error" and n_tries.get((t.task_id, a), 0) <= o.retries):
-                    todo.append((t, a))
+                r, n = final.get((t.task_id, a)), n_tries.get((t.task_id, a), 0)
+                if r is None or (r["status"] == "infra_error" and n <= o.retries):
+                    todo.append((t, a, o.retries + 1))
+                elif r["status"] == "infra_error" and o.retry_infra_errors:
+                    todo.append((t, a, n + o.retries + 1))
         emit("start", {"total": len(tasks) * o.k, "todo": len(todo), "done": len(tasks) * o.k - len(todo),
                        "resolved": sum(1 for r in final.values() if r.get("resolved"))})  # fmt: skip
         config = TrialConfig(env=o.env, cache_dir=folder.path / "cache",
@@ -128,14 +134,14 @@ def run_bench(kind: str, all_tasks: list[Task], agent: BenchAgent, out: Path, o:
                              test_timeout_s=o.test_timeout_s, flaky_reruns=o.flaky_reruns,
                              keep_workdirs=o.keep_workdirs)  # fmt: skip
 
-        def work(item: tuple[Task, int]) -> TrialResult:
-            task, attempt = item
+        def work(item: tuple[Task, int, int]) -> TrialResult:
+            task, attempt, last = item
             first = n_tries.get((task.task_id, attempt), 0) + 1
             result = None
-            for try_ in range(first, o.retries + 2):
+            for try_ in range(first, last + 1):
                 result = run_trial(task, agent, folder.trial_dir(task.task_id, attempt, try_), config, attempt, try_)
                 folder.append(result.as_dict())
-                final = result.status != "infra_error" or try_ == o.retries + 1
+                final = result.status != "infra_error" or try_ == last
                 emit("trial", {"result": result, "final": final})
                 if final:
                     break

@@ -117,3 +117,23 @@ def test_validate_finds_a_broken_task(tmp_path, calc_repo):  # noqa: F811 (the i
     found = json.loads(r.stdout)["broken"]
     assert list(found) == ["broken"]
     assert any("FAIL_TO_PASS test test_mul.py::test_mul passes before the gold patch" in p for p in found["broken"])
+
+
+def test_infra_errors_are_named_with_how_to_run_them_again(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: every model call is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    args = ("swe", calc_tasks, "--out", out, "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m",
+            "--filter", "calc-1$", "--retries", "0")  # fmt: skip
+    r = bench(*args)
+    assert r.exit_code == 0 and "nothing is listening" in r.output and "--retry-infra-errors" in r.output, r.output
+    n = len((out / "results.jsonl").read_text().splitlines())
+    assert n == 1
+    bench(*args)  # a plain resume keeps the trial as it is
+    assert len((out / "results.jsonl").read_text().splitlines()) == n
+    bench(*args, "--retry-infra-errors")  # runs it again (still refused here: one more try, recorded)
+    tries = [json.loads(x)["try"] for x in (out / "results.jsonl").read_text().splitlines()]
+    assert tries == [1, 2]

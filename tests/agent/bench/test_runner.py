@@ -44,6 +44,17 @@ def test_infra_error_is_retried_and_kept_out_of_the_score(tmp_path, calc_tasks):
     assert results[0]["status"] == "infra_error" and results[0]["resolved"] is None
     rep = build_report([out2])
     assert rep["summary"]["resolved_rate"] is None and rep["tasks"]["acme__calc-1"]["status"] == "infra_error"
+    # a plain resume keeps it; --retry-infra-errors (the cause fixed) runs it again, in a new trial folder
+    fixed = FlakyInfraAgent()
+    fixed.seen.add("acme__calc-1")
+    assert run_bench("swe", tasks, fixed, out2, RunOptions(retries=0))[0]["status"] == "infra_error"
+    results = run_bench("swe", tasks, fixed, out2, RunOptions(retries=0, retry_infra_errors=True))
+    assert results[0]["status"] == "unresolved" and (out2 / "trials" / "acme__calc-1" / "0.try2").is_dir()
+    lines = [json.loads(x) for x in (out2 / "results.jsonl").read_text().splitlines()]
+    assert [(x["status"], x["try"]) for x in lines] == [("infra_error", 1), ("unresolved", 2)]
+    assert build_report([out2])["summary"]["graded"] == 1
+    # nothing left to retry: a further resume runs nothing
+    assert run_bench("swe", tasks, FlakyInfraAgent(), out2, RunOptions(retries=0, retry_infra_errors=True)) == results
 
 
 def test_shards_partition_the_tasks_deterministically(calc_tasks):
