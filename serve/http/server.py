@@ -105,13 +105,16 @@ def load_engine(
             console.print("quantizing weights to INT4 (group 128)...")
             quantize_int4(model, group_size=128, strict=False)
         llm = LLM(model, tokenizer=load_tokenizer(model_dir), device=device, **kwargs)
+    from model.quant_int4 import Int4Linear
+
+    int4_checkpoint = quant != "int4" and any(isinstance(m, Int4Linear) for m in model.modules())
     console.print(
         f"[green]loaded[/] {model_dir} in {time.monotonic() - t0:.1f}s on {device} "
         f"({str(next(model.parameters()).dtype).removeprefix('torch.')}); "
         f"context {llm.engine.max_model_len} tokens, KV blocks {llm.engine.block_manager.num_blocks}"
         + (f"; MTP speculative decoding, {num_draft_tokens} drafts" if speculative else "")
         + (f" from a {len(draft_vocab)}-token draft vocabulary" if speculative and draft_vocab else "")
-        + ("; INT4 weights" if quant == "int4" else "")
+        + ("; INT4 weights" if quant == "int4" else "; INT4 weights (the checkpoint's)" if int4_checkpoint else "")
     )
     return EmbeddedEngine(AsyncLLM(llm.engine)), llm.tokenizer
 

@@ -67,3 +67,19 @@ def test_load_engine_in_bfloat16_generates(tiny_checkpoint):  # noqa: F811
         assert len(asyncio.run(run()).token_ids) == 4
     finally:
         engine.shutdown()
+
+
+def test_an_int4_checkpoint_is_served_as_int4_and_says_so(tiny_checkpoint, tmp_path):  # noqa: F811
+    """A compressed-tensors INT4 checkpoint (`glm5 model quantize`, or `finetune sft --qat int4`'s OUT/int4) loads
+    as INT4 without --quant, and the loaded line says so; a plain checkpoint's line does not."""
+    from model.quant_int4 import quantize_checkpoint
+
+    quantize_checkpoint(tiny_checkpoint, tmp_path / "int4", group_size=32)
+    for path, said in ((tmp_path / "int4", True), (tiny_checkpoint, False)):
+        console = Console(record=True, width=400)
+        engine, _ = load_engine(path, None, False, 2, 128, console, 0.01)
+        try:
+            assert any(isinstance(m, Int4Linear) for m in engine.core.model.modules()) == said
+            assert ("INT4 weights (the checkpoint's)" in console.export_text()) == said
+        finally:
+            engine.shutdown()
