@@ -107,6 +107,7 @@ def build_session(
             stream=settings.stream,
             temperature=settings.temperature,
             extra_body=dict(p.extra_body),
+            seed=settings.seed,
         )
     )
     header = {

@@ -62,6 +62,9 @@ class ClientConfig:
     max_tokens: int | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"logprobs": true} or chat_template_kwargs
     record_tokens: bool = True  # ask for logprobs and token ids where the server is known to return them
+    # OpenAI's `seed`: the session's n-th request carries seed + n, so a server that honors it (glm5 serve, vLLM,
+    # sglang) samples the same session again, and two models given the same seed draw the same random numbers
+    seed: int | None = None
 
 
 # `owned_by` in /models -> the request fields that make that server return logprobs and token ids
@@ -135,6 +138,7 @@ class ChatClient:
         self.sleep = time.sleep  # tests replace it to keep backoff instant
         self._model_card: dict[str, Any] | None = None
         self._token_fields: dict[str, Any] | None = None  # None: not decided yet
+        self._queries = 0  # requests made (a retry of one is the same request)
 
     @property
     def url(self) -> str:
@@ -190,6 +194,9 @@ class ChatClient:
             body["temperature"] = self.config.temperature
         if self.config.max_tokens is not None:
             body["max_tokens"] = self.config.max_tokens
+        if self.config.seed is not None:
+            body["seed"] = (self.config.seed + self._queries) % 2**63
+        self._queries += 1
         body.update(self.config.extra_body)
         body.update(overrides)
         stream = bool(body.pop("stream", self.config.stream))

@@ -20,6 +20,7 @@ but never drop a global `deny`. A repository's files are someone else's input: u
     output_cost_per_mtok = 0.0
     extra_body = { logprobs = true }   # merged into every request body (token ids / logprobs for training)
     [agent]     max_steps, max_tokens, max_cost_usd, max_wall_s, compact_ratio, stream, temperature,
+                seed (each request carries seed + its index in the session: reproducible sampling),
                 send_reasoning (false: strip reasoning_content from the history sent back),
                 profile = "full" | "compact" (agent/profiles.py: 4 tools and a short prompt, for small models)
     [permissions] mode = "ask" | "accept-edits" | "plan" | "auto"; allow / ask / deny = ["bash(git push)", ...];
@@ -111,6 +112,7 @@ class Settings:
     compact_ratio: float = 0.85  # compact when the last prompt used this share of the context window
     stream: bool = True
     temperature: float | None = None
+    seed: int | None = None  # [agent] seed: each request of a session carries seed + its index (OpenAI's `seed`)
     send_reasoning: bool = True
     profile: str = "full"  # agent/profiles.py: full, or compact (4 tools, a short prompt) for small models
     sources: tuple[str, ...] = ()  # files that contributed, for `glm5 code --help`-style diagnostics
@@ -130,6 +132,14 @@ class Settings:
 def config_dir() -> Path:
     d = os.environ.get("GLM5_CONFIG_DIR")
     return Path(d) if d else Path.home() / ".config" / "glm5"
+
+
+def _seed(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SettingsError(f"[agent] seed = {value!r}: expected a whole number >= 0")
+    return value
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -313,6 +323,7 @@ def load_settings(
         compact_ratio=float(a.get("compact_ratio", 0.85)),
         stream=bool(a.get("stream", True)),
         temperature=a.get("temperature"),
+        seed=_seed(a.get("seed")),
         send_reasoning=bool(a.get("send_reasoning", True)),
         profile=profile,
         sources=tuple(sources),

@@ -32,7 +32,7 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
          max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool,
          flaky_reruns: int = 1, agent_profile: str | None = None,
-         retry_infra_errors: bool = False) -> None:  # fmt: skip
+         retry_infra_errors: bool = False, seed: int | None = None) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
     from agent.bench.job import below, load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
@@ -50,7 +50,7 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
     try:
         tasks, source, base_dir = load_tasks(kind, paths, suite, out / "suite")
         bench_agent = make_agent(agent, base_url=base_url, model=model, provider=provider, api_key_env=api_key_env,
-                                 temperature=temperature, profile=agent_profile) if agent == "glm5" \
+                                 temperature=temperature, profile=agent_profile, seed=seed) if agent == "glm5" \
             else make_agent(agent)  # fmt: skip
         options = RunOptions(k=k, concurrency=n, shard=parse_shard(shard), filter=filter_, env=env, retries=retries,
                              limits=AgentLimits(max_turns, timeout, max_cost, memory_mb), test_timeout_s=test_timeout,
@@ -195,6 +195,15 @@ def swe(
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
+    seed: int = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        help="glm5 agent: sampling seed. Every request of attempt A at task T carries a seed drawn from (SEED, T, A) "
+        "and its turn (OpenAI's `seed`; glm5 serve, vLLM and sglang honor it): the same sessions again, and two "
+        "checkpoints benched with the same seed meet the same random draws, so `bench compare` sees their "
+        "difference and less luck. Default: the server's own draws.",
+    ),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
     flaky_reruns: int = typer.Option(1, "--flaky-reruns", help="Reruns of a failing test run (flaky tests named)."),
     agent_profile: str = typer.Option(
@@ -209,7 +218,7 @@ def swe(
     """
     _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
          base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
-         temperature, keep_workdirs, flaky_reruns, agent_profile, retry_infra_errors)  # fmt: skip
+         temperature, keep_workdirs, flaky_reruns, agent_profile, retry_infra_errors, seed)  # fmt: skip
 
 
 @app.command("terminal")
@@ -247,6 +256,15 @@ def terminal(
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
+    seed: int = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        help="glm5 agent: sampling seed. Every request of attempt A at task T carries a seed drawn from (SEED, T, A) "
+        "and its turn (OpenAI's `seed`; glm5 serve, vLLM and sglang honor it): the same sessions again, and two "
+        "checkpoints benched with the same seed meet the same random draws, so `bench compare` sees their "
+        "difference and less luck. Default: the server's own draws.",
+    ),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's /app."),
     agent_profile: str = typer.Option(
         None,
@@ -260,7 +278,7 @@ def terminal(
     """
     _run("terminal", list(task_dirs or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit,
          as_json, base_url, model, provider, api_key_env, None, suite, force, min_resolved, 1800.0, max_cost,
-         memory_mb, temperature, keep_workdirs, 1, agent_profile, retry_infra_errors)  # fmt: skip
+         memory_mb, temperature, keep_workdirs, 1, agent_profile, retry_infra_errors, seed)  # fmt: skip
 
 
 @app.command("validate")

@@ -151,7 +151,11 @@ def rl(
     ),
     eval_samples: int = typer.Option(2, min=2, help="Agentic, with --eval-tasks: sessions per held-out task."),
     merge: bool = typer.Option(
-        False, "--merge", help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`)."
+        False,
+        "--merge",
+        help="Also write OUT as a plain checkpoint with the adapter merged in (for `glm5 serve`). To serve INT4, "
+        "serve MODEL --quant int4 --lora OUT/adapter instead: rounding the merged weights to INT4 anew moves them "
+        "further than a small adapter did.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
@@ -485,6 +489,8 @@ def _completion(model, out, tasks_file, reward, steps, prompts_per_step, group_s
             f"[yellow]{summary['failed_checks']} completions were left out: their reward check could not run"
         )
     if merge:
-        console.print(f"serve it with: glm5 serve {out}")
+        # an RL adapter moves the weights little: merged and rounded to INT4 again, the rounding outweighs it
+        console.print(f"serve it with: glm5 serve {out}   (with --quant int4: glm5 serve {model} --quant int4 "
+                      f"--lora {out / 'adapter'}, which keeps RL's change exact)")  # fmt: skip
     else:
         console.print(f"serve it with: glm5 serve {model} --lora {out / 'adapter'}")

@@ -15,6 +15,7 @@ full session record with token ids and logprobs as the server returned them.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -51,7 +52,9 @@ class AgentLimits:
 class BenchAgent(Protocol):
     name: str
 
-    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome: ...
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
+        """One attempt at `task`; `attempt` is its index among the task's k (an agent that samples seeds by it)."""
+        ...
 
     def describe(self) -> dict[str, Any]:
         """What identifies this agent in config.json (a change refuses to resume)."""
@@ -80,7 +83,7 @@ class NopAgent:
     def describe(self) -> dict[str, Any]:
         return {"agent": "nop"}
 
-    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
         return AgentOutcome("done", _simple_trajectory(trial_dir, "nop", task, "done"))
 
 
@@ -90,7 +93,7 @@ class OracleAgent:
     def describe(self) -> dict[str, Any]:
         return {"agent": "oracle"}
 
-    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
         if isinstance(task, SWETask):
             from agent.bench.grading import apply_patch
 
@@ -117,7 +120,7 @@ class CmdAgent:
     def describe(self) -> dict[str, Any]:
         return {"agent": "cmd", "command": self.command}
 
-    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
         text = task_prompt(task)
         kw: dict[str, Any] = {"network": True} if getattr(env, "name", "") == "local" else {}
         t0 = time.monotonic()
@@ -150,19 +153,23 @@ class Glm5Agent:
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
                  max_turns: int | None = None, *, api_key_env: str | None = None, provider: str | None = None,
                  temperature: float | None = None, extra_body: dict[str, Any] | None = None,
-                 client: Any = None, profile: str | None = None):  # fmt: skip
+                 client: Any = None, profile: str | None = None, seed: int | None = None):  # fmt: skip
         """Endpoint and model as `glm5 code` takes them (flags > GLM5_* > config > defaults). `api_key` is the key
         itself; `api_key_env` names a variable holding it (the CLI's way). `max_turns` overrides the trial's
         limit. `client` replaces the HTTP client with any object speaking the loop's Model protocol (the RL
         orchestrator's in-process model); one whose `failure` attribute is set after the run failed as infra.
-        `profile`: the agent profile (agent/profiles.py; None: the config's, else full)."""
+        `profile`: the agent profile (agent/profiles.py; None: the config's, else full). `seed`: each attempt's
+        requests carry seeds derived from (seed, task, attempt) and the request's index (`trial_seed`), so a
+        server that honors OpenAI's `seed` samples the same sessions again, and two models benched with the same
+        seed are compared on common random numbers; None: the server draws its own."""
         self.base_url, self.model, self.api_key, self.api_key_env = base_url, model, api_key, api_key_env
         self.provider, self.max_turns, self.temperature = provider, max_turns, temperature
         self.extra_body = dict(extra_body or {})
         self.client = client
         self.profile = profile
+        self.seed = seed
 
-    def settings(self, trial_dir: Path, limits: AgentLimits) -> Any:
+    def settings(self, trial_dir: Path, limits: AgentLimits, seed: int | None = None) -> Any:
         from agent.settings import Limits, load_settings
 
         flags = {"provider": self.provider, "base_url": self.base_url, "model": self.model,
@@ -175,7 +182,8 @@ class Glm5Agent:
                      max_cost_usd=limits.max_cost_usd or s.limits.max_cost_usd, max_wall_s=limits.timeout_s)  # fmt: skip
         return dataclasses.replace(s, provider=p, limits=lim, mode="auto", sandbox=True, network=False, hooks={},
                                    mcp_servers={}, sessions_dir=str(trial_dir / "session"),
-                                   temperature=self.temperature if self.temperature is not None else s.temperature)  # fmt: skip
+                                   temperature=self.temperature if self.temperature is not None else s.temperature,
+                                   seed=seed if seed is not None else s.seed)  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
         from agent.settings import load_settings
@@ -183,14 +191,18 @@ class Glm5Agent:
         s = load_settings(None, {"provider": self.provider, "base_url": self.base_url, "model": self.model,
                                  "profile": self.profile})  # fmt: skip
         p = s.provider
-        return {"agent": "glm5", "base_url": p.base_url, "model": p.model, "temperature": self.temperature,
-                "extra_body": self.extra_body, "profile": s.profile}  # fmt: skip
+        out = {"agent": "glm5", "base_url": p.base_url, "model": p.model, "temperature": self.temperature,
+               "extra_body": self.extra_body, "profile": s.profile}  # fmt: skip
+        if self.seed is not None:  # (absent when unset: run folders made before it resume as they were)
+            out["seed"] = self.seed
+        return out
 
-    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits) -> AgentOutcome:
+    def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
         from agent.builder import build_session
         from agent.headless import HeadlessUI, run_headless
 
-        settings = self.settings(trial_dir, limits)
+        seed = trial_seed(self.seed, task.task_id, attempt) if self.seed is not None else None
+        settings = self.settings(trial_dir, limits, seed)
         out, err = io.StringIO(), io.StringIO()
         ui = HeadlessUI("json", "auto", out=out, err=err)
         client = self.client
@@ -200,7 +212,7 @@ class Glm5Agent:
             p = settings.provider
             client = ChatClient(ClientConfig(base_url=p.base_url, model=p.model, api_key=self.api_key,
                                              stream=settings.stream, temperature=settings.temperature,
-                                             extra_body=dict(p.extra_body)))  # fmt: skip
+                                             extra_body=dict(p.extra_body), seed=settings.seed))  # fmt: skip
         session = build_session(env.app_dir, settings, ui, model=client)
         # the session's commands go through the trial's environment, with its child environment
         session.agent.env.sandbox = BenchSandbox(env)
@@ -221,6 +233,13 @@ class Glm5Agent:
         if getattr(self.client, "failure", None) is not None:
             infra = str(self.client.failure)
         return AgentOutcome(summary["exit_status"], path, summary.get("stats") or {}, infra, final)
+
+
+def trial_seed(seed: int, task_id: str, attempt: int) -> int:
+    """The first request seed of `attempt` at `task_id` in a run seeded `seed`: the same on every machine, apart
+    for every (task, attempt) (its requests take the next ones: ChatClient adds the request's index)."""
+    digest = hashlib.sha256(f"glm5-bench:{seed}:{task_id}:{attempt}".encode()).digest()
+    return int.from_bytes(digest[:6], "big")
 
 
 def make_agent(spec: str, **glm5_options: Any) -> BenchAgent:

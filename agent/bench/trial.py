@@ -107,7 +107,7 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
 
 
 def _grade(
-    task, agent: BenchAgent, trial_dir: Path, config: TrialConfig, times: dict[str, float]
+    task, agent: BenchAgent, trial_dir: Path, config: TrialConfig, times: dict[str, float], attempt: int = 0
 ) -> tuple[Grade, Any, str]:
     limits = config.limits
     if isinstance(task, TerminalTask) and task.agent_timeout_s and not limits.timeout_s:
@@ -118,7 +118,7 @@ def _grade(
     try:
         env.start()
         t0 = time.monotonic()
-        outcome = agent.run(task, env, trial_dir, limits)
+        outcome = agent.run(task, env, trial_dir, limits, attempt=attempt)
         times["agent"] = time.monotonic() - t0
         if outcome.infra_error:
             return infra(outcome.infra_error), outcome, patch
@@ -154,7 +154,7 @@ def run_trial(task: SWETask | TerminalTask, agent: BenchAgent, trial_dir: Path, 
     times: dict[str, float] = {}
     outcome, patch = None, ""
     try:
-        grade, outcome, patch = _grade(task, agent, trial_dir, config, times)
+        grade, outcome, patch = _grade(task, agent, trial_dir, config, times, attempt)
     except InfraError as e:
         grade = infra(str(e))
     except Exception as e:  # noqa: BLE001 - a bug in one trial must not stop the run; it is kept, labelled

@@ -154,11 +154,13 @@ def rl_step_adapter(run: Path, step: int) -> Path:
 
 
 def bench_cmd(run: Path, stage: str, c: ProofConfig, base_url: str, key_env: str) -> list[str]:
-    # --force: a resumed run's server has another port and key; RUN/proof.json pins everything else
+    # --force: a resumed run's server has another port and key; RUN/proof.json pins everything else.
+    # --seed: every stage meets the same random draws (attempt a at task t, its n-th request: the same seed), so a
+    # stage that changed little samples the sessions the stage before it did, and `bench compare` pairs them
     return glm5("bench", "swe", task_file(run, "heldout"), "--out", run / "bench" / stage, "--agent", "glm5",
                 "--base-url", base_url, "--model", MODEL_NAME, "--api-key-env", key_env, "-k", c.k,
                 "-n", c.concurrency, "--max-turns", c.max_turns, "--temperature", c.temperature,
-                "--agent-profile", c.agent_profile, "--force")  # fmt: skip
+                "--agent-profile", c.agent_profile, "--seed", c.seed, "--force")  # fmt: skip
 
 
 def compare_cmd(run: Path, a: str, b: str) -> list[str]:

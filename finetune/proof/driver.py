@@ -22,7 +22,8 @@ folder, so a killed run resumes at the step it was in (and that step's own comma
                the contexts of every turn of the train split's expert sessions (RUN/corpus/distill.jsonl, written
                from RUN/expert first)
     rl-sync    RL again with --sync, from the same SFT checkpoint: only its learning curve is kept (last)
-and after each model stage: measure-<stage> (`glm5 serve` INT4 + MTP, `glm5 bench swe -k K` on held-out) and
+and after each model stage: measure-<stage> (`glm5 serve` INT4 + MTP, `glm5 bench swe -k K --seed SEED` on
+held-out; rl served as the SFT checkpoint with RL's adapter, `served_as`) and
 compare-<stage> (`glm5 bench compare` with the stage before). The table and plots are rebuilt at the end of
 every run from whatever the folder holds. A failed step stops the steps after it (they need its output) and
 is reported with its command and log; rerunning the same command retries it.
@@ -157,10 +158,12 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             run_logged(a, f, child_env(run), cwd=run)
 
         steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)), train))
-        steps.append(Step(f"measure-{stage}", f"glm5 serve {model_dir(run, stage)} + glm5 bench swe -k {c.k} held-out",
+        served, lora = served_as(run, stage, c)
+        steps.append(Step(f"measure-{stage}", f"glm5 serve {served}{f' --lora {lora}' if lora else ''} + glm5 bench "
+                          f"swe -k {c.k} held-out",
                           lambda s=stage: _bench_complete(run / "bench" / s)
                           and (run / "bench" / f"{s}.serve.json").is_file(),
-                          lambda s=stage: serve_and_bench(run, s, c, log)))  # fmt: skip
+                          lambda s=stage, m=served, a=lora: serve_and_bench(run, s, c, log, model=m, lora=a)))  # fmt: skip
         if measured:
             prev = measured[-1]
 
@@ -186,6 +189,16 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
                           lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run), cwd=run)))  # fmt: skip
     return steps
+
+
+def served_as(run: Path, stage: str, c: ProofConfig) -> tuple[Path, Path | None]:
+    """What measure-<stage> serves: the stage's checkpoint; for rl, the stage before it with RL's LoRA adapter,
+    as each point of RL's curve is served. Merged and quantized to INT4 again, every weight of the base is rounded
+    anew, and the rounding moved the deployed weights ~7x as far as RL's own change did (|LoRA delta| 0.7% of |W|,
+    INT4's rounding 10%: benchmarks/RESULTS.md): the served difference from SFT was mostly rounding."""
+    if stage == "rl":
+        return model_dir(run, previous("rl", c.stages)), model_dir(run, "rl") / "adapter"
+    return model_dir(run, stage), None
 
 
 def measure_rl_step(run: Path, k: int, c: ProofConfig, log: Callable[[str], None], start: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -240,3 +242,22 @@ def test_a_bare_server_address_means_its_v1_and_a_hosted_path_is_kept():
     c = ChatClient(ClientConfig(base_url="http://x:8000", stream=False), transport=httpx.MockTransport(handler))
     c.query([{"role": "user", "content": "hi"}])
     assert seen[-1] == "/v1/chat/completions"
+
+
+def test_a_seeded_client_sends_seed_plus_the_requests_index_and_a_retry_sends_the_same():
+    bodies = []
+
+    def handler(request):
+        bodies.append(json.loads(request.content))
+        if len(bodies) == 1:
+            raise httpx.ReadTimeout("slow", request=request)
+        return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]})
+
+    c = ChatClient(ClientConfig(base_url="http://x/v1", stream=False, seed=41), transport=httpx.MockTransport(handler))
+    c.sleep = lambda s: None
+    c.query([{"role": "user", "content": "x"}])
+    c.query([{"role": "user", "content": "y"}])
+    assert [b["seed"] for b in bodies] == [41, 41, 42]  # the retried request is the same request
+    plain = ChatClient(ClientConfig(base_url="http://x/v1", stream=False), transport=httpx.MockTransport(handler))
+    plain.query([{"role": "user", "content": "z"}])
+    assert "seed" not in bodies[-1]

@@ -40,6 +40,12 @@ def test_bad_settings_name_the_problem(tmp_path, isolated_config):
     (isolated_config / "config.toml").write_text("")
     with pytest.raises(SettingsError, match="permission mode"):
         load_settings(tmp_path, {"mode": "yolo"})
+    for bad in ("-1", '"7"', "true", "1.5"):
+        (isolated_config / "config.toml").write_text(f"[agent]\nseed = {bad}\n")
+        with pytest.raises(SettingsError, match="seed"):
+            load_settings(tmp_path)
+    (isolated_config / "config.toml").write_text("[agent]\nseed = 7\n")
+    assert load_settings(tmp_path).seed == 7
 
 
 def test_redaction():

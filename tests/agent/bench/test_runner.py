@@ -20,7 +20,7 @@ class FlakyInfraAgent(NopAgent):
     def __init__(self):
         self.seen: set[str] = set()
 
-    def run(self, task, env, trial_dir, limits):
+    def run(self, task, env, trial_dir, limits, *, attempt=0):
         if task.task_id not in self.seen:
             self.seen.add(task.task_id)
             raise InfraError("the sandbox died")

@@ -185,3 +185,21 @@ def test_glm5_agent_with_an_in_process_client(tmp_path):
 
     r = run_trial(_terminal_task(tmp_path), Glm5Agent(client=Scripted()), tmp_path / "g", config(tmp_path))
     assert r.status == "resolved" and r.steps == 2 and r.prompt_tokens == 14, r.reason
+
+
+def test_a_seeded_glm5_agent_sends_each_attempts_own_seeds_the_same_on_a_rerun(tmp_path, calc_tasks, fake_model):
+    from agent.bench.agents import trial_seed
+
+    task = load_swe_tasks(calc_tasks)[0]
+    seeds: dict[str, list[int]] = {}
+    for name, seed, attempt in (("a0", 5, 0), ("a0-again", 5, 0), ("a1", 5, 1), ("other", 6, 0), ("none", None, 0)):
+        fake_model.script = [reply("Looking.", tools=[("read", {"path": "calc.py"})]), reply("Done.")]
+        fake_model.requests.clear()
+        agent = make_agent("glm5", base_url=fake_model.base_url, model="fake-glm", seed=seed)
+        run_trial(task, agent, tmp_path / name, config(tmp_path, limits=AgentLimits(max_turns=4)), attempt)
+        seeds[name] = [r.get("seed") for r in fake_model.requests]
+        assert ("seed" in agent.describe()) == (seed is not None)  # config.json: an unseeded run is as before
+    first = trial_seed(5, task.task_id, 0)
+    assert seeds["a0"] == seeds["a0-again"] == [first, first + 1]  # the session's n-th request: seed + n
+    assert seeds["a1"][0] != first and seeds["other"][0] != first and seeds["a1"][1] == seeds["a1"][0] + 1
+    assert seeds["none"] == [None, None]  # unseeded: the server draws its own

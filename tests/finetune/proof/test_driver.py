@@ -52,6 +52,13 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     # every session the proof records, trains on or measures uses the compact agent profile
     assert "--agent-profile compact" in by["expert"]
     assert "--agent-profile compact" in shown(bench_cmd(tmp_path, "base", ProofConfig.smoke(), "URL", "KEY"))
+    # every stage's bench meets the same random draws (the run's seed), so `bench compare` pairs like with like
+    assert "--seed 3 " in shown(bench_cmd(tmp_path, "rl", ProofConfig.smoke(seed=3), "URL", "KEY"))
+    # RL is served as SFT's checkpoint with RL's adapter, as its curve's points are: merged and rounded to INT4
+    # again, the rounding would move every weight further than RL did
+    assert by["measure-rl"].startswith(f"glm5 serve {tmp_path / 'run' / 'models' / 'sft'} --lora ")
+    assert f"--lora {tmp_path / 'run' / 'models' / 'rl' / 'adapter'} " in by["measure-rl"]
+    assert by["measure-sft"].startswith(f"glm5 serve {tmp_path / 'run' / 'models' / 'sft'} + ")
     plan = run_proof(tmp_path / "run", ProofConfig.smoke(stages=("base", "sft", "forget", "distill")), plan=True)
     assert "--teacher " + str(tmp_path / "run" / "models" / "sft") + " " in {p["step"]: p["command"] for p in
                                                                            plan["plan"]}["distill"]  # fmt: skip
