@@ -137,5 +137,7 @@ def serve_and_bench(run: Path, stage: str, c: ProofConfig, log: Callable[[str], 
                 proc.wait()
         serve_log.close()
     out = run / "bench" / f"{stage}.serve.json"
-    out.write_text(json.dumps({"stage": stage, "quant": c.quant, "speculative": c.speculative, **counters}, indent=1))
+    served = {"model": str(model), "lora": str(lora) if lora is not None else None}
+    out.write_text(json.dumps({"stage": stage, **served, "quant": c.quant, "speculative": c.speculative, **counters},
+                              indent=1))  # fmt: skip
     return counters
