@@ -65,14 +65,15 @@ class ProofConfig:
     # knew); with 0.5, 40/40 and 21/40 (a family word beside a made-up one: 36-38/40). Without the copy phase,
     # 0.5 grew no copying in 300 steps (0/40; benchmarks/RESULTS.md)
     drill_nonsense: float = 0.5
-    # the share of drills that are a line a repair's issue quotes, of every bug kind, echoed or as the issue's pair,
-    # buggy then fixed (`write_drills(lines=)`). First comparison lines only: seed 1's base echoed one 28/40 times
-    # (a path 40/40), and every one of SFT's failed dev sessions was a copy error, the number among them. A fifth
-    # of the drills such lines (p16's base-copy, then the same base and SFT commands): the line 40/40, SFT on dev
-    # 86/100 against 50/100 (25 x 4, served as deployed); on held-out (p18, seed 1) 67/100 (pass@4 92%) against
-    # 56/100 (68%). Seed 0's SFT then solved no off-by-one dev task (0/24: it wrote `return a - 1` for `return a * 9
-    # + 5 - 1`), and both seeds' bases echoed an off-by-one line 9-16/40 times: every kind's lines since
-    drill_lines: float = 0.2
+    # the share of drills that are a comparison line with its two-digit constant, echoed or paired with another
+    # operator (`write_drills(numbers=)`): seed 1's base echoed such a line 28/40 times (a path 40/40), and every one
+    # of SFT's failed dev sessions was a copy error, the number among them. A dev run (p16's base-copy, a fifth of
+    # the drills such lines, then the same base and SFT commands): the line 40/40, SFT on dev 86/100 against
+    # 50/100 (25 x 4, served as deployed). The full run with them (p18, seed 1): SFT on held-out 67/100 (pass@4
+    # 92%) against 56/100 (68%) without. Drills of every bug kind's quoted pair instead (p20, seed 0: the base
+    # then wrote an off-by-one pair right 40/40 times, from 0/40) left SFT on dev where it was (32/100 against 34;
+    # off-by-one 1/24 against 0/24): not adopted (benchmarks/RESULTS.md)
+    drill_numbers: float = 0.2
     # before the corpus, a copy phase: copy_steps of drills whose every name is made up (`write_drills(nonsense=1)`,
     # copy_size of them), so that only a copy from the prompt lowers the loss. From scratch on that alone the model
     # grows the heads that copy (loss 3.5 at step 40, 1.0 at 240, 0.23 at 400; made-up names echoed 21/40, unseen

@@ -24,8 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from plugins.bench_suites.repair_family import CAN_CARRY, MODULES, PACKAGES, SHAPES, name_pool, plant
-from plugins.bench_suites.repair_family import KINDS as BUG_KINDS
+from plugins.bench_suites.repair_family import MODULES, PACKAGES, SHAPES, name_pool
 
 KINDS = ("show", "tests", "rename", "find")
 
@@ -175,7 +174,7 @@ def made_up_word(rng: random.Random, avoid: set[str] | frozenset[str] = frozense
 
 
 def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names: float = 0.0,
-                 nonsense: float = 0.0, lines: float = 0.0) -> Path:  # fmt: skip
+                 nonsense: float = 0.0, numbers: float = 0.0) -> Path:  # fmt: skip
     """n copy drills (OpenAI chat JSONL), each asking for something quoted back verbatim: "Echo `X`." answered
     with X, where X is a path, a test id, a function name or a line of code drawn like the sessions' (train-split
     names only); or two quoted lines ("Replace `X` with `Y`.") answered with both in order. No system prompt and
@@ -201,11 +200,10 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     alone (the proof's copy phase, RUN/corpus/copy.jsonl) the model learns to copy (21/40 after 400 steps), and
     0.5 in the corpus after it keeps that (ProofConfig.drill_nonsense).
 
-    A share `lines` of the drills are the lines a repair's issue quotes (`issue_line`): the buggy line of one of
-    the family's four bug kinds, echoed (2 in 5) or as the pair the issue quotes, buggy then fixed (`if qty < 39:`
-    then `if qty <= 39:`; `return a * 9 + 5 - 1` then `return a * 9 + 5`). Both seeds' bases echoed an off-by-one
-    line 9-16/40 times (a comparison line 40/40) and wrote its pair right 0-5/40 times, and seed 0's SFT solved no
-    off-by-one dev task (0/24). At 0 no draw changes: the drills are those of a run without it."""
+    A share `numbers` of the drills are a comparison line with its constant (`if qty >= 39:`, the line a
+    wrong_comparison issue quotes), echoed (2 in 5) or as a pair with another operator: the base echoed such a line
+    28/40 times against a path 40/40, and SFT's failed sessions mis-copied the number. At 0 no draw changes: the
+    drills are those of a run without it."""
     rng = random.Random(f"glm5-proof-drills:{seed}")
     pool = name_pool("train")
     family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
@@ -279,14 +277,11 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
         code = "```python\n" + "\n".join(rows) + "\n```"
         return (f"{code}\n\n{ask}" if rng.random() < 0.5 else f"{ask}\n\n{code}"), f"{x}\n{y}"
 
-    def issue_line() -> tuple[str, str]:
-        kind = rng.choice(BUG_KINDS)
-        fn = SHAPES[rng.choice(CAN_CARRY[kind])](rng, name())
-        plant(fn, kind, rng)
-        x, y = fn.old, fn.new
-        if made_up:  # its arguments renamed too, in both lines alike
-            new = {a: nonsense_word()[: rng.randint(1, 6)] for a in fn.args}
-            x, y = (re.sub(r"\b\w+\b", lambda m: new.get(m.group(), m.group()), r) for r in (x, y))
+    def number_drill() -> tuple[str, str]:
+        fn = SHAPES["predicate"](rng, name())
+        x = fn.lines[0].strip()  # `if qty >= 39:`
+        op = x.split()[2]
+        y = x.replace(f" {op} ", f" {rng.choice([o for o in _OPERATORS[1] if o.strip() != op]).strip()} ", 1)
         if rng.random() < 0.4:
             return rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(x), x
         return rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y), f"{x}\n{y}"
@@ -297,8 +292,8 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
         for _ in range(n):
             made_up = bool(nonsense) and rng.random() < nonsense
             k = rng.random()
-            if lines and rng.random() < lines:
-                ask, answer = issue_line()
+            if numbers and rng.random() < numbers:
+                ask, answer = number_drill()
             elif k < in_code:
                 ask, answer = in_code_pair()
             elif k < in_code + 0.2:  # two lines, often one a near copy of the other (which to write where?)

@@ -115,14 +115,14 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         system, tools = deployed_prompt(run / "expert")
         write_corpus(run / "corpus" / "forget.jsonl", c.forget_size, c.seed, system, tools, kinds=("rename",))
         write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code, c.drill_fresh_names,
-                     c.drill_nonsense, c.drill_lines)  # fmt: skip
+                     c.drill_nonsense, c.drill_numbers)  # fmt: skip
         if c.copy_steps:
             write_drills(run / "corpus" / "copy.jsonl", c.copy_size, c.seed, nonsense=1.0)
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
     steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
                       f"(+ {c.drill_size} copy drills"
-                      + (f", {c.drill_lines:.0%} of them lines an issue quotes" if c.drill_lines else "")
+                      + (f", {c.drill_numbers:.0%} of them comparison lines" if c.drill_numbers else "")
                       + f", {c.forget_size} renames for the forgetting stage)",
                       lambda: (run / "corpus" / "chat.jsonl").is_file(), corpus))  # fmt: skip
 

@@ -83,45 +83,31 @@ def test_made_up_drills_quote_names_of_no_split_and_off_by_default_the_drills_ar
     assert not set(names) & (set(name_pool("heldout")) - set(name_pool("train")))  # no held-out name
 
 
-def test_issue_line_drills_quote_every_bug_kinds_lines_and_off_by_default_the_drills_are_unchanged(tmp_path):
-    plain = write_drills(tmp_path / "plain.jsonl", 2000, seed=6, nonsense=0.5).read_text()
-    assert plain == write_drills(tmp_path / "zero.jsonl", 2000, seed=6, nonsense=0.5, lines=0.0).read_text()
-    with_lines = write_drills(tmp_path / "lines.jsonl", 2000, seed=6, nonsense=0.5, lines=0.2).read_text()
-    swap = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "+": "-*", "-": "+", "*": "+"}
+def test_number_drills_quote_a_comparison_with_its_constant_and_off_by_default_the_drills_are_unchanged(tmp_path):
+    plain = write_drills(tmp_path / "plain.jsonl", 1500, seed=6, nonsense=0.5).read_text()
+    assert plain == write_drills(tmp_path / "zero.jsonl", 1500, seed=6, nonsense=0.5, numbers=0.0).read_text()
+    with_numbers = write_drills(tmp_path / "num.jsonl", 1500, seed=6, nonsense=0.5, numbers=0.2).read_text()
+    line = re.compile(r"if \w+ (<|<=|>|>=) (\d+):")
 
-    def kind(x: str, y: str) -> str:
-        """The bug kind whose issue quotes `x` (buggy) and `y` (fixed), or "" for any other pair."""
-        if x in (f"{y} + 1", f"{y} - 1"):
-            return "off_by_one"
-        if {x, y} == {"return hi", "return lo"}:
-            return "wrong_return"
-        a, b = x.split(" "), y.split(" ")
-        diff = [(u, v) for u, v in zip(a, b, strict=False) if u != v]
-        if len(a) == len(b) and len(diff) == 1 and diff[0][1] in swap and diff[0][0] in swap[diff[0][1]]:
-            return "wrong_comparison" if x.startswith("if ") else "wrong_operator"
-        return ""
+    def comparisons(text: str) -> tuple[int, list[tuple[str, list[str]]]]:
+        """(drills, the drills answered by comparison lines only: one, or two with one constant)"""
+        drills = [json.loads(row)["messages"] for row in text.splitlines()]
+        found = []
+        for ask, answer in drills:
+            rows = answer["content"].split("\n")
+            m = [line.fullmatch(r) for r in rows]
+            if all(m) and (len(m) == 1 or m[0].group(2) == m[1].group(2)):
+                found.append((ask["content"], rows))
+        return len(drills), found
 
-    def drills(text: str) -> tuple[list[tuple[str, list[str]]], dict[str, int], int]:
-        """(every drill as (prompt, answer lines), issue pairs by kind, echoes of an off-by-one line)"""
-        rows = [json.loads(r)["messages"] for r in text.splitlines()]
-        out = [(ask["content"], answer["content"].split("\n")) for ask, answer in rows]
-        kinds: dict[str, int] = {}
-        for _, lines in out:
-            if len(lines) == 2 and kind(*lines):
-                kinds[kind(*lines)] = kinds.get(kind(*lines), 0) + 1
-        echoes = sum(len(lines) == 1 and re.fullmatch(r"return .+ [-+] 1", lines[0]) is not None for _, lines in out)
-        return out, kinds, echoes
-
-    _, before, before_echoes = drills(plain)
-    after_drills, after, after_echoes = drills(with_lines)
-    assert "off_by_one" not in before and before.get("wrong_return", 0) < 5 and before_echoes == 0
-    # a fifth of the drills, 3 in 5 of them pairs, a quarter of those each kind's: ~60 pairs of a kind in 2,000
-    for k in ("off_by_one", "wrong_return", "wrong_comparison"):  # (random pairs are often an operator apart)
-        assert 35 < after.get(k, 0) - before.get(k, 0) < 90, (k, before, after)
-    assert after["wrong_operator"] > before["wrong_operator"]
-    assert 20 < after_echoes < 60  # 2 in 5 echo the buggy line: a quarter of those an off-by-one line
-    for ask, lines in after_drills:
-        assert all(f"`{r}`" in ask for r in lines)  # every answered line is quoted in the prompt, verbatim
+    n, before = comparisons(plain)
+    n, after = comparisons(with_numbers)
+    assert 0.15 < (len(after) - len(before)) / n < 0.25  # a fifth more of them
+    pairs = [rows for _, rows in after if len(rows) == 2]
+    assert 0.45 < len(pairs) / len(after) < 0.75  # 3 in 5 of the number drills are pairs
+    for ask, rows in after:
+        assert all(f"`{r}`" in ask for r in rows)  # every answered line is quoted in the prompt, verbatim
+    assert all(line.fullmatch(a).group(1) != line.fullmatch(b).group(1) for a, b in pairs)  # another operator
 
 
 def test_the_dev_echo_tests_prompts_stay_fixed_and_quote_their_answers():

@@ -278,16 +278,16 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
     assert "--steps 32" in plan["rl"] and "--save-every 16" in plan["rl"]
     r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "c"), "--rl-curve-every", "-1", "--plan"])
     assert r.exit_code == 2
-    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "d"), "--drill-lines", "1.5", "--plan"])
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "d"), "--drill-numbers", "1.5", "--plan"])
     assert r.exit_code == 2
-    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "d"), "--drill-lines", "0.2", "--plan",
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "d"), "--drill-numbers", "0.2", "--plan",
                             "--json"])  # fmt: skip
     plan = {p["step"]: p["command"] for p in json.loads(r.output)["plan"]}
-    assert "20% of them lines an issue quotes" in plan["corpus"]
-    assert "issue quotes" not in {p["step"]: p["command"] for p in json.loads(runner.invoke(
-        app, ["bench", "proof", "--out", str(tmp_path / "e"), "--drill-lines", "0", "--plan", "--json"]
+    assert "20% of them comparison lines" in plan["corpus"]
+    assert "comparison" not in {p["step"]: p["command"] for p in json.loads(runner.invoke(
+        app, ["bench", "proof", "--out", str(tmp_path / "e"), "--drill-numbers", "0", "--plan", "--json"]
     ).output)["plan"]}["corpus"]  # fmt: skip
-    assert ProofConfig().drill_lines == 0.2  # the default since p18, every kind's lines since p20 (RESULTS.md)
+    assert ProofConfig().drill_numbers == 0.2  # the default since p18 (benchmarks/RESULTS.md)
 
 
 @pytest.mark.slow
