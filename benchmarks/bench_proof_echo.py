@@ -16,6 +16,9 @@ of the answer is the answer's (its end marker included); `tok` is the share of a
     number      a comparison line with a two-digit constant (`if qty >= 39:`), as a wrong_comparison issue quotes it
     number-pair two of them, the second with another operator ("Replace `if y >= 39:` with `if y > 39:`.")
     path        a module path of the family (`datakit/routing.py`), as every issue names its file
+    off-by-one  an off-by-one issue's buggy line (`return a * 9 + 5 - 1`), echoed
+    KIND-pair   the two lines an issue of each bug kind quotes, buggy then fixed (`write_drills(lines=)`):
+                wrong_operator, off_by_one, wrong_comparison, wrong_return
 
 No held-out name is drawn: held-out names are the family's verbs and nouns in combinations train never shows, and
 the made-up kinds stand in for them. The prompts are a fixed draw (seed "echo-dev-7"), the same for every checkpoint.
@@ -37,7 +40,7 @@ N = 40
 def prompts() -> dict[str, list[tuple[str, str]]]:
     """kind -> [(user prompt, answer)], a fixed draw."""
     from finetune.proof.corpus import FRESH_NOUNS, FRESH_VERBS, _variant, made_up_word
-    from plugins.bench_suites.repair_family import MODULES, PACKAGES, SHAPES, name_pool
+    from plugins.bench_suites.repair_family import CAN_CARRY, KINDS, MODULES, PACKAGES, SHAPES, name_pool, plant
 
     rng = random.Random("echo-dev-7")
     pool = name_pool("train")
@@ -77,6 +80,16 @@ def prompts() -> dict[str, list[tuple[str, str]]]:
         path = f"{rng.choice(PACKAGES)}/{rng.choice(MODULES)}.py"
         paths.append((f"Echo `{path}`.", path))
     out["number"], out["number-pair"], out["path"] = numbers, number_pairs, paths
+    rng = random.Random("echo-dev-issue-lines")
+    for kind in KINDS:
+        quoted = []
+        for _ in range(N):
+            fn = SHAPES[rng.choice(CAN_CARRY[kind])](rng, rng.choice(pool))
+            plant(fn, kind, rng)
+            quoted.append((fn.old, fn.new))
+        if kind == "off_by_one":
+            out["off-by-one"] = [(f"Echo `{old}`.", old) for old, _ in quoted]
+        out[f"{kind}-pair"] = [(f"Replace `{old}` with `{new}`.", f"{old}\n{new}") for old, new in quoted]
     return out
 
 
