@@ -24,6 +24,10 @@ app = typer.Typer(no_args_is_help=True)
 
 TASKS_HELP = "SWE-bench-format tasks: JSONL, JSON or parquet (instance_id, repo, base_commit, FAIL_TO_PASS, ...)."
 EXIT_BELOW = 1  # --min-resolved not met
+SEED_HELP = ("glm5 agent: sampling seed. Every request of attempt A at task T carries a seed drawn from (SEED, T, A) "
+             "and its turn (OpenAI's `seed`; glm5 serve, vLLM and sglang honor it): the same sessions again, and two "
+             "checkpoints benched with the same seed meet the same random draws, so `bench compare` sees their "
+             "difference and less luck. Default: the server's own draws.")  # fmt: skip
 
 
 def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, shard: str, filter_: str | None,
@@ -195,15 +199,7 @@ def swe(
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
-    seed: int = typer.Option(
-        None,
-        "--seed",
-        min=0,
-        help="glm5 agent: sampling seed. Every request of attempt A at task T carries a seed drawn from (SEED, T, A) "
-        "and its turn (OpenAI's `seed`; glm5 serve, vLLM and sglang honor it): the same sessions again, and two "
-        "checkpoints benched with the same seed meet the same random draws, so `bench compare` sees their "
-        "difference and less luck. Default: the server's own draws.",
-    ),
+    seed: int = typer.Option(None, "--seed", min=0, help=SEED_HELP),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
     flaky_reruns: int = typer.Option(1, "--flaky-reruns", help="Reruns of a failing test run (flaky tests named)."),
     agent_profile: str = typer.Option(
@@ -256,15 +252,7 @@ def terminal(
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
-    seed: int = typer.Option(
-        None,
-        "--seed",
-        min=0,
-        help="glm5 agent: sampling seed. Every request of attempt A at task T carries a seed drawn from (SEED, T, A) "
-        "and its turn (OpenAI's `seed`; glm5 serve, vLLM and sglang honor it): the same sessions again, and two "
-        "checkpoints benched with the same seed meet the same random draws, so `bench compare` sees their "
-        "difference and less luck. Default: the server's own draws.",
-    ),
+    seed: int = typer.Option(None, "--seed", min=0, help=SEED_HELP),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's /app."),
     agent_profile: str = typer.Option(
         None,

@@ -169,7 +169,9 @@ class Glm5Agent:
         self.profile = profile
         self.seed = seed
 
-    def settings(self, trial_dir: Path, limits: AgentLimits, seed: int | None = None) -> Any:
+    def settings(self, trial_dir: Path, limits: AgentLimits, attempt: tuple[str, int] | None = None) -> Any:
+        """The trial's settings; `attempt` (task id, index) seeds its requests when a seed is set (--seed, else
+        the user's `[agent] seed`): each attempt its own draws, never one seed for all k."""
         from agent.settings import Limits, load_settings
 
         flags = {"provider": self.provider, "base_url": self.base_url, "model": self.model,
@@ -183,7 +185,7 @@ class Glm5Agent:
         return dataclasses.replace(s, provider=p, limits=lim, mode="auto", sandbox=True, network=False, hooks={},
                                    mcp_servers={}, sessions_dir=str(trial_dir / "session"),
                                    temperature=self.temperature if self.temperature is not None else s.temperature,
-                                   seed=seed if seed is not None else s.seed)  # fmt: skip
+                                   seed=_attempt_seed(self.seed if self.seed is not None else s.seed, attempt))  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
         from agent.settings import load_settings
@@ -193,16 +195,16 @@ class Glm5Agent:
         p = s.provider
         out = {"agent": "glm5", "base_url": p.base_url, "model": p.model, "temperature": self.temperature,
                "extra_body": self.extra_body, "profile": s.profile}  # fmt: skip
-        if self.seed is not None:  # (absent when unset: run folders made before it resume as they were)
-            out["seed"] = self.seed
+        seed = self.seed if self.seed is not None else s.seed
+        if seed is not None:  # (absent when unset: run folders made before it resume as they were)
+            out["seed"] = seed
         return out
 
     def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
         from agent.builder import build_session
         from agent.headless import HeadlessUI, run_headless
 
-        seed = trial_seed(self.seed, task.task_id, attempt) if self.seed is not None else None
-        settings = self.settings(trial_dir, limits, seed)
+        settings = self.settings(trial_dir, limits, (task.task_id, attempt))
         out, err = io.StringIO(), io.StringIO()
         ui = HeadlessUI("json", "auto", out=out, err=err)
         client = self.client
@@ -240,6 +242,10 @@ def trial_seed(seed: int, task_id: str, attempt: int) -> int:
     for every (task, attempt) (its requests take the next ones: ChatClient adds the request's index)."""
     digest = hashlib.sha256(f"glm5-bench:{seed}:{task_id}:{attempt}".encode()).digest()
     return int.from_bytes(digest[:6], "big")
+
+
+def _attempt_seed(seed: int | None, attempt: tuple[str, int] | None) -> int | None:
+    return None if seed is None or attempt is None else trial_seed(seed, *attempt)
 
 
 def make_agent(spec: str, **glm5_options: Any) -> BenchAgent:

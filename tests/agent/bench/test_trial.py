@@ -203,3 +203,19 @@ def test_a_seeded_glm5_agent_sends_each_attempts_own_seeds_the_same_on_a_rerun(t
     assert seeds["a0"] == seeds["a0-again"] == [first, first + 1]  # the session's n-th request: seed + n
     assert seeds["a1"][0] != first and seeds["other"][0] != first and seeds["a1"][1] == seeds["a1"][0] + 1
     assert seeds["none"] == [None, None]  # unseeded: the server draws its own
+
+
+def test_a_seed_in_the_users_config_seeds_each_attempt_apart(tmp_path, calc_tasks, fake_model, isolated_config):
+    (isolated_config / "config.toml").write_text("[agent]\nseed = 9\n")
+    task = load_swe_tasks(calc_tasks)[0]
+    first = []
+    for attempt in (0, 1):
+        fake_model.script = [reply("Done.")]
+        fake_model.requests.clear()
+        agent = make_agent("glm5", base_url=fake_model.base_url, model="fake-glm")
+        run_trial(task, agent, tmp_path / str(attempt), config(tmp_path, limits=AgentLimits(max_turns=2)), attempt)
+        first.append(fake_model.requests[0]["seed"])
+        assert agent.describe()["seed"] == 9
+    from agent.bench.agents import trial_seed
+
+    assert first == [trial_seed(9, task.task_id, 0), trial_seed(9, task.task_id, 1)]  # never one seed for all k
