@@ -133,6 +133,23 @@ def rl(
         "(GRPO; a long sample's tokens weigh less each). token: one mean over every sampled token of the step "
         "(DAPO's token-level loss, TRL's default).",
     ),
+    refusal_penalty: float = typer.Option(
+        0.0,
+        min=0.0,
+        help="Agentic: a turn-level penalty P. The tokens of a model call whose tool call a tool refused (the agent "
+        "loop answered `error: ...`: an edit whose old_string is not in the file, a missing path, bad arguments; "
+        "not a command's nonzero exit) are trained with advantage min(A, 0) - P instead of the session's A: the step "
+        "pushes down the calls that wasted a turn, even in a session that solved its task. 0: off (the outcome "
+        "alone).",
+    ),
+    negative_weight: float = typer.Option(
+        1.0,
+        min=0.0,
+        max=1.0,
+        help="Agentic: the weight of sessions that did worse than their group (negative advantages). 1: GRPO; "
+        "0: only the successes are reinforced (rejection-sampling fine-tuning on the policy's own sessions, "
+        "which trades pass@k for pass@1).",
+    ),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
         10,
@@ -196,7 +213,8 @@ def rl(
             max_turns=max_turns, temperature=temperature, lr=lr, objective=objective, is_low=is_low,
             is_high=is_high, max_staleness=max_staleness, reset_optimizer=reset_optimizer, sync=sync,
             concurrency=concurrency, keep_reasoning=keep_reasoning, thinking=thinking, partial_credit=partial_credit,
-            dynamic_sampling=dynamic_sampling, loss_agg=loss_agg, seed=seed,
+            dynamic_sampling=dynamic_sampling, loss_agg=loss_agg, refusal_penalty=refusal_penalty,
+            negative_weight=negative_weight, seed=seed,
         )  # fmt: skip
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)

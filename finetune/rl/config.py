@@ -47,6 +47,15 @@ class RLConfig:
     # long wrong session is pushed down less per token than a short one. token: one mean over every trained
     # token of the step (DAPO's token-level loss, TRL's default `loss_type="dapo"`): each token weighs the same.
     loss_agg: str = "sample"
+    # A turn-level penalty on top of the session's outcome: the sampled tokens of a call a tool refused (the agent
+    # loop answered `error: ...`) are trained with advantage min(A, 0) - refusal_penalty instead of A, so a step
+    # pushes down exactly the calls that wasted a turn, even in a session that solved its task (a session's group
+    # advantage cannot tell them from the rest of it). 0: off, the outcome alone.
+    refusal_penalty: float = 0.0
+    # The weight of the sessions that did worse than their group (negative advantages): 1 is GRPO; below 1 pushes
+    # down failures less than it pulls up successes (0: only successes are reinforced, rejection-sampling
+    # fine-tuning on the policy's own sessions: PSR / RAFT, which trades pass@k for pass@1).
+    negative_weight: float = 1.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -64,6 +73,10 @@ class RLConfig:
             raise ValueError("icepop_beta must be > 1 (the kept band is [1/beta, beta])")
         if self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 (0: every sample comes from the trainer's weights)")
+        if not 0 <= self.negative_weight <= 1:
+            raise ValueError("negative_weight must be in [0, 1] (1: GRPO; 0: only successes are reinforced)")
+        if self.refusal_penalty < 0:
+            raise ValueError("refusal_penalty must be >= 0 (0: off)")
         if self.dynamic_sampling < 0:
             raise ValueError("dynamic_sampling must be >= 0 (0: off; K: drop up to K x groups_per_step "
                              "no-signal groups a step)")  # fmt: skip

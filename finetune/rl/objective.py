@@ -45,10 +45,15 @@ class TokenStats:
 
 
 def sample_loss(
-    lp_N: torch.Tensor, rollout_N: torch.Tensor, advantage: float, band: tuple[float, float], per_token: bool = False
+    lp_N: torch.Tensor,
+    rollout_N: torch.Tensor,
+    advantage: float | torch.Tensor,
+    band: tuple[float, float],
+    per_token: bool = False,
 ) -> tuple[torch.Tensor, TokenStats]:
-    """This sample's term before the step's normalisation: -(1/N) sum_t f(r_t) A (the caller scales it by 1/G),
-    or with `per_token` the sum -sum_t f(r_t) A (the caller divides by the step's trained tokens)."""
+    """This sample's term before the step's normalisation: -(1/N) sum_t f(r_t) A_t (the caller scales it by 1/G),
+    or with `per_token` the sum -sum_t f(r_t) A_t (the caller divides by the step's trained tokens). `advantage`
+    is one A for every token, or A_t per token (shape N: a turn-level penalty on some of them)."""
     log_r = lp_N - rollout_N
     r = torch.exp(log_r)
     keep = (r >= band[0]) & (r <= band[1])

@@ -28,17 +28,20 @@ class ModelCall:
     finish_reason: str | None = None
     branch: int = 0  # which branch of the session this call extended
     offset: int = 0  # where its output starts in that branch's ids
+    refused: bool = False  # a tool refused a call it made (answered `error: ...`): the turn was wasted
 
 
 @dataclass
 class TokenSample:
     """One branch, as trained: `mask[t]` is 1 where `ids[t]` was sampled, and then `logprobs[t]` is its rollout
-    logprob (0.0 elsewhere). `version` is the oldest weight version among the calls it holds."""
+    logprob (0.0 elsewhere). `version` is the oldest weight version among the calls it holds; `refused` the
+    spans of the calls whose tool calls a tool refused (`--refusal-penalty` pushes them down)."""
 
     ids: list[int]
     mask: list[int]
     logprobs: list[float]
     version: int
+    refused: list[list[int]] = field(default_factory=list)  # [start, end) of each refused call's sampled ids
 
     @property
     def n_sampled(self) -> int:

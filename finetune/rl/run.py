@@ -71,6 +71,7 @@ def step_row(step: int, version: int, groups, rep: TakeReport, train: dict, extr
         "crashed_samples": rep.crashed_samples,
         "staleness_hist": {str(k): v for k, v in sorted(rep.lags.items())},
         "model_calls": sum(len(r.calls) for r in seen),
+        "refused_calls": sum(c.refused for r in seen for c in r.calls),  # a tool answered `error: ...`
         **train,
         **extra,
     }

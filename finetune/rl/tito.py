@@ -78,6 +78,7 @@ class TitoSession:
         return True
 
     def prompt(self, messages: list[dict], tools: Any = None) -> tuple[int, list[int]]:
+        self._mark_refused(messages)
         clear = not self.keep_reasoning
         if self.branches and self._extends(self.branches[-1], messages, tools):
             b = self.branches[-1]
@@ -130,12 +131,26 @@ class TitoSession:
         self.calls.append(call)
         return call
 
+    def _mark_refused(self, messages: list[dict]) -> None:
+        """The tool results that follow the last call's assistant message are its answers: when a tool refused a
+        call (the agent loop's `error: ...`: an edit whose old_string is not in the file, a missing path, bad
+        arguments; a command's nonzero exit is not one), that call wasted its turn."""
+        if not self.calls:
+            return
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+        if last is None:
+            return
+        for m in messages[last + 1 :]:
+            if m.get("role") == "tool" and str(m.get("content") or "").startswith("error:"):
+                self.calls[-1].refused = True
+
     def samples(self) -> list[TokenSample]:
         """One sample per branch that holds sampled tokens; the template text after its last call is left out."""
         out = []
-        for b in self.branches:
+        for k, b in enumerate(self.branches):
             if not any(b.mask):
                 continue
             end = max(i for i, m in enumerate(b.mask) if m) + 1
-            out.append(TokenSample(b.ids[:end], b.mask[:end], b.logprobs[:end], min(b.versions)))
+            refused = [[c.offset, c.offset + len(c.output_ids)] for c in self.calls if c.branch == k and c.refused]
+            out.append(TokenSample(b.ids[:end], b.mask[:end], b.logprobs[:end], min(b.versions), refused))
         return out

@@ -23,6 +23,17 @@ from finetune.rl.objective import TokenStats, sample_loss, token_logprobs
 from finetune.rl.rollout import Rollout
 
 
+def token_advantages(s, a: float, refusal_penalty: float) -> float | torch.Tensor:
+    """The advantage of each of sample s's sampled tokens: the session's A, and min(A, 0) - refusal_penalty on the
+    tokens of a call a tool refused: a wasted turn is pushed down even in a session that went on to solve its task
+    (a float when every token has the same)."""
+    if not (refusal_penalty and s.refused):
+        return a
+    sampled = [t for t, m in enumerate(s.mask) if m]
+    wasted = min(a, 0.0) - refusal_penalty
+    return torch.tensor([wasted if any(lo <= t < hi for lo, hi in s.refused) else a for t in sampled])
+
+
 class Trainer:
     def __init__(self, model, cfg: RLConfig, micro_batch: int = 8):
         self.model, self.cfg, self.micro_batch = model, cfg, micro_batch
@@ -44,13 +55,16 @@ class Trainer:
         t0 = time.monotonic()
         work = []  # (TokenSample, advantage)
         signal = 0
+        pen = self.cfg.refusal_penalty
         for group in groups:
             adv = advantages([r.reward for r in group])
             if any(a for a in adv if a):
                 signal += 1
             for r, a in zip(group, adv, strict=True):
-                if a:
-                    work += [(s, a) for s in r.samples if s.n_sampled]
+                if a is None:  # left out of the group (no reward)
+                    continue
+                a = a * self.cfg.negative_weight if a < 0 else a
+                work += [(s, a) for s in r.samples if s.n_sampled and (a or (pen and s.refused))]
         stats = TokenStats()
         self.opt.zero_grad(set_to_none=True)
         per_token = self.cfg.loss_agg == "token"
@@ -64,7 +78,7 @@ class Trainer:
             loss = lps[0].new_zeros(())
             for (s, a), lp in zip(part, lps, strict=True):
                 rollout = torch.tensor([x for x, m in zip(s.logprobs, s.mask, strict=True) if m], dtype=lp.dtype)
-                term, st = sample_loss(lp, rollout, a, self.cfg.band, per_token)
+                term, st = sample_loss(lp, rollout, token_advantages(s, a, pen), self.cfg.band, per_token)
                 loss = loss + term * scale
                 stats.add(st)
             loss.backward()

@@ -154,6 +154,8 @@ def test_agentic_rl_on_the_scripted_family_writes_an_adapter_and_a_log(ckpt, tmp
         (["--env", "scripted", "--objective", "ppo"], "objective must be one of"),
         (["--env", "scripted", "--dynamic-sampling", "-1"], "dynamic-sampling"),
         (["--env", "scripted", "--loss-agg", "seq"], "loss_agg must be one of"),
+        (["--env", "scripted", "--refusal-penalty", "-1"], "refusal-penalty"),
+        (["--env", "scripted", "--negative-weight", "2"], "negative-weight"),
         (["--env", "scripted", "--rollout-engine", "gpu"], "--rollout-engine must be thread or process"),
         (["--env", "scripted", "--rollout-engine", "thread", "--rollout-url", "http://h:1"], "pick one"),
         (["--env", "swe", "--tasks", "t.jsonl", "--reward", '{"judge": {"rubric": "x"}}'], '"judge" needs'),

@@ -42,6 +42,7 @@ def test_the_sync_run_learns_the_scripted_family(tok, tmp_path):
     assert all(h["staleness_hist"] == {"0": 8} for h in hist) and [h["version"] for h in hist] == list(range(1, 17))
     assert all(h["pg_grad_norm"] > 0 for h in hist if h["groups_with_signal"])
     assert {"reward_std", "solved_rate", "rollout_tokens_per_s", "train_tokens_per_s", "server_idle_s"} <= set(hist[0])
+    assert all(h["refused_calls"] == 0 for h in hist)  # the scripted tools refuse nothing
 
 
 def test_async_with_staleness_0_gives_the_sync_result(tok, tmp_path):

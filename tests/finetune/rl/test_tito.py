@@ -155,3 +155,24 @@ def test_logprobs_must_match_the_tokens(tok):
     model = SessionModel(Broken(tok, ["a</think>b<|user|>"]), tok, "s", 64, 1.0, 0)
     with pytest.raises(ValueError, match="logprobs for"):
         model.query([{"role": "user", "content": "q"}])
+
+
+def test_a_call_whose_tool_call_was_refused_is_marked_and_its_span_reaches_the_sample(tok):
+    """The tool answering `error: ...` marks the call that made it (a command's nonzero exit does not); the sample
+    carries the refused call's span, exactly its sampled ids."""
+    edit = ("</think><tool_call>bash<arg_key>command</arg_key><arg_value>{}</arg_value></tool_call>"
+            "<|observation|>")  # fmt: skip
+    server = ScriptedServer(tok, [edit.format("sed x"), edit.format("false"), edit.format("ls"), "</think>Done."])
+    model = SessionModel(server, tok, "s", max_new_tokens=64, temperature=1.0, seed=0)
+    messages = [{"role": "user", "content": "fix it"}]
+    results = ["error: old_string was not found in a.py; read the file and quote it exactly", "[exit code 1]",
+               "a.py"]  # fmt: skip
+    for text in results:
+        r = model.query(messages, TOOLS)
+        messages += [r.message(), {"role": "tool", "tool_call_id": r.tool_calls[0]["id"], "content": text}]
+    model.query(messages, TOOLS)
+    assert [c.refused for c in model.tito.calls] == [True, False, False, False]
+    (sample,) = model.tito.samples()
+    first = model.tito.calls[0]
+    assert sample.refused == [[first.offset, first.offset + len(first.output_ids)]]
+    _check_identity(model)

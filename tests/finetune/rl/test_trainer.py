@@ -3,6 +3,7 @@ exactly the sampled tokens; a batch without signal changes nothing; the optimize
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from finetune.rl.config import RLConfig
@@ -80,3 +81,52 @@ def test_the_token_level_loss_weighs_every_token_alike_and_the_sample_level_one_
         grads[agg] = torch.cat([g.flatten() for g in got])
     assert grads["token"].abs().sum() > 0
     assert not torch.allclose(grads["sample"], grads["token"])
+
+
+def test_the_refusal_penalty_pushes_down_only_the_refused_calls_tokens_even_in_a_group_without_signal():
+    """--refusal-penalty P: a refused call's tokens get advantage min(A, 0) - P, the rest of the sample A. In a group
+    whose rewards are equal (A = 0) the refused tokens still get -P and nothing else moves; without the penalty
+    that group trains nothing."""
+    from finetune.rl.trainer import token_advantages
+
+    prompt = [5, 6, 7, 8]
+    s = TokenSample([*prompt, 11, 12, 9, 13, 14], [0, 0, 0, 0, 1, 1, 0, 1, 1], [0.0] * 9, 0, refused=[[7, 9]])
+    assert token_advantages(s, 0.5, 0.0) == 0.5
+    assert token_advantages(s, 0.5, 2.0).tolist() == [0.5, 0.5, -2.0, -2.0]  # sampled tokens 11, 12 | 13, 14
+    assert token_advantages(s, -0.5, 2.0).tolist() == [-0.5, -0.5, -2.5, -2.5]
+    with pytest.raises(ValueError, match="refusal_penalty"):
+        RLConfig(refusal_penalty=-1.0)
+
+    def run(penalty):
+        model = peaky_model()
+        tr = Trainer(model, RLConfig(group_size=2, lr=1e-2, refusal_penalty=penalty))
+        refused = _sample(model, prompt, [11, 12, 13])
+        refused.refused = [[6, 7]]  # the call that sampled token 13
+        group = [Rollout(0, 0, 0, reward=1.0, samples=[refused]),
+                 Rollout(0, 1, 0, reward=1.0, samples=[_sample(model, prompt, [11, 12, 14])])]  # fmt: skip
+        st = tr.step([group])
+        after = _sample(model, prompt, [11, 12, 13]).logprobs
+        return st, refused.logprobs, after
+
+    st, before, after = run(0.0)
+    assert st["pg_grad_norm"] == 0.0 and after == before
+    st, before, after = run(1.0)
+    assert st["groups_with_signal"] == 0 and st["pg_grad_norm"] > 0
+    assert after[-1] < before[-1]  # the refused token went down
+
+
+def test_negative_weight_0_trains_only_the_sessions_that_beat_their_group():
+    """--negative-weight 0 (rejection sampling on the policy's own sessions): the failed session adds no term, the
+    solved one is pulled up as GRPO would; 1 is GRPO (both trained)."""
+    tokens = {}
+    for w in (0.0, 1.0):
+        model = peaky_model()
+        tr = Trainer(model, RLConfig(group_size=2, lr=1e-2, negative_weight=w))
+        group = _group(model, [1.0, 0.0])
+        before = sum(group[0].samples[0].logprobs)
+        st = tr.step([group])
+        assert sum(_sample(model, [5, 6, 7, 8], group[0].samples[0].ids[4:]).logprobs) > before
+        tokens[w] = st["train_tokens"]
+    assert tokens[0.0] == 7 and tokens[1.0] == 14  # one sample of 4 prompt + 3 sampled ids, or both
+    with pytest.raises(ValueError, match="negative_weight"):
+        RLConfig(negative_weight=1.5)
