@@ -54,8 +54,10 @@ def build_session(
     continue_latest: bool = False,
     model: Any = None,
     plugin_manager: PluginManager | None = None,
+    shown_root: str | None = None,
 ) -> Session:
-    """`resume` is a session id (prefix); `continue_latest` picks the newest session. `model` replaces the client."""
+    """`resume` is a session id (prefix); `continue_latest` picks the newest session. `model` replaces the client.
+    `shown_root`: the path the model is shown for the repository (a bench trial's /app: Environment.shown_root)."""
     cwd = Path(cwd).resolve()
     root = git_root(cwd) or cwd
     warnings: list[str] = []
@@ -87,6 +89,7 @@ def build_session(
         settings.additional_dirs,
         env=scrubbed_env(getattr(settings, "env", None), getattr(settings, "pass_env", ())),
         limits=getattr(settings, "limits_for_sandbox", None),
+        shown_root=shown_root,
     )
 
     registry = ToolRegistry()
@@ -162,9 +165,8 @@ def build_session(
             h = hooks.run("SessionStart", {"source": "startup"})
             warnings += h.warnings
             extra = h.context
-        agent.add_message(
-            {"role": "system", "content": context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile)}
-        )
+        system = context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile, env.shown_root)
+        agent.add_message({"role": "system", "content": system})
     session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
     session.closers = [*pctx.closers, writer.close, getattr(client, "close", lambda: None)]
     return session

@@ -75,16 +75,18 @@ def instructions_text(root: Path, cwd: Path) -> str:
 
 
 def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, extra: str = "",
-                  profile: str = "full") -> str:  # fmt: skip
-    """The system prompt of `profile` (agent/profiles.py), with instruction files and hook context appended."""
+                  profile: str = "full", shown_root: Path | None = None) -> str:  # fmt: skip
+    """The system prompt of `profile` (agent/profiles.py), with instruction files and hook context appended.
+    `shown_root`: the path the model is shown for `root` (Environment.shown_root), in place of the host's."""
+    shown_cwd = shown_root / cwd.relative_to(root) if shown_root is not None and cwd.is_relative_to(root) else cwd
     if profile == "compact":
         from agent.profiles import COMPACT_PROMPT
 
-        prompt = COMPACT_PROMPT.format(cwd=cwd) + (f"Note: {sandbox_warning}\n" if sandbox_warning else "")
+        prompt = COMPACT_PROMPT.format(cwd=shown_cwd) + (f"Note: {sandbox_warning}\n" if sandbox_warning else "")
         return _with_context(prompt, root, cwd, extra)
     prompt = SYSTEM_PROMPT.format(
-        cwd=cwd,
-        root=root,
+        cwd=shown_cwd,
+        root=shown_root if shown_root is not None else root,
         platform=platform.system(),
         date=datetime.date.today().isoformat(),
         sandbox=f"Note: {sandbox_warning}\n"

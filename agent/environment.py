@@ -72,8 +72,13 @@ class Environment:
         max_timeout_s: float = 600.0,
         env: dict[str, str] | None = None,
         limits: SandboxLimits | None = None,
+        shown_root: str | None = None,
     ):
         self.root = Path(root).resolve()
+        # The path the model is shown for the repository: a bench trial's /app, where its commands run. The system
+        # prompt names it, and the file tools take paths under it as paths under `root`, so the model sees one
+        # folder, the same in every trial (no host path in its prompt, none in the sessions trained on).
+        self.shown_root = Path(shown_root) if shown_root else None
         self.cwd = Path(cwd).resolve() if cwd else self.root
         self.sandbox = sandbox
         self.scratch_dir = Path(scratch_dir) if scratch_dir else Path(tempfile.mkdtemp(prefix="glm5-"))
@@ -95,7 +100,20 @@ class Environment:
         p = Path(path).expanduser()
         if not p.is_absolute():
             p = self.cwd / p
-        return Path(os.path.normpath(p))
+        p = Path(os.path.normpath(p))
+        shown = self.shown_root
+        if shown is not None and (p == shown or shown in p.parents) and not (p == self.root or self.root in p.parents):
+            p = self.root / p.relative_to(shown)  # normalised first: /app/../etc is /etc, never mapped
+        return p
+
+    def shown(self, path: Path) -> Path:
+        """`path` (under root) as the model is shown it."""
+        if self.shown_root is None:
+            return path
+        try:
+            return self.shown_root / Path(path).relative_to(self.root)
+        except ValueError:
+            return path
 
     def is_allowed(self, path: Path) -> bool:
         """Inside the repository, an allowed extra directory, or this session's scratch folder."""

@@ -125,7 +125,8 @@ class Agent:
         self.add_message({"role": "tool", "tool_call_id": call_id, "content": content})
 
     def system_prompt(self) -> str:
-        return context.system_prompt(self.env.root, self.env.cwd, self.sandbox_warning, profile=self.config.profile)
+        return context.system_prompt(self.env.root, self.env.cwd, self.sandbox_warning, profile=self.config.profile,
+                                     shown_root=self.env.shown_root)  # fmt: skip
 
     def warn(self, warnings: list[str]) -> None:
         for w in warnings:

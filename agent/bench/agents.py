@@ -215,14 +215,13 @@ class Glm5Agent:
             client = ChatClient(ClientConfig(base_url=p.base_url, model=p.model, api_key=self.api_key,
                                              stream=settings.stream, temperature=settings.temperature,
                                              extra_body=dict(p.extra_body), seed=settings.seed))  # fmt: skip
-        session = build_session(env.app_dir, settings, ui, model=client)
+        # the model is shown the trial's folder as /app, where its commands run: every trial's prompt is the same
+        # (a seeded bench samples the same sessions in any output folder) and no host path is in a trajectory
+        session = build_session(env.app_dir, settings, ui, model=client, shown_root=APP)
         # the session's commands go through the trial's environment, with its child environment
         session.agent.env.sandbox = BenchSandbox(env)
         session.agent.env.env = env.child_env() if hasattr(env, "child_env") else None
         prompt = task_prompt(task)
-        if isinstance(task, TerminalTask):
-            prompt += (f"\n\n(Your working folder {env.app_dir} is {APP} inside commands; the file tools take paths in "
-                       f"the working folder.)")  # fmt: skip
         run_headless(session, prompt, ui)
         (trial_dir / "agent.log").write_text(err.getvalue())
         summary = json.loads(out.getvalue().strip().splitlines()[-1])

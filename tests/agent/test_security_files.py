@@ -123,3 +123,18 @@ def test_an_instruction_file_linked_out_of_the_repository_is_not_read(repo, tmp_
     (repo / "AGENTS.md").unlink()
     (repo / "AGENTS.md").write_text("use tabs\n")
     assert "use tabs" in instructions_text(repo, repo)
+
+
+def test_a_shown_root_maps_only_into_the_repository(repo, tmp_path, outside):
+    """A bench trial shows the model its folder as /app: /app/... is the repository, and a path that climbs out of
+    /app (normalised first) is not mapped, so the fences see it as what it is."""
+    env = Environment(repo, scratch_dir=tmp_path / "scratch", shown_root="/app")
+    ctx = ToolContext(env, ToolState())
+    real = repo.resolve()
+    assert env.resolve("/app") == real and env.resolve("/app/src/x.py") == real / "src" / "x.py"
+    assert env.resolve("/app/../etc/passwd") == Path("/etc/passwd") and env.resolve("/apple") == Path("/apple")
+    assert env.resolve("x.py") == real / "x.py" and env.shown(real / "a" / "b.py") == Path("/app/a/b.py")
+    (repo / "note.txt").write_text("hi\n")
+    assert "hi" in ReadTool().run({"path": "/app/note.txt"}, ctx).output
+    with pytest.raises(ToolError):
+        ReadTool().run({"path": f"/app/../{os.path.relpath(outside / 'secret.txt', '/')}"}, ctx)

@@ -219,3 +219,31 @@ def test_a_seed_in_the_users_config_seeds_each_attempt_apart(tmp_path, calc_task
     from agent.bench.agents import trial_seed
 
     assert first == [trial_seed(9, task.task_id, 0), trial_seed(9, task.task_id, 1)]  # never one seed for all k
+
+
+def test_every_trial_shows_the_model_app_so_a_seeded_bench_sends_the_same_requests_in_any_folder(
+    tmp_path, calc_tasks, fake_model
+):
+    """The system prompt names /app (where commands run), not the trial's host folder: two runs of one seeded
+    attempt in different output folders send identical requests, and no host path reaches the model. The file
+    tools take /app/... as the trial's folder; /app/../ is no way out."""
+    task = load_swe_tasks(calc_tasks)[0]
+    sent = {}
+    for name in ("run-a", "elsewhere/run-b"):
+        fake_model.script = [
+            reply("", tools=[("read", {"path": "/app/calc.py"})]),
+            reply("", tools=[("read", {"path": "/app/../etc/hostname"})]),
+            reply("", tools=[("edit", {"path": "/app/calc.py", "old_string": "a - b", "new_string": "a + b"})]),
+            reply("Fixed."),
+        ]
+        fake_model.requests.clear()
+        agent = make_agent("glm5", base_url=fake_model.base_url, model="fake-glm", seed=3)
+        r = run_trial(task, agent, tmp_path / name, config(tmp_path, limits=AgentLimits(max_turns=6)))
+        assert r.status == "resolved", r.reason
+        sent[name] = [{k: v for k, v in q.items() if k != "stream_options"} for q in fake_model.requests]
+        text = json.dumps(fake_model.requests)
+        assert str(tmp_path) not in text and "Working folder: /app" in text
+        results = [rec for rec in Trajectory.load(tmp_path / name / "trajectory.jsonl").records if rec["type"] == "tool"]
+        assert "def add" in results[0]["result"]  # /app/calc.py is the trial's calc.py
+        assert results[1]["is_error"] or results[1].get("decision") in ("denied", "blocked")  # outside: refused
+    assert sent["run-a"] == sent["elsewhere/run-b"]
