@@ -243,7 +243,9 @@ def test_every_trial_shows_the_model_app_so_a_seeded_bench_sends_the_same_reques
         sent[name] = [{k: v for k, v in q.items() if k != "stream_options"} for q in fake_model.requests]
         text = json.dumps(fake_model.requests)
         assert str(tmp_path) not in text and "Working folder: /app" in text
-        results = [rec for rec in Trajectory.load(tmp_path / name / "trajectory.jsonl").records if rec["type"] == "tool"]
+        results = [
+            rec for rec in Trajectory.load(tmp_path / name / "trajectory.jsonl").records if rec["type"] == "tool"
+        ]
         assert "def add" in results[0]["result"]  # /app/calc.py is the trial's calc.py
         assert results[1]["is_error"] or results[1].get("decision") in ("denied", "blocked")  # outside: refused
     assert sent["run-a"] == sent["elsewhere/run-b"]
