@@ -55,9 +55,11 @@ def build_session(
     model: Any = None,
     plugin_manager: PluginManager | None = None,
     shown_root: str | None = None,
+    shown_date: str | None = None,
 ) -> Session:
     """`resume` is a session id (prefix); `continue_latest` picks the newest session. `model` replaces the client.
-    `shown_root`: the path the model is shown for the repository (a bench trial's /app: Environment.shown_root)."""
+    `shown_root`, `shown_date`: the path the model is shown for the repository (a bench trial's /app) and the date
+    its prompt gives (None: today): Environment.shown_root / shown_date."""
     cwd = Path(cwd).resolve()
     root = git_root(cwd) or cwd
     warnings: list[str] = []
@@ -90,6 +92,7 @@ def build_session(
         env=scrubbed_env(getattr(settings, "env", None), getattr(settings, "pass_env", ())),
         limits=getattr(settings, "limits_for_sandbox", None),
         shown_root=shown_root,
+        shown_date=shown_date,
     )
 
     registry = ToolRegistry()
@@ -165,7 +168,8 @@ def build_session(
             h = hooks.run("SessionStart", {"source": "startup"})
             warnings += h.warnings
             extra = h.context
-        system = context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile, env.shown_root)
+        system = context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile, env.shown_root,
+                                       env.shown_date)  # fmt: skip
         agent.add_message({"role": "system", "content": system})
     session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
     session.closers = [*pctx.closers, writer.close, getattr(client, "close", lambda: None)]

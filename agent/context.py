@@ -75,9 +75,10 @@ def instructions_text(root: Path, cwd: Path) -> str:
 
 
 def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, extra: str = "",
-                  profile: str = "full", shown_root: Path | None = None) -> str:  # fmt: skip
+                  profile: str = "full", shown_root: Path | None = None, date: str | None = None) -> str:  # fmt: skip
     """The system prompt of `profile` (agent/profiles.py), with instruction files and hook context appended.
-    `shown_root`: the path the model is shown for `root` (Environment.shown_root), in place of the host's."""
+    `shown_root`: the path the model is shown for `root` (Environment.shown_root), in place of the host's;
+    `date`: the date it is given (Environment.shown_date; None: today)."""
     shown_cwd = shown_root / cwd.relative_to(root) if shown_root is not None and cwd.is_relative_to(root) else cwd
     if profile == "compact":
         from agent.profiles import COMPACT_PROMPT
@@ -88,7 +89,7 @@ def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, ext
         cwd=shown_cwd,
         root=shown_root if shown_root is not None else root,
         platform=platform.system(),
-        date=datetime.date.today().isoformat(),
+        date=date or datetime.date.today().isoformat(),
         sandbox=f"Note: {sandbox_warning}\n"
         if sandbox_warning
         else "Commands run in a sandbox: the repository is "

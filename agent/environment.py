@@ -73,12 +73,16 @@ class Environment:
         env: dict[str, str] | None = None,
         limits: SandboxLimits | None = None,
         shown_root: str | None = None,
+        shown_date: str | None = None,
     ):
         self.root = Path(root).resolve()
         # The path the model is shown for the repository: a bench trial's /app, where its commands run. The system
         # prompt names it, and the file tools take paths under it as paths under `root`, so the model sees one
         # folder, the same in every trial (no host path in its prompt, none in the sessions trained on).
         self.shown_root = Path(shown_root) if shown_root else None
+        # The date the system prompt gives (None: today). A bench trial's is its task's, so that a seeded rerun on
+        # another day sends the same prompt.
+        self.shown_date = shown_date
         self.cwd = Path(cwd).resolve() if cwd else self.root
         self.sandbox = sandbox
         self.scratch_dir = Path(scratch_dir) if scratch_dir else Path(tempfile.mkdtemp(prefix="glm5-"))

@@ -126,7 +126,7 @@ class Agent:
 
     def system_prompt(self) -> str:
         return context.system_prompt(self.env.root, self.env.cwd, self.sandbox_warning, profile=self.config.profile,
-                                     shown_root=self.env.shown_root)  # fmt: skip
+                                     shown_root=self.env.shown_root, date=self.env.shown_date)  # fmt: skip
 
     def warn(self, warnings: list[str]) -> None:
         for w in warnings:

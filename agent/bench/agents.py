@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,9 +216,10 @@ class Glm5Agent:
             client = ChatClient(ClientConfig(base_url=p.base_url, model=p.model, api_key=self.api_key,
                                              stream=settings.stream, temperature=settings.temperature,
                                              extra_body=dict(p.extra_body), seed=settings.seed))  # fmt: skip
-        # the model is shown the trial's folder as /app, where its commands run: every trial's prompt is the same
-        # (a seeded bench samples the same sessions in any output folder) and no host path is in a trajectory
-        session = build_session(env.app_dir, settings, ui, model=client, shown_root=APP)
+        # the model is shown the trial's folder as /app, where its commands run, and the task's date: every trial's
+        # prompt is the same (a seeded bench samples the same sessions in any output folder, on any day) and no
+        # host path is in a trajectory
+        session = build_session(env.app_dir, settings, ui, model=client, shown_root=APP, shown_date=task_date(task))
         # the session's commands go through the trial's environment, with its child environment
         session.agent.env.sandbox = BenchSandbox(env)
         session.agent.env.env = env.child_env() if hasattr(env, "child_env") else None
@@ -234,6 +236,13 @@ class Glm5Agent:
         if getattr(self.client, "failure", None) is not None:
             infra = str(self.client.failure)
         return AgentOutcome(summary["exit_status"], path, summary.get("stats") or {}, infra, final)
+
+
+def task_date(task: Task) -> str:
+    """The date a bench session's prompt gives: a SWE-bench task's `created_at` day (when its issue was filed),
+    else "unknown" (never the day the bench ran: a rerun must send the same prompt)."""
+    created = str(getattr(task, "extra", {}).get("created_at") or "")[:10]
+    return created if re.fullmatch(r"\d{4}-\d{2}-\d{2}", created) else "unknown"
 
 
 def trial_seed(seed: int, task_id: str, attempt: int) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import pytest
 
@@ -224,10 +226,17 @@ def test_a_seed_in_the_users_config_seeds_each_attempt_apart(tmp_path, calc_task
 def test_every_trial_shows_the_model_app_so_a_seeded_bench_sends_the_same_requests_in_any_folder(
     tmp_path, calc_tasks, fake_model
 ):
-    """The system prompt names /app (where commands run), not the trial's host folder: two runs of one seeded
-    attempt in different output folders send identical requests, and no host path reaches the model. The file
-    tools take /app/... as the trial's folder; /app/../ is no way out."""
+    """The system prompt names /app (where commands run), not the trial's host folder, and the task's date, not
+    today's: two runs of one seeded attempt in different output folders send identical requests, and no host path
+    reaches the model. The file tools take /app/... as the trial's folder; /app/../ is no way out."""
+    import datetime
+
+    from agent.bench.agents import task_date
+
     task = load_swe_tasks(calc_tasks)[0]
+    assert task_date(task) == "unknown" or re.fullmatch(r"\d{4}-\d{2}-\d{2}", task_date(task))
+    assert task_date(dataclasses.replace(task, extra={"created_at": "2023-05-01T10:00:00Z"})) == "2023-05-01"
+    assert task_date(dataclasses.replace(task, extra={"created_at": "yesterday"})) == "unknown"
     sent = {}
     for name in ("run-a", "elsewhere/run-b"):
         fake_model.script = [
@@ -243,6 +252,7 @@ def test_every_trial_shows_the_model_app_so_a_seeded_bench_sends_the_same_reques
         sent[name] = [{k: v for k, v in q.items() if k != "stream_options"} for q in fake_model.requests]
         text = json.dumps(fake_model.requests)
         assert str(tmp_path) not in text and "Working folder: /app" in text
+        assert f"Date: {task_date(task)}." in text and task_date(task) != datetime.date.today().isoformat()
         results = [
             rec for rec in Trajectory.load(tmp_path / name / "trajectory.jsonl").records if rec["type"] == "tool"
         ]
