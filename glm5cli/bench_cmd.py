@@ -381,6 +381,12 @@ def compare(
     for name, ids in (("gained (B only)", d["gained"]), ("lost (A only)", d["lost"])):
         if ids:
             console.print(f"{name}: {', '.join(ids)}", highlight=False)
+    t = c["trials"]
+    if t["compared"]:
+        line = f"trials in both: {t['compared']}, outcomes alike {t['outcomes_alike']}"
+        if t["sessions_compared"]:
+            line += f", sessions alike call for call {t['sessions_alike']} of {t['sessions_compared']}"
+        console.print(line)
 
 
 @app.command("serve")

@@ -109,6 +109,8 @@ def serve(
                 vocab = read_draft_vocab(draft_vocab)
             except ValueError as e:
                 fail(str(e), code=EXIT_USAGE)
+        if quant == "int4" and lora is None:
+            _warn_merged_int4(Path(model))
         adapt = None
         if lora is not None:
             if not (lora / "adapter_config.json").is_file():
@@ -236,3 +238,25 @@ def _has_mtp(model: str, default: bool) -> bool:
         return checkpoint_has_mtp(model) if Path(model).is_dir() else default
     except (OSError, ValueError):
         return default
+
+
+def _warn_merged_int4(model: Path) -> None:
+    """`finetune sft/rl/distill --merge` leave the adapter they merged in MODEL/adapter. INT4 rounds every weight
+    anew (~10% of its size): for a small adapter (RL's, a few % of the weights' size) the rounding moves the served
+    weights further than the adapter did, in no direction it chose (benchmarks/RESULTS.md, "Why RL's held-out
+    differences were mostly rounding"). Say so, and how to keep the change exact."""
+    import json
+
+    record = model / "adapter" / "adapter_base.json"
+    if not record.is_file():
+        return
+    try:
+        base = json.loads(record.read_text()).get("base_model_name_or_path") or "BASE"
+    except (OSError, ValueError):
+        base = "BASE"
+    err_console.print(
+        f"[yellow]warning:[/] {model} has a LoRA adapter merged into its weights ({model / 'adapter'}); rounding "
+        "them to INT4 anew can move them further than a small adapter (an RL run's) did. To keep the adapter's "
+        f"change exact: glm5 serve {base} --quant int4 --lora {model / 'adapter'}",
+        soft_wrap=True,
+    )

@@ -8,6 +8,7 @@ every graded attempt resolved, an <error> when infra errors left no attempt grad
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -186,4 +187,38 @@ def compare(a: list[Path], b: list[Path]) -> dict[str, Any]:
     tb = per_task([{**x, "instance_id": tid} for tid, t in rb["tasks"].items() for x in t["attempts"]])
     return {"a": {"runs": ra["runs"], "agent": ra["agent"], "summary": ra["summary"]},
             "b": {"runs": rb["runs"], "agent": rb["agent"], "summary": rb["summary"]},
-            "difference": paired_difference(ta, tb)}  # fmt: skip
+            "difference": paired_difference(ta, tb), "trials": trial_pairs(ra, rb)}  # fmt: skip
+
+
+def model_calls(trial_dir: str | None) -> list[str] | None:
+    """What the model said at each call of a trial's session (content and tool calls), or None without a
+    trajectory (another agent, or a trial that never started)."""
+    path = Path(trial_dir or "") / "trajectory.jsonl"
+    if not trial_dir or not path.is_file():
+        return None
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line) if line.strip() else {}
+        if rec.get("type") == "model_call":
+            msg = ((rec.get("response") or {}).get("choices") or [{}])[0].get("message") or {}
+            calls = [c.get("function") for c in msg.get("tool_calls") or []]
+            out.append(json.dumps([msg.get("content"), calls], sort_keys=True))
+    return out
+
+
+def trial_pairs(ra: dict[str, Any], rb: dict[str, Any]) -> dict[str, Any]:
+    """Trial by trial (a task's attempt i in both runs): how many ended alike, and how many sessions were the same
+    call for call. Two seeded runs (`--seed`) of the same model against a deterministic server give the same
+    sessions; between two models, the share alike says how far their sampling diverged."""
+
+    def attempts(r):
+        return {(tid, int(x["attempt"])): x for tid, t in r["tasks"].items() for x in t["attempts"]}
+
+    xa, xb = attempts(ra), attempts(rb)
+    both = [
+        k for k in sorted(xa) if k in xb and xa[k].get("resolved") is not None and xb[k].get("resolved") is not None
+    ]
+    sessions = [(model_calls(xa[k].get("trial_dir")), model_calls(xb[k].get("trial_dir"))) for k in both]
+    readable = [(p, q) for p, q in sessions if p is not None and q is not None]
+    return {"compared": len(both), "outcomes_alike": sum(xa[k]["resolved"] == xb[k]["resolved"] for k in both),
+            "sessions_compared": len(readable), "sessions_alike": sum(p == q for p, q in readable)}  # fmt: skip

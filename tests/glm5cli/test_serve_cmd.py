@@ -89,3 +89,21 @@ def test_serve_flag_errors(tmp_path):
     assert r.exit_code == 2 and "cannot read the draft vocabulary" in r.output
     r = runner.invoke(app, ["serve", "m", "--engine", "sglang", "--draft-vocab", str(vocab)])
     assert r.exit_code == 1 and "embedded engine" in r.output
+
+
+def test_int4_on_a_merged_checkpoint_warns_and_says_how_to_serve_the_adapter(tmp_path, monkeypatch):
+    """`finetune rl --merge` leaves MODEL/adapter; serving MODEL with --quant int4 rounds the merged weights anew:
+    the command says to serve the base with --lora instead (and still serves)."""
+    import serve.http.server as server
+
+    calls = []
+    monkeypatch.setattr(server, "run_embedded", lambda **kw: calls.append(kw) or 0)
+    runner = CliRunner(env={"COLUMNS": "300"})
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_base.json").write_text('{"base_model_name_or_path": "/ckpt/sft"}')
+    r = runner.invoke(app, ["serve", str(tmp_path), "--quant", "int4"])
+    assert r.exit_code == 0 and len(calls) == 1, r.output
+    assert "merged" in r.output and f"glm5 serve /ckpt/sft --quant int4 --lora {tmp_path / 'adapter'}" in r.output
+    for argv in (["serve", str(tmp_path)], ["serve", str(tmp_path / "adapter"), "--quant", "int4"]):
+        r = runner.invoke(app, argv)  # full precision, or a checkpoint without a merged adapter: no warning
+        assert r.exit_code == 0 and "merged" not in r.output, r.output

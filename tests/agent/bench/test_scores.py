@@ -46,3 +46,31 @@ def test_paired_difference_and_flips():
     assert d["mean_difference"] == pytest.approx(1 / 3) and d["gained"] == ["y", "z"] and d["lost"] == ["x"]
     lo, hi = d["ci95"]
     assert lo < d["mean_difference"] < hi
+
+
+def test_trial_pairs_count_outcomes_and_sessions_alike_call_for_call(tmp_path):
+    """`bench compare`'s trial section: attempt i of a task in both runs; sessions alike when every model call said
+    the same (content and tool calls); a trial without a trajectory is compared on its outcome only."""
+    import json
+
+    from agent.bench.reports import trial_pairs
+
+    def trial(name, said):
+        d = tmp_path / name
+        d.mkdir()
+        recs = [{"type": "session"}] + [
+            {"type": "model_call", "response": {"choices": [{"message": {"content": c, "tool_calls": [
+                {"id": f"call-{name}", "function": {"name": "read", "arguments": a}}]}}]}} for c, a in said
+        ]  # fmt: skip
+        (d / "trajectory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return str(d)
+
+    same = [("", '{"path": "a.py"}'), ("done", "{}")]
+    a = {"tasks": {"t1": {"attempts": [{"attempt": 0, "resolved": True, "trial_dir": trial("a0", same)},
+                                       {"attempt": 1, "resolved": False, "trial_dir": trial("a1", same)}]},
+                   "t2": {"attempts": [{"attempt": 0, "resolved": True, "trial_dir": None}]}}}  # fmt: skip
+    b = {"tasks": {"t1": {"attempts": [{"attempt": 0, "resolved": True, "trial_dir": trial("b0", same)},
+                                       {"attempt": 1, "resolved": True, "trial_dir": trial("b1", same[:1])}]},
+                   "t2": {"attempts": [{"attempt": 0, "resolved": False, "trial_dir": None}]}}}  # fmt: skip
+    # call ids differ between runs (random per session): not what the model said, so not compared
+    assert trial_pairs(a, b) == {"compared": 3, "outcomes_alike": 1, "sessions_compared": 2, "sessions_alike": 1}
