@@ -15,6 +15,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from agent.environment import shown_path
 from agent.settings import config_dir
 
 MAX_FILE_BYTES = 32 * 1024
@@ -79,7 +80,7 @@ def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, ext
     """The system prompt of `profile` (agent/profiles.py), with instruction files and hook context appended.
     `shown_root`: the path the model is shown for `root` (Environment.shown_root), in place of the host's;
     `date`: the date it is given (Environment.shown_date; None: today)."""
-    shown_cwd = shown_root / cwd.relative_to(root) if shown_root is not None and cwd.is_relative_to(root) else cwd
+    shown_cwd = shown_path(cwd, root, shown_root)
     if profile == "compact":
         from agent.profiles import COMPACT_PROMPT
 

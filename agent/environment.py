@@ -57,6 +57,13 @@ class BackgroundJob:
         return rc
 
 
+def shown_path(path: Path, root: Path, shown_root: Path | None) -> Path:
+    """`path` as the model is shown it: under `shown_root` in place of `root` (a bench trial's /app), else as is."""
+    if shown_root is None or not Path(path).is_relative_to(root):
+        return Path(path)
+    return shown_root / Path(path).relative_to(root)
+
+
 class Environment:
     """A repository on the local machine. `root` is the repository, `cwd` where commands start."""
 
@@ -112,12 +119,7 @@ class Environment:
 
     def shown(self, path: Path) -> Path:
         """`path` (under root) as the model is shown it."""
-        if self.shown_root is None:
-            return path
-        try:
-            return self.shown_root / Path(path).relative_to(self.root)
-        except ValueError:
-            return path
+        return shown_path(path, self.root, self.shown_root)
 
     def is_allowed(self, path: Path) -> bool:
         """Inside the repository, an allowed extra directory, or this session's scratch folder."""
