@@ -150,6 +150,15 @@ def rl(
         "0: only the successes are reinforced (rejection-sampling fine-tuning on the policy's own sessions, "
         "which trades pass@k for pass@1).",
     ),
+    quant: str | None = typer.Option(
+        None,
+        "--quant",
+        help="Agentic: int4 trains the adapter for the INT4 deployment, `glm5 serve MODEL --quant int4 --lora "
+        "OUT/adapter`, which serves it beside the int4 weights. The trainer's frozen weights are rounded as that "
+        "INT4 rounds them, and the rollout engine (process) serves --quant int4 with each pushed adapter: the "
+        "policy sampled, trained, evaluated (--eval-tasks) and deployed is one. With --rollout-url, the servers "
+        "must serve INT4 the same way. --merge then writes the rounded weights plus the adapter, in full precision.",
+    ),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
         10,
@@ -199,6 +208,8 @@ def rl(
     if env not in ENVS:
         fail(f"--env must be one of {', '.join(ENVS)}, not {env!r}", code=EXIT_USAGE)
     if env == "completion":
+        if quant is not None:
+            fail("--quant is for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
         if task_dirs:
             fail("task folders are for --env terminal; --env completion reads --tasks", code=EXIT_USAGE)
         if tasks_file is None:
@@ -223,11 +234,13 @@ def rl(
     if rollout_engine is not None and rollout_url:
         fail(f"--rollout-engine {rollout_engine} samples here; --rollout-url names servers: pick one", code=EXIT_USAGE)
     rollout_engine = rollout_engine or ("url" if rollout_url else "process")
+    if quant not in (None, "int4"):
+        fail(f"--quant must be int4, not {quant!r}", code=EXIT_USAGE)
     if eval_tasks is not None and env not in ("swe", "terminal"):
         fail("--eval-tasks is for --env swe / terminal (held-out bench tasks)", code=EXIT_USAGE)
     held_out = (eval_tasks, eval_samples)
     _agentic(model, out, env, tasks_file, task_dirs or [], reward, cfg, rank, alpha, max_model_len, rollout_url,
-             merge, json_out, save_every, held_out, (rollout_engine, engine_threads))  # fmt: skip
+             merge, json_out, save_every, held_out, (rollout_engine, engine_threads), quant)  # fmt: skip
 
 
 def _environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg, reward: str | None):
@@ -278,7 +291,7 @@ def _held_out(env: str, path: Path, rl_env, tasks: list):
 
 
 def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, max_model_len, urls, merge, json_out,
-             save_every=0, held_out=(None, 2), engine=("thread", 0)):  # fmt: skip
+             save_every=0, held_out=(None, 2), engine=("thread", 0), quant=None):  # fmt: skip
     import dataclasses
     import os
     import shutil
@@ -290,6 +303,8 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     settings = {"model": str(model.resolve()), "env": env, **described, "config": dataclasses.asdict(cfg)}
     settings |= {"rank": rank, "alpha": alpha, "merge": merge, "max_model_len": max_model_len, "rollout_url": urls}
     settings["rollout_engine"] = engine[0]
+    if quant is not None:  # absent otherwise: run folders from before the flag resume
+        settings["quant"] = quant
     eval_path, eval_samples = held_out
     held = _held_out(env, eval_path, rl_env, tasks) if eval_path is not None else None
     if held is not None:
@@ -307,6 +322,14 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
         server = Router([HttpServer(u) for u in urls])
     t0 = time.monotonic()
     net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
+    fingerprint: list[str] = []  # MODEL's weights', recorded beside every adapter written
+    if quant == "int4":
+        from finetune.lora import weights_fingerprint
+        from model.quant_int4 import round_like_int4
+
+        fingerprint.append(weights_fingerprint(net))  # before rounding: the adapter's base is MODEL as saved
+        rounded = round_like_int4(net)
+        err_console.print(f"--quant int4: {len(rounded)} linears rounded as INT4 serving rounds them")
     net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=cfg.seed)
     # The agentic run keeps its own state.pt in the work folder (finetune/rl/run.py), without _Run's "step" (its
     # resume line failed on it: a killed run could not be rerun); the resume line is printed below.
@@ -316,7 +339,6 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
         from finetune.rl.evaluate import HeldOut
 
         evaluate = HeldOut(rl_env, held, eval_samples, tok, cfg, run.work / "eval-sessions", max_model_len)
-    fingerprint: list[str] = []
 
     def save_step_adapter(k: int) -> None:
         """OUT/adapters/step-K, written aside and renamed: a kill never leaves half an adapter there."""
@@ -361,7 +383,8 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
                 from finetune.rl.engine_process import ServeChild
 
                 err_console.print("starting the rollout engine: a glm5 serve child (its log: engine.log)")
-                child = ServeChild(model, run.work / "engine.log", max_model_len, cfg.concurrency, engine[1])
+                child = ServeChild(model, run.work / "engine.log", max_model_len, cfg.concurrency, engine[1],
+                                   quant=quant)  # fmt: skip
                 child.split_threads()
                 server = child.server
             hist = run_rl(net, tok, rl_env, tasks, cfg, run.work, server=server, max_model_len=max_model_len, log=log,
@@ -376,7 +399,7 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
                 child.close()  # also on Ctrl-C; a kill -9 of this process kills it too (PR_SET_PDEATHSIG)
     # rl_log.jsonl is rewritten from the state's history: the rows of killed runs' last steps appear once.
     (run.work / "rl_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
-    _write_adapter(model, net, run.work, merge)
+    _write_adapter(model, net, run.work, merge, fingerprint[0] if fingerprint else None)
     for name in ("rollouts", "sessions", "pushes", "eval-sessions"):
         shutil.rmtree(run.work / name, ignore_errors=True)
     result = {"out": str(out), "adapter": str(out / "adapter"), "merged_checkpoint": str(out) if merge else None}
@@ -402,7 +425,8 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     if not result.get("held_out_solved_rate"):
         console.print("[dim]the rewards are of the train tasks each step drew, not a trend of the policy: "
                       "--eval-tasks measures held-out tasks at every --save-every step[/]")  # fmt: skip
-    console.print(f"serve it with: glm5 serve {model} --lora {out / 'adapter'}")
+    int4 = " --quant int4" if quant else ""
+    console.print(f"serve it with: glm5 serve {model}{int4} --lora {out / 'adapter'}")
 
 
 def _completion(model, out, tasks_file, reward, steps, prompts_per_step, group_size, max_new_tokens, temperature,

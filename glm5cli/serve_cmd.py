@@ -39,8 +39,9 @@ def serve(
     ),
     lora: Path | None = typer.Option(
         None,
-        help="A LoRA adapter (peft format, e.g. from `glm5 finetune sft`) merged into the weights at load. "
-        "Embedded engine.",
+        help="A LoRA adapter (peft format, e.g. from `glm5 finetune sft`) merged into the weights at load; with "
+        "--quant int4, served beside the INT4 layers' int4 weights (their adapter change exact, not rounded "
+        "anew). Embedded engine.",
     ),
     max_num_seqs: int | None = typer.Option(None, help="Most requests decoded at once."),
     max_queue: int = typer.Option(256, help="Most requests waiting; more get 429 (embedded engine)."),
@@ -117,8 +118,11 @@ def serve(
                 fail(f"{lora} is not a LoRA adapter (no adapter_config.json)", code=EXIT_USAGE)
 
             def adapt(m):
-                from finetune.sft import load_adapter, merge_lora
+                from finetune.lora import check_base, load_adapter, merge_lora
 
+                if quant == "int4":  # served beside the int4 weights after quantization (load_engine)
+                    check_base(m, lora)
+                    return m
                 return merge_lora(load_adapter(m, lora))
 
         code = run_embedded(
@@ -140,6 +144,7 @@ def serve(
             max_body_mb=max_body_mb,
             access_log=access_log,
             prefix_caching=prefix_caching,
+            lora=lora if quant == "int4" else None,
         )
         raise typer.Exit(code)
 
@@ -244,7 +249,8 @@ def _warn_merged_int4(model: Path) -> None:
     """`finetune sft/rl/distill --merge` leave the adapter they merged in MODEL/adapter. INT4 rounds every weight
     anew (~10% of its size): for a small adapter (RL's, a few % of the weights' size) the rounding moves the served
     weights further than the adapter did, in no direction it chose (benchmarks/RESULTS.md, "Why RL's held-out
-    differences were mostly rounding"). Say so, and how to keep the change exact."""
+    differences were mostly rounding"). Say so, and how to keep the change exact: `--quant int4 --lora` serves
+    the adapter beside the int4 weights (serve.http.weight_updates.attach_lora)."""
     import json
 
     record = model / "adapter" / "adapter_base.json"

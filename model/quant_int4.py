@@ -254,7 +254,31 @@ class Int4Linear(nn.Module):
 
     # -- forward --------------------------------------------------------------------------------------------
 
+    # -- a LoRA adapter on top, in full precision --------------------------------------------------------------
+
+    def set_low_rank(self, a_RK: torch.Tensor | None, b_NR: torch.Tensor | None = None) -> None:
+        """Serve `W_int4 x + B (A x)`: an adapter's factors (B already scaled by alpha / r) beside the int4 weight,
+        in the layer's compute dtype, instead of merged into it. Merging and quantizing anew would round every
+        weight again, moving them further than a small adapter (an RL run's) does; beside it, the served change
+        is exactly the adapter's. None removes it."""
+        self._dense = None
+        if a_RK is None:
+            self.__dict__.pop("low_rank", None)
+            return
+        if a_RK.shape[1] != self.in_features or b_NR.shape != (self.out_features, a_RK.shape[0]):
+            raise ValueError(
+                f"low-rank factors A {tuple(a_RK.shape)}, B {tuple(b_NR.shape)} do not fit a "
+                f"{self.out_features} x {self.in_features} layer"
+            )
+        dev = next(self.buffers()).device
+        self.__dict__["low_rank"] = (a_RK.to(dev, self.compute_dtype), b_NR.to(dev, self.compute_dtype))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self._forward_int4(x)
+        low = self.__dict__.get("low_rank")
+        return y if low is None else _add_low_rank(y, x, low)
+
+    def _forward_int4(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Int4Linear expects last dim {self.in_features}, got {tuple(x.shape)}")
         if self.__dict__.get("_cpu_hot") and x.dim() == 2 and x.device.type == "cpu":
@@ -327,6 +351,9 @@ class Int4Linear(nn.Module):
         dense copy too, which `weight_bytes()` counts."""
         if self._dense is None:
             self._dense = self.dequantize(self.compute_dtype)
+            low = self.__dict__.get("low_rank")
+            if low is not None:
+                self._dense = self._dense + low[1] @ low[0]
         return self._dense
 
     def weight_bytes(self) -> int:
@@ -341,6 +368,12 @@ class Int4Linear(nn.Module):
             f"{sym}, impl={self.impl}{'' if self.cpu_kernel is None else f' ({self.cpu_kernel})'}, "
             f"bias={self.bias is not None}"
         )
+
+
+def _add_low_rank(y: torch.Tensor, x: torch.Tensor, low: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """y + B (A x), in y's dtype."""
+    a, b = low
+    return y + F.linear(F.linear(x.to(a.dtype), a), b).to(y.dtype)
 
 
 def _scale_dtype(weight_dtype: torch.dtype) -> torch.dtype:
@@ -370,14 +403,7 @@ def quantize_int4(
     """
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size}")
-    skip = tuple(skip)
-    targets = [
-        (name, mod)
-        for name, mod in model.named_modules()
-        if isinstance(mod, nn.Linear) and not isinstance(mod, Int4Linear) and not is_skipped(name, skip)
-    ]
-    if not strict:
-        targets = [(name, mod) for name, mod in targets if mod.in_features % group_size == 0]
+    targets = _targets(model, group_size, skip, strict)
     for name, mod in targets:
         if mod.in_features % group_size:
             raise ValueError(
@@ -388,6 +414,30 @@ def quantize_int4(
         set_submodule(model, name, Int4Linear.from_linear(mod, group_size, symmetric, impl, mse))
     fuse_gate_up(model)
     return model
+
+
+def _targets(model: nn.Module, group_size: int, skip: Iterable[str], strict: bool) -> list[tuple[str, nn.Linear]]:
+    """The linears `quantize_int4` swaps: not skipped (with strict=False, only those it can group)."""
+    skip = tuple(skip)
+    targets = [
+        (name, mod)
+        for name, mod in model.named_modules()
+        if isinstance(mod, nn.Linear) and not isinstance(mod, Int4Linear) and not is_skipped(name, skip)
+    ]
+    return targets if strict else [(name, mod) for name, mod in targets if mod.in_features % group_size == 0]
+
+
+@torch.no_grad()
+def round_like_int4(model: nn.Module, group_size: int = 128, skip: Iterable[str] = DEFAULT_SKIP) -> list[str]:
+    """Replace, in place, the weight of every linear `quantize_int4(model, group_size, strict=False)` would swap
+    with the weight its Int4Linear multiplies by (`fake_quantize_weight`), in full precision: a model that
+    computes what the INT4-served one does, and can still be trained. `glm5 finetune rl --quant int4` trains a
+    LoRA adapter on top of it, the adapter served beside the int4 weights. -> the names rounded."""
+    names = []
+    for name, mod in _targets(model, group_size, skip, strict=False):
+        mod.weight.copy_(fake_quantize_weight(mod.weight, group_size, symmetric=True, mse=True))
+        names.append(name)
+    return names
 
 
 class Int4GateUp:
@@ -467,7 +517,11 @@ class Int4GateUp:
             g, u = g.contiguous(), u.contiguous()
         if x.dim() != 2:
             g, u = g.reshape(*x.shape[:-1], -1), u.reshape(*x.shape[:-1], -1)
-        return g.to(x.dtype), u.to(x.dtype)
+        g, u = g.to(x.dtype), u.to(x.dtype)
+        low_g, low_u = self.gate.__dict__.get("low_rank"), self.up.__dict__.get("low_rank")
+        return (g if low_g is None else _add_low_rank(g, x, low_g)), (
+            u if low_u is None else _add_low_rank(u, x, low_u)
+        )
 
 
 def fuse_gate_up(model: nn.Module) -> int:

@@ -116,7 +116,9 @@ def distill_prompts(run: Path) -> Path:
 
 def _rl(run: Path, c: ProofConfig, src: Path, out: Path, sync: bool) -> list[str]:
     """Agentic RL on the train split. The async stage evaluates itself on dev (`--eval-tasks`); the synchronous
-    baseline skips those evaluations (minutes each): its curve is the per-step rewards, beside async's."""
+    baseline skips those evaluations (minutes each): its curve is the per-step rewards, beside async's. With the
+    proof's INT4 deployment, RL trains its adapter on SFT's INT4 weights (`--quant int4`): the policy it samples,
+    trains and evaluates on dev is the one the proof serves and benches."""
     dev = () if sync else ("--eval-tasks", task_file(run, "dev"), "--eval-samples", c.rl_eval_samples)
     return glm5("finetune", "rl", src, "--env", "swe", "--tasks", task_file(run, "train"), "--out", out,
                 "--merge", "--steps", c.rl_steps, "--lr", c.rl_lr, "--max-new-tokens", c.max_response_tokens,
@@ -124,6 +126,7 @@ def _rl(run: Path, c: ProofConfig, src: Path, out: Path, sync: bool) -> list[str
                 "--groups-per-step", c.rl_groups_per_step, "--max-turns", c.max_turns,
                 "--max-model-len", c.max_len + 1024, "--concurrency", c.concurrency, "--seed", c.seed,
                 "--thinking" if c.thinking else "--no-thinking", *dev,
+                *(("--quant", c.quant) if c.quant == "int4" else ()),
                 *(("--dynamic-sampling", c.rl_dynamic_sampling) if c.rl_dynamic_sampling else ()),
                 *(("--save-every", c.rl_curve_every) if c.rl_curve_every else ()),
                 *(("--sync",) if sync else ()))  # fmt: skip

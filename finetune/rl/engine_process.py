@@ -4,7 +4,8 @@ training run in two processes with their own interpreters, instead of an engine 
 turns on one GIL.
 
 The child: `glm5 serve CKPT --host 127.0.0.1 --port 0` (the OS picks the port; the ready line on its stderr
-names it), a random API key passed in its environment (GLM5_API_KEY, never argv: other users can read argv in
+names it; `--quant int4` with `glm5 finetune rl --quant int4`: each pushed adapter is then served beside the int4
+weights), a random API key passed in its environment (GLM5_API_KEY, never argv: other users can read argv in
 /proc), no prefix cache (every call computed the same way whatever ran before it, as the in-process engine),
 its torch threads set through OMP_NUM_THREADS (default half the cores; `split_threads` gives the trainer the
 rest). Its lifetime is the run's: PR_SET_PDEATHSIG kills it when the
@@ -58,7 +59,7 @@ class ServeChild:
     """A `glm5 serve` child over checkpoint `model_dir`; `.server` is the HttpServer the run samples from."""
 
     def __init__(self, model_dir: Path, log: Path, max_model_len: int, max_num_seqs: int, threads: int,
-                 start_timeout_s: float = 300.0):  # fmt: skip
+                 start_timeout_s: float = 300.0, quant: str | None = None):  # fmt: skip
         self.log_path = Path(log)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
@@ -66,7 +67,7 @@ class ServeChild:
         env = {**os.environ, "GLM5_API_KEY": key, "OMP_NUM_THREADS": str(self.threads), "COLUMNS": "300"}
         cmd = [sys.executable, "-m", "glm5cli", "serve", str(Path(model_dir).resolve()), "--host", "127.0.0.1",
                "--port", "0", "--max-num-seqs", str(max_num_seqs), "--max-model-len", str(max_model_len),
-               "--no-prefix-caching", "--no-access-log"]  # fmt: skip
+               "--no-prefix-caching", "--no-access-log", *(("--quant", quant) if quant else ())]  # fmt: skip
         # The child must import this checkout's packages, wherever the run was started from.
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])

@@ -71,10 +71,11 @@ class AsyncLLM:
     def abort(self, request_id: str) -> None:
         self._post(("abort", request_id, None, None, None))
 
-    async def update_weights(self, state_dict: dict) -> int:
-        """Swap weights between two engine steps (never during one); returns the new weights_version."""
+    async def update_weights(self, state_dict: dict, low_rank: dict | None = None) -> int:
+        """Swap weights between two engine steps (never during one); returns the new weights_version.
+        `low_rank`: as `LLMEngine.update_weights`."""
         fut = asyncio.get_running_loop().create_future()
-        self._post(("weights", None, state_dict, None, fut))
+        self._post(("weights", None, (state_dict, low_rank), None, fut))
         return await fut
 
     def metrics(self):
@@ -123,7 +124,7 @@ class AsyncLLM:
                     self._resolve(fut, e)
             elif kind == "weights":
                 try:
-                    self._resolve(fut, None, self.engine.update_weights(prompt))
+                    self._resolve(fut, None, self.engine.update_weights(*prompt))
                 except Exception as e:
                     self._resolve(fut, e)
             elif kind == "abort":

@@ -184,15 +184,23 @@ class LLMEngine:
 
     # ---- weights and metrics ------------------------------------------------------------------------
 
-    def update_weights(self, state_dict: dict) -> int:
+    def update_weights(self, state_dict: dict, low_rank: dict | None = None) -> int:
         """Load new weights in place (RL swaps policies between rollouts) and bump `weights_version`.
+        `low_rank`: INT4 layer name -> an adapter's (A, scaled B) to serve beside its int4 weight, or None to
+        remove one (`Int4Linear.set_low_rank`).
 
         The prefix cache is dropped: its entries were computed by the old weights. Running requests
         keep their KV entries; a caller that needs clean on-policy rollouts swaps between batches."""
         missing = set(state_dict) - set(self.model.state_dict())
         if missing:
             raise KeyError(f"update_weights: not parameters or buffers of the model: {sorted(missing)[:5]}")
+        mods = {name: self.model.get_submodule(name) for name in low_rank or {}}
+        bad = [n for n, m in mods.items() if not hasattr(m, "set_low_rank")]
+        if bad:
+            raise KeyError(f"update_weights: not INT4 layers of the model: {bad[:5]}")
         self.model.load_state_dict(state_dict, strict=False)
+        for name, factors in (low_rank or {}).items():
+            mods[name].set_low_rank(*(factors or (None,)))
         return self.weights_changed()
 
     def weights_changed(self) -> int:

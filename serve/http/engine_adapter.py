@@ -35,9 +35,15 @@ class EmbeddedEngine:
         """name -> the served tensor (parameters and buffers), for the weight-update routes to read."""
         return dict(self.core.model.state_dict())
 
-    async def update_weights(self, state_dict: dict) -> int:
-        """Load `state_dict` in place between two engine steps; -> the new weights version."""
-        return await self.llm.update_weights(state_dict)
+    def int4_layers(self) -> dict:
+        """name -> (out_features, in_features) of every INT4 layer, which takes an adapter beside its weight."""
+        return {n: (m.out_features, m.in_features) for n, m in self.core.model.named_modules()
+                if hasattr(m, "set_low_rank")}  # fmt: skip
+
+    async def update_weights(self, state_dict: dict, low_rank: dict | None = None) -> int:
+        """Load `state_dict` in place between two engine steps (and INT4 layers' adapter factors, `low_rank`);
+        -> the new weights version."""
+        return await self.llm.update_weights(state_dict, low_rank)
 
     def generate(self, prompt_token_ids: list[int], params, request_id: str) -> AsyncIterator:
         return self.llm.generate(list(prompt_token_ids), params, request_id)

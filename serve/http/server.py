@@ -61,13 +61,16 @@ def load_engine(
     draft_vocab: tuple[int, ...] | None = None,
     adapt: Callable | None = None,
     prefix_caching: bool = True,
+    lora: Path | None = None,
 ):
     """Build the embedded engine over `model_dir`, showing what it is doing while the weights load.
 
     quant="int4" quantizes the weights at load (group 128, symmetric; a checkpoint that is already
     compressed-tensors INT4 loads as such without it); speculative=True drafts with the checkpoint's MTP layer.
     `adapt(model) -> model` runs on the loaded weights before quantization (`glm5 serve --lora` merges an
-    adapter with it; serve does not import finetune, the CLI passes it in).
+    adapter with it; serve does not import finetune, the CLI passes it in). `lora`, with quant="int4": a peft
+    adapter applied after quantization, served beside each INT4 layer's int4 weight (`attach_lora`), so the
+    served change is exactly the adapter's; merged first, every weight would be rounded anew.
     """
     import torch
 
@@ -104,6 +107,14 @@ def load_engine(
 
             console.print("quantizing weights to INT4 (group 128)...")
             quantize_int4(model, group_size=128, strict=False)
+        if lora is not None:
+            from serve.http.weight_updates import UpdateError, attach_lora
+
+            try:
+                n = attach_lora(model, Path(lora))
+            except UpdateError as e:
+                raise SystemExit(f"--lora: {e}") from None
+            console.print(f"LoRA adapter {lora}: beside the int4 weights of {n} layers, merged into the others")
         llm = LLM(model, tokenizer=load_tokenizer(model_dir), device=device, **kwargs)
     from model.quant_int4 import Int4Linear
 
@@ -138,6 +149,7 @@ def run_embedded(
     max_body_mb: float = 32.0,
     access_log: bool = True,
     prefix_caching: bool = True,
+    lora: Path | None = None,
 ) -> int:
     import uvicorn
 
@@ -168,6 +180,7 @@ def run_embedded(
         draft_vocab,
         adapt,
         prefix_caching,
+        lora,
     )
     if tokenizer is None:
         raise SystemExit(f"{model_dir} has no tokenizer.json; the OpenAI routes need one")

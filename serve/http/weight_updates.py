@@ -6,7 +6,9 @@
 - POST /load_lora_adapter `{"lora_name", "lora_path", "weight_version"?}` / POST /unload_lora_adapter `{"lora_name"}` ->
   `{"success", "error_message", "loaded_adapters": {name: path}}`: a peft adapter (adapter_config.json +
   adapter_model.safetensors, as `glm5 finetune` writes) is merged into the served weights, W + s*B@A with
-  s = lora_alpha/r (alpha/sqrt(r) with rslora); unloading puts the original tensors back. One adapter is active
+  s = lora_alpha/r (alpha/sqrt(r) with rslora); an INT4 layer serves it beside its int4 weight instead,
+  W_int4 x + s*B(A x) (merged and rounded anew, every weight would move further than a small adapter does).
+  Unloading puts the original tensors back. One adapter is active
   at a time and applies to every request (the embedded engine has no per-request adapters); loading another,
   or the same name again with new weights (what a trainer pushes after each step), replaces it.
 - GET /get_weight_version -> `{"weight_version"}`.
@@ -56,8 +58,9 @@ class UpdateError(ValueError):
     pass
 
 
-def read_lora_deltas(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """name of a served weight -> the adapter's s*B@A for it (float32, CPU), from peft's files at `path`."""
+def read_lora_factors(path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """name of the weight an adapter changes -> its (A [r, K], s*B [N, r]) (float32, CPU), from peft's files at
+    `path`: the change is s*B@A, s = lora_alpha/r (alpha/sqrt(r) with rslora)."""
     from safetensors.torch import load_file
 
     cfg_file, tensors_file = path / "adapter_config.json", path / "adapter_model.safetensors"
@@ -71,25 +74,63 @@ def read_lora_deltas(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, 
     r, alpha = int(cfg["r"]), float(cfg.get("lora_alpha", cfg["r"]))
     scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
     state = load_file(str(tensors_file))
-    deltas = {}
+    factors = {}
     for key, a in state.items():
         if ".lora_A." not in key:
             continue
         b = state.get(key.replace(".lora_A.", ".lora_B."))
         if b is None:
             raise UpdateError(f"{path}: {key} has no lora_B beside it")
+        if a.dim() != 2 or b.dim() != 2 or b.shape[1] != a.shape[0]:
+            raise UpdateError(f"{path}: {key}: A {tuple(a.shape)} and B {tuple(b.shape)} are not LoRA factors")
         name = key.removeprefix("base_model.model.").replace(".lora_A.weight", ".weight")
-        if name not in weights:
-            raise UpdateError(f"{path}: the adapter targets {name}, which this model does not have")
-        delta = scale * (b.float() @ a.float())
-        if delta.shape != weights[name].shape:
-            raise UpdateError(
-                f"{path}: {name} is {tuple(weights[name].shape)} here, the adapter's delta {tuple(delta.shape)}"
-            )
-        deltas[name] = delta
-    if not deltas:
+        factors[name] = (a.float(), scale * b.float())
+    if not factors:
         raise UpdateError(f"{path}: the adapter has no LoRA weights")
-    return deltas
+    return factors
+
+
+def split_lora(path: Path, factors: dict, weights: dict, int4_layers: dict) -> tuple[dict, dict]:
+    """An adapter's factors -> (dense deltas for full-precision weights by name, (A, s*B) for INT4 layers by
+    module name). An INT4 layer keeps its factors beside its int4 weight: merged and rounded anew, every weight
+    would move by INT4's rounding (~10% of it), far more than a small adapter's change."""
+    deltas, low = {}, {}
+    for name, (a, b) in factors.items():
+        module = name.removesuffix(".weight")
+        if name in weights:
+            shape = tuple(weights[name].shape)
+        elif module in int4_layers:
+            shape = tuple(int4_layers[module])
+        else:
+            raise UpdateError(f"{path}: the adapter targets {name}, which this model does not have")
+        if (b.shape[0], a.shape[1]) != shape:
+            raise UpdateError(f"{path}: {name} is {shape} here, the adapter's delta {(b.shape[0], a.shape[1])}")
+        if name in weights:
+            deltas[name] = b @ a
+        else:
+            low[module] = (a, b)
+    return deltas, low
+
+
+def read_lora_deltas(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """name of a served weight -> the adapter's s*B@A for it (float32, CPU), from peft's files at `path`."""
+    return split_lora(path, read_lora_factors(path), weights, {})[0]
+
+
+def attach_lora(model, path: Path) -> int:
+    """Apply the adapter at `path` to `model` in place: merged into full-precision weights, beside the int4
+    weight of INT4 layers (`glm5 serve --quant int4 --lora`: the served change is exactly the adapter's).
+    -> how many layers keep it beside an int4 weight."""
+    weights = dict(model.state_dict())
+    int4 = {n: (m.out_features, m.in_features) for n, m in model.named_modules() if hasattr(m, "set_low_rank")}
+    deltas, low = split_lora(path, read_lora_factors(path), weights, int4)
+    with torch.no_grad():
+        for name, d in deltas.items():
+            w = weights[name]
+            w.copy_((w.float() + d.to(w.device)).to(w.dtype))
+    for name, (a, b) in low.items():
+        model.get_submodule(name).set_low_rank(a, b)
+    return len(low)
 
 
 class WeightUpdater:
@@ -100,6 +141,7 @@ class WeightUpdater:
         self.lock = asyncio.Lock()  # one update at a time
         self.originals: dict[str, torch.Tensor] = {}  # weights the loaded adapter changed, as they were
         self.adapter: tuple[str, str] | None = None  # (lora_name, lora_path)
+        self.low_rank: set[str] = set()  # INT4 layers that serve the loaded adapter's factors beside their weight
         self.labels: dict[int, str] = {}  # engine version -> the weight_version its caller named
 
     def loaded(self) -> dict[str, str]:
@@ -111,7 +153,7 @@ class WeightUpdater:
             raise UpdateError("this engine cannot update its weights in place")
         return weights()
 
-    async def _apply(self, state_dict: dict, label: str | None) -> str:
+    async def _apply(self, state_dict: dict, label: str | None, low_rank: dict | None = None) -> str:
         weights = self._weights()
         # Checked whole before anything is written: load_state_dict would copy what fits and then complain.
         for name, t in state_dict.items():
@@ -122,7 +164,8 @@ class WeightUpdater:
                     f"the new weights do not fit the served model: {name} is {tuple(t.shape)}, "
                     f"served {tuple(weights[name].shape)}"
                 )
-        version = await self.engine.update_weights(state_dict)
+        version = await (self.engine.update_weights(state_dict, low_rank) if low_rank else
+                         self.engine.update_weights(state_dict))  # fmt: skip
         if label is not None:
             self.labels[version] = label
         return self.label(version)
@@ -155,7 +198,13 @@ class WeightUpdater:
 
     async def load_lora(self, req: LoadLoraRequest) -> str:
         weights = self._weights()
-        deltas = await anyio.to_thread.run_sync(read_lora_deltas, Path(req.lora_path), weights)
+        int4 = getattr(self.engine, "int4_layers", dict)()
+        path = Path(req.lora_path)
+
+        def read() -> tuple[dict, dict]:
+            return split_lora(path, read_lora_factors(path), weights, int4)
+
+        deltas, low = await anyio.to_thread.run_sync(read)
         originals = dict(self.originals)
         for name in deltas:
             originals.setdefault(name, weights[name].detach().to("cpu", copy=True))
@@ -163,15 +212,16 @@ class WeightUpdater:
         for name, delta in deltas.items():
             base = originals[name]
             update[name] = (base.float() + delta).to(base.dtype)
-        version = await self._apply(update, req.weight_version)
-        self.originals, self.adapter = originals, (req.lora_name, req.lora_path)
+        low_rank = {**{n: None for n in self.low_rank if n not in low}, **low}  # the previous adapter's others go
+        version = await self._apply(update, req.weight_version, low_rank)
+        self.originals, self.adapter, self.low_rank = originals, (req.lora_name, req.lora_path), set(low)
         return version
 
     async def unload_lora(self, req: UnloadLoraRequest) -> str:
         if self.adapter is None or self.adapter[0] != req.lora_name:
             raise UpdateError(f"no adapter named {req.lora_name!r} is loaded (loaded: {list(self.loaded()) or 'none'})")
-        version = await self._apply(dict(self.originals), None)
-        self.originals, self.adapter = {}, None
+        version = await self._apply(dict(self.originals), None, {n: None for n in self.low_rank})
+        self.originals, self.adapter, self.low_rank = {}, None, set()
         return version
 
 

@@ -365,3 +365,55 @@ def test_a_paired_mlp_keeps_its_pair_through_deepcopy_and_training(tinygemm):
         assert len(calls) == 3
     finally:
         torch.ops.aten._weight_int4pack_mm_for_cpu = real
+
+
+@pytest.mark.parametrize("kernel", ["tinygemm", "glm5"])
+def test_a_low_rank_adapter_is_served_beside_the_int4_weight(kernel, monkeypatch):
+    """set_low_rank: the layer computes W_int4 x + B (A x): the adapter's change exactly, not the merge rounded
+    anew; on every path (a single row, a batch, the gate|up pair, the dense weight MLA absorption reads); None
+    gives back the bits of the bare layer; factors of another shape are refused."""
+    monkeypatch.setenv("GLM5_INT4_CPU_KERNEL", kernel)
+    torch.manual_seed(5)
+    mlp = quantize_int4(MLP(256, 128), group_size=32)
+    x = torch.randn(5, 256)
+    with torch.no_grad():
+        bare = [mlp.gate_proj(x), mlp.up_proj(x), mlp(x), mlp(x[:1])]
+        w_gate = mlp.gate_proj.dequantize()
+        a, b = torch.randn(4, 256) * 0.1, torch.randn(128, 4) * 0.1
+        mlp.gate_proj.set_low_rank(a, b)
+        mlp.up_proj.set_low_rank(a, -b)
+        want_gate = mlp.gate_proj._forward_int4(x) + x @ (b @ a).t()
+        assert torch.allclose(mlp.gate_proj(x), want_gate, atol=1e-5)
+        assert not torch.allclose(mlp.gate_proj(x), bare[0], atol=1e-3)  # it really changed
+        up = mlp.up_proj(x)
+        for rows in (x, x[:1]):
+            g, u = mlp.gate_proj(rows), mlp.up_proj(rows)
+            assert torch.allclose(mlp(rows), mlp.down_proj(torch.nn.functional.silu(g) * u), atol=1e-5)
+        assert torch.allclose(mlp.gate_proj.dense_weight(), w_gate + b @ a, atol=1e-6)
+        mlp.gate_proj.set_low_rank(None)
+        mlp.up_proj.set_low_rank(None)
+        assert torch.equal(mlp.gate_proj(x), bare[0]) and torch.equal(mlp.up_proj(x), bare[1])
+        assert torch.equal(mlp(x), bare[2]) and torch.equal(mlp(x[:1]), bare[3])
+        assert torch.equal(mlp.gate_proj.dense_weight(), w_gate)
+        assert not torch.allclose(up, bare[1], atol=1e-3)
+    with pytest.raises(ValueError, match="do not fit"):
+        mlp.gate_proj.set_low_rank(torch.zeros(4, 128), torch.zeros(128, 4))
+
+
+def test_round_like_int4_gives_the_weights_int4_serving_multiplies_by():
+    """round_like_int4 rounds, in full precision, exactly the linears quantize_int4(strict=False) swaps, to the
+    weights those Int4Linears multiply by: the model computes what the INT4-served one does, and still trains."""
+    import copy
+
+    from model.quant_int4 import round_like_int4
+
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(256, 96, bias=False), nn.Linear(96, 256, bias=False))  # 96: not groupable
+    rounded = copy.deepcopy(model)
+    names = round_like_int4(rounded, group_size=128)
+    served = quantize_int4(copy.deepcopy(model), group_size=128, strict=False, impl="plain")
+    assert names == ["0"] and isinstance(served[0], Int4Linear) and not isinstance(served[1], Int4Linear)
+    assert torch.equal(rounded[0].weight, served[0].dequantize())
+    assert torch.equal(rounded[1].weight, model[1].weight)
+    assert not torch.equal(rounded[0].weight, model[0].weight)
+    assert rounded[0].weight.requires_grad

@@ -132,3 +132,67 @@ def test_a_bad_push_is_a_400_and_changes_nothing(server, tmp_path):
     assert r.status_code == 400 and "not a peft LoRA adapter" in r.json()["error_message"]
     assert r.json()["loaded_adapters"] == {}
     assert generate(server) == (ids0, v0)
+
+
+def _logits(model, ids=PROMPT) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(torch.tensor([ids]))
+    return (out.logits if hasattr(out, "logits") else out)[0].float()
+
+
+def test_an_adapter_on_int4_weights_is_served_beside_them_not_rounded_anew(tiny_checkpoint, adapter):
+    """`glm5 serve BASE --quant int4 --lora A` serves W_int4 x + s*B(A x) on INT4 layers: the model the RL trainer
+    of `glm5 finetune rl --quant int4` trains (the base rounded as INT4 rounds it, the adapter on top), to the
+    kernels' precision. Merging first and quantizing the merge (what serve did before) rounds every adapted
+    weight anew and lands far from it."""
+    import copy
+
+    from finetune.lora import AdapterBaseMismatch, load_adapter, merge_lora
+    from model.quant_int4 import Int4Linear, quantize_int4, round_like_int4
+
+    base = GLM5ForCausalLM.from_pretrained(tiny_checkpoint)
+    engine, _ = load_engine(tiny_checkpoint, "int4", False, 4, 256, Console(quiet=True), kv_cache_gib=0.02,
+                            lora=adapter)  # fmt: skip
+    try:
+        served = engine.core.model
+        adapted = [m for m in served.modules() if isinstance(m, Int4Linear) and "low_rank" in m.__dict__]
+        assert adapted, "no INT4 layer of tiny carries the adapter: the test would not test it"
+        trained = copy.deepcopy(base)
+        round_like_int4(trained)
+        with pytest.warns(AdapterBaseMismatch):  # rounded: not the weights the adapter recorded
+            exact = _logits(merge_lora(load_adapter(trained, adapter)))
+        requantized = quantize_int4(merge_lora(load_adapter(copy.deepcopy(base), adapter)), strict=False)
+        err_served = (_logits(served) - exact).abs().max().item()
+        err_requantized = (_logits(requantized) - exact).abs().max().item()
+        assert err_served < 0.2 * err_requantized, (err_served, err_requantized)
+        assert err_served < 5e-3
+    finally:
+        engine.shutdown()
+
+
+def test_a_lora_push_onto_an_int4_server_serves_it_beside_the_int4_weights(tiny_checkpoint, adapter):
+    """/load_lora_adapter on a --quant int4 server (the rollout engine of `glm5 finetune rl --quant int4`): the
+    INT4 layers take the factors, the others the merge; the result is what `--lora` at load serves, bit for bit;
+    unloading gives back the bare INT4 outputs."""
+    from model.quant_int4 import Int4Linear
+
+    engine, tok = load_engine(tiny_checkpoint, "int4", False, 4, 256, Console(quiet=True), kv_cache_gib=0.02)
+    at_load, _ = load_engine(tiny_checkpoint, "int4", False, 4, 256, Console(quiet=True), kv_cache_gib=0.02,
+                             lora=adapter)  # fmt: skip
+    try:
+        want = _logits(at_load.core.model)
+        with ServerThread(create_app(engine, tok, ServerSettings("tiny", api_key="k"))) as s:
+            s.wait_healthy()
+            ids0, _ = generate(s)
+            bare = _logits(engine.core.model)
+            r = post(s, "/load_lora_adapter", {"lora_name": "rl", "lora_path": str(adapter), "weight_version": "1"})
+            assert r.status_code == 200 and r.json()["success"], r.text
+            assert any("low_rank" in m.__dict__ for m in engine.core.model.modules() if isinstance(m, Int4Linear))
+            assert torch.equal(_logits(engine.core.model), want)
+            assert generate(s)[1] == "1"
+            r = post(s, "/unload_lora_adapter", {"lora_name": "rl"})
+            assert r.status_code == 200 and r.json()["success"], r.text
+            assert torch.equal(_logits(engine.core.model), bare) and generate(s)[0] == ids0
+    finally:
+        engine.shutdown()
+        at_load.shutdown()

@@ -37,6 +37,8 @@ def test_the_plan_lists_every_step_with_its_glm5_command(tmp_path):
     assert by["rl"].startswith("glm5 finetune rl") and "--env swe" in by["rl"] and "repair-train.jsonl" in by["rl"]
     assert "--merge" in by["rl"] and "--max-new-tokens 256" in by["rl"]
     assert "--no-thinking" in by["rl"].split()  # trained without reasoning, rolled out without it
+    # the proof deploys INT4: RL trains its adapter on SFT's INT4 weights, the policy the bench then serves
+    assert " --quant int4 " in by["rl"] + " "
     # RL evaluates itself on the dev split (held-out names, instances of its own), never on held-out
     assert "--eval-tasks " + str(tmp_path / "run" / "tasks" / "dev" / "repair-dev.jsonl") in by["rl"]
     assert "repair-heldout" not in by["rl"] and "--eval-samples 2" in by["rl"]

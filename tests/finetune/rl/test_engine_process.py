@@ -129,3 +129,50 @@ def test_the_child_dies_with_a_killed_run_and_the_rerun_resumes_on_a_fresh_child
     assert sum(row["groups_dropped"] for row in rows) == 0
     pids = child_pids(out / "engine.log")
     assert len(pids) == 2 and all(not alive(p) for p in pids)  # the killed run's child and the rerun's
+
+
+def test_quant_int4_trains_the_policy_the_int4_child_samples(tok, tmp_path):  # noqa: F811
+    """`glm5 finetune rl --quant int4`: the child serves --quant int4 with the pushed adapter beside the int4
+    weights, the trainer rounds its frozen weights as that INT4 does (round_like_int4): the logprobs the child
+    samples with are the trainer's to the kernels' rounding, far closer than the unrounded trainer's."""
+    import copy
+    import dataclasses
+
+    import torch
+
+    from finetune.lora import save_adapter
+    from finetune.rl.objective import token_logprobs
+    from finetune.rl.rollout import TokenSample
+    from finetune.rl.server import GenParams
+    from model.config import preset
+    from model.quant_int4 import round_like_int4
+    from model.tokenizer import save_tokenizer_files
+
+    wide = tmp_path / "wide"  # hidden 128: most linears are INT4 (tiny's 64 columns make no group of 128)
+    GLM5ForCausalLM.from_config(dataclasses.replace(preset("tiny"), hidden_size=128), seed=0).save_pretrained(wide)
+    save_tokenizer_files(wide)
+    plain = GLM5ForCausalLM.from_pretrained(wide)
+    rounded = copy.deepcopy(plain)
+    assert len(round_like_int4(rounded)) > 10
+    nets = {}
+    for name, m in (("rounded", rounded), ("plain", plain)):
+        nets[name] = add_lora(m, LoraSettings(rank=4, alpha=8, targets=RL_TARGETS), seed=0)
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for n, p in nets[name].named_parameters():
+                if "lora_B" in n:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    save_adapter(nets["rounded"], tmp_path / "adapter")
+    prompt = tok.encode("Fix the bug in the parser.")
+    with ServeChild(wide, tmp_path / "engine.log", 256, 4, threads=1, quant="int4") as child:
+        assert "INT4 weights" in (tmp_path / "engine.log").read_text()
+        child.server.load_lora_adapter("rl", str(tmp_path / "adapter"), 1)
+        out = [child.server.generate(prompt, GenParams(16, 1.0, seed=s)) for s in range(3)]
+    err = {}
+    for name, net in nets.items():
+        samples = [TokenSample(prompt + g.ids, [0] * len(prompt) + [1] * len(g.ids), [0.0] * len(prompt) + g.logprobs,
+                               1) for g in out]  # fmt: skip
+        with torch.no_grad():
+            lps = token_logprobs(net, samples, 1.0)
+        err[name] = max((lp - torch.tensor(g.logprobs)).abs().max().item() for lp, g in zip(lps, out, strict=True))
+    assert err["rounded"] < 0.25 * err["plain"] and err["rounded"] < 2e-2, err
