@@ -26,7 +26,10 @@ class RunError(ValueError):
 class RunDir:
     FILES = ("run.json", "sequences.json", "state.pt")
 
-    def __init__(self, out: Path, settings: dict):
+    def __init__(self, out: Path, settings: dict, added: dict | None = None):
+        """`added`: settings (dotted paths into `settings`, e.g. "config.negative_weight") that a run folder written
+        before they existed lacks, with the value that behaviour had then: such a folder resumes when the new
+        settings keep those values."""
         out = Path(out)
         if out.exists():
             raise RunError(
@@ -35,11 +38,14 @@ class RunDir:
         self.out, self.settings = out, settings
         self.work = out.with_name(f".{out.name}.partial")
         self.resuming = (self.work / "run.json").is_file()
-        if self.resuming and json.loads((self.work / "run.json").read_text()) != _jsonable(settings):
-            raise RunError(
-                f"{self.work} holds an interrupted run with other settings",
-                "rerun it with the same options to resume it, or delete that directory",
-            )
+        if self.resuming:
+            saved = _with_added(json.loads((self.work / "run.json").read_text()), added or {})
+            if saved != _jsonable(settings):
+                differ = ", ".join(_differences(saved, _jsonable(settings))[:6])
+                raise RunError(
+                    f"{self.work} holds an interrupted run with other settings ({differ})",
+                    "rerun it with the same options to resume it, or delete that directory",
+                )
 
     def saved_sequences(self) -> dict | None:
         """The data an interrupted run trained on (so a resumed run does not read or generate it again)."""
@@ -111,3 +117,24 @@ def write_checkpoint(source: Path, net, dest: Path, state: dict | None = None) -
         net.save_pretrained(dest)
     else:  # save_pretrained reads a model's `config` and `state_dict()`: here the gathered tensors
         save_pretrained(SimpleNamespace(config=net.config, state_dict=lambda: state), dest)
+
+
+def _with_added(saved: dict, added: dict) -> dict:
+    """`saved` with each `added` dotted path it lacks set to its value (run folders from before the setting)."""
+    out = json.loads(json.dumps(saved))
+    for path, value in added.items():
+        *parents, key = path.split(".")
+        node = out
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key not in node:
+            node[key] = _jsonable(value)
+    return out
+
+
+def _differences(a, b, prefix: str = "") -> list[str]:
+    """Dotted paths where two settings dicts differ, with both values: what a refused resume changed."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in _differences(a.get(k, "(absent)"), b.get(k, "(absent)"), f"{prefix}{k}.")]  # fmt: skip
+    return [] if a == b else [f"{prefix.rstrip('.')}: {a!r} then, {b!r} now"]

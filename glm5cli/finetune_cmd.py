@@ -158,11 +158,11 @@ class _Run:
     """finetune.run_dir.RunDir for a command: a run that cannot start is a failure with its hint, a resumed one
     says so on stderr."""
 
-    def __init__(self, out: Path, settings: dict):
+    def __init__(self, out: Path, settings: dict, added: dict | None = None):
         from finetune.run_dir import RunDir, RunError
 
         try:
-            self._dir = RunDir(out, settings)
+            self._dir = RunDir(out, settings, added)
         except RunError as e:
             fail(str(e), hint=e.hint)
         self.out, self.settings, self.work = out, settings, self._dir.work

@@ -310,7 +310,8 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     if held is not None:
         settings |= {"eval_tasks": str(eval_path.resolve()), "eval_samples": eval_samples}
     settings["save_every"] = save_every
-    run = _Run(out, settings)
+    # settings added since earlier run folders were written, at the value that behaviour had: those folders resume
+    run = _Run(out, settings, added={"config.refusal_penalty": 0.0, "config.negative_weight": 1.0})
     from finetune.grpo import RL_TARGETS
     from finetune.rl.run import run_rl, summary
     from finetune.sft import LoraSettings, add_lora

@@ -77,3 +77,24 @@ def test_a_link_out_of_the_checkpoint_is_not_copied_into_the_new_one(tmp_path, c
     kept = dest / "chat_template.jinja"
     assert not kept.is_symlink() and kept.read_text() == '{"template": true}'
     assert not (dest / "dangling.json").exists()
+
+
+def test_a_folder_from_before_a_setting_existed_resumes_when_it_keeps_that_settings_old_value(tmp_path):
+    """RunDir(added=...): run.json written before `config.negative_weight` existed resumes while the new setting
+    keeps the behaviour it had then (1.0), and is refused, naming what differs, when it does not."""
+    import pytest
+
+    from finetune.run_dir import RunDir, RunError
+
+    out = tmp_path / "rl"
+    old = {"model": "m", "config": {"steps": 8, "lr": 2e-4}}
+    (tmp_path / ".rl.partial").mkdir()
+    (tmp_path / ".rl.partial" / "run.json").write_text(json.dumps(old))
+    added = {"config.negative_weight": 1.0}
+    assert RunDir(out, {"model": "m", "config": {"steps": 8, "lr": 2e-4, "negative_weight": 1.0}}, added).resuming
+    with pytest.raises(RunError, match=r"config.negative_weight: 1.0 then, 0.0 now"):
+        RunDir(out, {"model": "m", "config": {"steps": 8, "lr": 2e-4, "negative_weight": 0.0}}, added)
+    with pytest.raises(RunError, match=r"config.negative_weight: '\(absent\)' then, 1.0 now"):
+        RunDir(out, {"model": "m", "config": {"steps": 8, "lr": 2e-4, "negative_weight": 1.0}})
+    with pytest.raises(RunError, match=r"config.lr: 0.0002 then, 0.001 now"):
+        RunDir(out, {"model": "m", "config": {"steps": 8, "lr": 1e-3, "negative_weight": 1.0}}, added)
