@@ -157,6 +157,8 @@ def test_agentic_rl_on_the_scripted_family_writes_an_adapter_and_a_log(ckpt, tmp
         (["--env", "scripted", "--refusal-penalty", "-1"], "refusal-penalty"),
         (["--env", "scripted", "--negative-weight", "2"], "negative-weight"),
         (["--env", "scripted", "--rollout-engine", "gpu"], "--rollout-engine must be thread or process"),
+        (["--env", "scripted", "--quant", "int8"], "--quant must be int4"),
+        (["--env", "completion", "--tasks", "t.jsonl", "--quant", "int4"], "--quant is for agentic RL"),
         (["--env", "scripted", "--rollout-engine", "thread", "--rollout-url", "http://h:1"], "pick one"),
         (["--env", "swe", "--tasks", "t.jsonl", "--reward", '{"judge": {"rubric": "x"}}'], '"judge" needs'),
     ],
