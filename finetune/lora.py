@@ -91,11 +91,18 @@ def weights_fingerprint(model) -> str:
 
 
 def save_adapter(
-    model, path: Path, base: str | None = None, fingerprint: str | None = None, state: dict | None = None
+    model,
+    path: Path,
+    base: str | None = None,
+    fingerprint: str | None = None,
+    state: dict | None = None,
+    quant: str | None = None,
 ) -> None:
     """peft's adapter files (adapter_config.json with `base_model_name_or_path`, adapter_model.safetensors) and
-    adapter_base.json: the base checkpoint and its `weights_fingerprint`, which `load_adapter` checks.
-    `state`: the model's parameters by name, whole (a sharded model's, gathered: finetune/distributed.py)."""
+    adapter_base.json: the base checkpoint and its `weights_fingerprint`, which `load_adapter` checks, and `quant`
+    when the adapter was trained on the base's INT4 weights (`glm5 finetune rl --quant int4`: serve it with
+    `--quant int4`). `state`: the model's parameters by name, whole (a sharded model's, gathered:
+    finetune/distributed.py)."""
     import json
 
     import peft
@@ -110,7 +117,19 @@ def save_adapter(
     state = {k: v.detach().contiguous() for k, v in peft.get_peft_model_state_dict(model, state).items()}
     save_file(state, str(path / "adapter_model.safetensors"))
     fp = fingerprint or weights_fingerprint(model)
-    (path / BASE_FILE).write_text(json.dumps({"base_model_name_or_path": base, "weights_fingerprint": fp}, indent=1))
+    record = {"base_model_name_or_path": base, "weights_fingerprint": fp, **({"quant": quant} if quant else {})}
+    (path / BASE_FILE).write_text(json.dumps(record, indent=1))
+
+
+def trained_quant(path: Path) -> str | None:
+    """The quantization the adapter at `path` was trained on (adapter_base.json's `quant`), or None."""
+    import json
+
+    f = Path(path) / BASE_FILE
+    try:
+        return json.loads(f.read_text()).get("quant") if f.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def check_base(model, path: Path) -> str | None:

@@ -295,14 +295,16 @@ def _prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]:
         fail(str(e), code=EXIT_USAGE)
 
 
-def _write_adapter(model: Path, net, work: Path, merge: bool, fingerprint: str | None = None) -> None:
+def _write_adapter(model: Path, net, work: Path, merge: bool, fingerprint: str | None = None,
+                   quant: str | None = None) -> None:  # fmt: skip
     """The LoRA adapter (peft format) in WORK/adapter, and in WORK/adapter_hf the same adapter in transformers'
     layout (peft loads it into GlmMoeDsaForCausalLM, whose experts are fused); with `merge`, WORK also becomes a
-    plain checkpoint. `fingerprint`: MODEL's weights' (default: net's base weights')."""
+    plain checkpoint. `fingerprint`: MODEL's weights' (default: net's base weights'); `quant`: what the adapter
+    was trained on (finetune rl --quant int4)."""
     from finetune.lora import merge_lora, save_adapter
     from finetune.lora_hf import export_hf_adapter
 
-    save_adapter(net, work / "adapter", base=str(model.resolve()), fingerprint=fingerprint)
+    save_adapter(net, work / "adapter", base=str(model.resolve()), fingerprint=fingerprint, quant=quant)
     export_hf_adapter(work / "adapter", work / "adapter_hf", getattr(net.config, "n_routed_experts", None))
     if merge:
         _write_checkpoint(model, merge_lora(net), work)

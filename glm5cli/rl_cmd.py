@@ -350,7 +350,7 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
         dest = run.work / "adapters" / f"step-{k}"
         tmp = dest.with_name(dest.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        save_adapter(net, tmp, base=str(model.resolve()), fingerprint=fingerprint[0])
+        save_adapter(net, tmp, base=str(model.resolve()), fingerprint=fingerprint[0], quant=quant)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(tmp, dest)
 
@@ -400,7 +400,7 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
                 child.close()  # also on Ctrl-C; a kill -9 of this process kills it too (PR_SET_PDEATHSIG)
     # rl_log.jsonl is rewritten from the state's history: the rows of killed runs' last steps appear once.
     (run.work / "rl_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
-    _write_adapter(model, net, run.work, merge, fingerprint[0] if fingerprint else None)
+    _write_adapter(model, net, run.work, merge, fingerprint[0] if fingerprint else None, quant)
     for name in ("rollouts", "sessions", "pushes", "eval-sessions"):
         shutil.rmtree(run.work / name, ignore_errors=True)
     result = {"out": str(out), "adapter": str(out / "adapter"), "merged_checkpoint": str(out) if merge else None}

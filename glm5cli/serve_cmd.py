@@ -116,6 +116,14 @@ def serve(
         if lora is not None:
             if not (lora / "adapter_config.json").is_file():
                 fail(f"{lora} is not a LoRA adapter (no adapter_config.json)", code=EXIT_USAGE)
+            from finetune.lora import trained_quant
+
+            if trained_quant(lora) == "int4" and quant != "int4":
+                err_console.print(
+                    f"[yellow]warning:[/] {lora} was trained on {model}'s INT4 weights (`glm5 finetune rl --quant "
+                    f"int4`); served on the full-precision weights it is not the policy it learnt. Add --quant int4.",
+                    soft_wrap=True,
+                )
 
             def adapt(m):
                 from finetune.lora import check_base, load_adapter, merge_lora

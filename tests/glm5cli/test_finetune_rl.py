@@ -183,3 +183,42 @@ def test_held_out_tasks_must_be_bench_tasks_disjoint_from_the_training_tasks(ckp
     r = runner.invoke(app, [*base, "--env", "swe", "--tasks", str(jsonl), "--eval-tasks", str(tmp_path / "no.jsonl")])
     assert r.exit_code == 2 and "--eval-tasks" in r.output, r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_agentic_rl_quant_int4_records_the_checkpoints_weights_and_int4_beside_its_adapters(ckpt, tmp_path):  # noqa: F811
+    """`--quant int4` rounds the trainer's frozen weights (said on stderr), yet the adapters (final and per step)
+    record the checkpoint's own weights as their base (they load onto it without a warning) and `quant: int4`,
+    which `glm5 serve --lora` reads; the merged checkpoint is the rounded weights plus the adapter."""
+    import warnings
+
+    from finetune.lora import trained_quant, weights_fingerprint
+    from model.quant_int4 import round_like_int4
+
+    out = tmp_path / "q"
+    args = ["finetune", "rl", str(ckpt), "--out", str(out), "--env", "scripted", "--steps", "1", "--group-size", "2"]
+    args += ["--groups-per-step", "1", "--max-new-tokens", "3", "--max-turns", "1", "--max-model-len", "256"]
+    args += ["--rollout-engine", "thread", "--quant", "int4", "--save-every", "1", "--merge", "--lr", "5e-2"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "linears rounded as INT4 serving rounds them" in r.output and "--quant int4 --lora" in r.output
+    base = GLM5ForCausalLM.from_pretrained(ckpt)
+    for adapter in (out / "adapter", out / "adapters" / "step-1"):
+        assert trained_quant(adapter) == "int4"
+        record = json.loads((adapter / "adapter_base.json").read_text())
+        assert record["weights_fingerprint"] == weights_fingerprint(base)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), adapter)
+    from finetune.lora import merge_lora
+
+    rounded = round_like_int4(base)
+    assert rounded
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the rounded weights are not the recorded base: that is the point
+        want = merge_lora(load_adapter(base, out / "adapter"))
+    merged = GLM5ForCausalLM.from_pretrained(out)
+    plain = merge_lora(load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), out / "adapter"))
+    for n in rounded:
+        w = merged.get_parameter(n + ".weight")
+        assert torch.allclose(w, want.get_parameter(n + ".weight"), atol=1e-6), n
+        assert not torch.allclose(w, plain.get_parameter(n + ".weight"), atol=1e-6), n  # not the unrounded merge

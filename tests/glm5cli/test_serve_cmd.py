@@ -107,3 +107,23 @@ def test_int4_on_a_merged_checkpoint_warns_and_says_how_to_serve_the_adapter(tmp
     for argv in (["serve", str(tmp_path)], ["serve", str(tmp_path / "adapter"), "--quant", "int4"]):
         r = runner.invoke(app, argv)  # full precision, or a checkpoint without a merged adapter: no warning
         assert r.exit_code == 0 and "merged" not in r.output, r.output
+
+
+def test_an_adapter_trained_on_int4_weights_warns_when_served_without_int4(tmp_path, monkeypatch):
+    """An adapter from `finetune rl --quant int4` (adapter_base.json's quant) was trained on the base's INT4
+    weights: `--lora` without `--quant int4` warns and says to add it; with it, the adapter reaches the engine."""
+    import serve.http.server as server
+
+    calls = []
+    monkeypatch.setattr(server, "run_embedded", lambda **kw: calls.append(kw) or 0)
+    runner = CliRunner(env={"COLUMNS": "300"})
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    (adapter / "adapter_base.json").write_text('{"base_model_name_or_path": "/ckpt/sft", "quant": "int4"}')
+    r = runner.invoke(app, ["serve", str(tmp_path), "--lora", str(adapter)])
+    assert r.exit_code == 0 and "trained on" in r.output and "Add --quant int4" in r.output, r.output
+    assert calls[-1]["lora"] is None and calls[-1]["adapt"] is not None  # merged into the full-precision weights
+    r = runner.invoke(app, ["serve", str(tmp_path), "--lora", str(adapter), "--quant", "int4"])
+    assert r.exit_code == 0 and "trained on" not in r.output, r.output
+    assert calls[-1]["lora"] == adapter and calls[-1]["quant"] == "int4"  # beside the int4 weights
