@@ -306,7 +306,15 @@ def _write_adapter(model: Path, net, work: Path, merge: bool, fingerprint: str |
 
     save_adapter(net, work / "adapter", base=str(model.resolve()), fingerprint=fingerprint, quant=quant)
     export_hf_adapter(work / "adapter", work / "adapter_hf", getattr(net.config, "n_routed_experts", None))
-    if merge:
+    if merge and quant is not None:
+        # net's frozen weights were rounded to INT4's grid: the merged checkpoint is MODEL's own weights plus the
+        # adapter (the master weights to train on; weights left on the grid lose a later stage's small updates
+        # when that stage is served INT4: they round back to the same points)
+        from finetune.lora import load_adapter
+
+        base = _load_for_training(model, "merge onto the full-precision checkpoint")
+        _write_checkpoint(model, merge_lora(load_adapter(base, work / "adapter")), work)
+    elif merge:
         _write_checkpoint(model, merge_lora(net), work)
 
 

@@ -157,7 +157,8 @@ def rl(
         "OUT/adapter`, which serves it beside the int4 weights. The trainer's frozen weights are rounded as that "
         "INT4 rounds them, and the rollout engine (process) serves --quant int4 with each pushed adapter: the "
         "policy sampled, trained, evaluated (--eval-tasks) and deployed is one. With --rollout-url, the servers "
-        "must serve INT4 the same way. --merge then writes the rounded weights plus the adapter, in full precision.",
+        "must serve INT4 the same way. --merge still writes MODEL's own weights plus the adapter (to train on; serve "
+        "the policy RL trained with `glm5 serve MODEL --quant int4 --lora OUT/adapter`).",
     ),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(

@@ -188,7 +188,8 @@ def test_held_out_tasks_must_be_bench_tasks_disjoint_from_the_training_tasks(ckp
 def test_agentic_rl_quant_int4_records_the_checkpoints_weights_and_int4_beside_its_adapters(ckpt, tmp_path):  # noqa: F811
     """`--quant int4` rounds the trainer's frozen weights (said on stderr), yet the adapters (final and per step)
     record the checkpoint's own weights as their base (they load onto it without a warning) and `quant: int4`,
-    which `glm5 serve --lora` reads; the merged checkpoint is the rounded weights plus the adapter."""
+    which `glm5 serve --lora` reads; the merged checkpoint is the checkpoint's own weights plus the adapter (not
+    the rounded ones: weights left on INT4's grid would lose a later stage's small updates when served INT4)."""
     import warnings
 
     from finetune.lora import trained_quant, weights_fingerprint
@@ -214,11 +215,11 @@ def test_agentic_rl_quant_int4_records_the_checkpoints_weights_and_int4_beside_i
     rounded = round_like_int4(base)
     assert rounded
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the rounded weights are not the recorded base: that is the point
-        want = merge_lora(load_adapter(base, out / "adapter"))
+        warnings.simplefilter("ignore")  # the rounded weights are not the recorded base
+        on_grid = merge_lora(load_adapter(base, out / "adapter"))
     merged = GLM5ForCausalLM.from_pretrained(out)
-    plain = merge_lora(load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), out / "adapter"))
+    want = merge_lora(load_adapter(GLM5ForCausalLM.from_pretrained(ckpt), out / "adapter"))
     for n in rounded:
         w = merged.get_parameter(n + ".weight")
         assert torch.allclose(w, want.get_parameter(n + ".weight"), atol=1e-6), n
-        assert not torch.allclose(w, plain.get_parameter(n + ".weight"), atol=1e-6), n  # not the unrounded merge
+        assert not torch.allclose(w, on_grid.get_parameter(n + ".weight"), atol=1e-6), n  # not the rounded merge
