@@ -37,8 +37,9 @@ class EmbeddedEngine:
 
     def int4_layers(self) -> dict:
         """name -> (out_features, in_features) of every INT4 layer, which takes an adapter beside its weight."""
-        return {n: (m.out_features, m.in_features) for n, m in self.core.model.named_modules()
-                if hasattr(m, "set_low_rank")}  # fmt: skip
+        from serve.http.weight_updates import int4_layer_shapes
+
+        return int4_layer_shapes(self.core.model)
 
     async def update_weights(self, state_dict: dict, low_rank: dict | None = None) -> int:
         """Load `state_dict` in place between two engine steps (and INT4 layers' adapter factors, `low_rank`);

@@ -112,9 +112,10 @@ def split_lora(path: Path, factors: dict, weights: dict, int4_layers: dict) -> t
     return deltas, low
 
 
-def read_lora_deltas(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """name of a served weight -> the adapter's s*B@A for it (float32, CPU), from peft's files at `path`."""
-    return split_lora(path, read_lora_factors(path), weights, {})[0]
+def int4_layer_shapes(model) -> dict[str, tuple[int, int]]:
+    """name -> (out_features, in_features) of every INT4 layer of `model`: those take an adapter beside their
+    int4 weight (`Int4Linear.set_low_rank`)."""
+    return {n: (m.out_features, m.in_features) for n, m in model.named_modules() if hasattr(m, "set_low_rank")}
 
 
 def attach_lora(model, path: Path) -> int:
@@ -122,8 +123,7 @@ def attach_lora(model, path: Path) -> int:
     weight of INT4 layers (`glm5 serve --quant int4 --lora`: the served change is exactly the adapter's).
     -> how many layers keep it beside an int4 weight."""
     weights = dict(model.state_dict())
-    int4 = {n: (m.out_features, m.in_features) for n, m in model.named_modules() if hasattr(m, "set_low_rank")}
-    deltas, low = split_lora(path, read_lora_factors(path), weights, int4)
+    deltas, low = split_lora(path, read_lora_factors(path), weights, int4_layer_shapes(model))
     with torch.no_grad():
         for name, d in deltas.items():
             w = weights[name]
