@@ -1,7 +1,7 @@
 """One tool call from the model's reply, carried out and recorded.
 
     run_call(agent, call)
-      tool lookup, JSON arguments (FormatError) -> approval.decide (allow / ask / deny)
+      tool lookup, JSON arguments, required arguments present (FormatError) -> approval.decide (allow / ask / deny)
       -> PreToolUse hook (may block) -> checkpoint before -> tool.run -> checkpoint after
       -> PostToolUse hook (may add to the result) -> test-run label -> `tool` record -> tool message
 
@@ -35,6 +35,11 @@ def parse(agent: Agent, call: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]
         raise FormatError(f"the arguments of {name} are not valid JSON ({e}); send a JSON object") from None
     if not isinstance(args, dict):
         raise FormatError(f"the arguments of {name} must be a JSON object")
+    # A call without an argument its schema requires cannot run: say so before anyone is asked to approve it
+    # (the same words the tool's own check uses).
+    missing = [k for k in (tool.parameters or {}).get("required", ()) if k not in args]
+    if missing:
+        raise FormatError(f"missing required argument `{missing[0]}`")
     return name, tool, args
 
 

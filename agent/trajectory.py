@@ -16,13 +16,14 @@ object per line, each with a `type` and a wall-clock `ts`:
                  non-streamed OpenAI shape incl. reasoning_content, tool_calls, logprobs, token_ids and
                  prompt_token_ids when the server sent them, "usage", "latency_s", "cost_usd"}
     tool         {"step", "call_id", "name", "arguments", "decision" (allow | approved | denied | blocked |
-                 format_error: unknown tool or unparsable arguments, then `arguments` is the raw string),
+                 format_error: an unknown tool, unparsable arguments or a required one missing, then `arguments`
+                 is the raw string),
                  "reason" and "user_message" (a refusal's why, and what the user said with their no),
                  "result" (text shown to the model), "is_error" (also a command's nonzero exit), "failed"
-                 (only when the call failed: "call", the tool refused it as made -- a missing argument, an
-                 old_string not in the file; "crash", the tool itself broke), "duration_s", "checkpoint" (hidden git ref
-                 taken before the call), "commit_before", "commit_after" (snapshot commits of the working tree;
-                 equal when the call changed nothing)}
+                 (only when the call failed: "call", the tool refused it as made -- an argument of the wrong
+                 type, an old_string not in the file; "crash", the tool itself broke), "duration_s",
+                 "checkpoint" (hidden git ref taken before the call), "commit_before", "commit_after" (snapshot
+                 commits of the working tree; equal when the call changed nothing)}
     compaction   {"summary", "messages": the full new conversation}: the conversation restarts from here.
     rewind       {"to_turn", "n_messages", "checkpoint", "saved_as"}: the conversation is cut to n_messages and
                  the working tree restored; `saved_as` is a snapshot of the tree before the rewind.

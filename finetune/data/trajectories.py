@@ -27,7 +27,7 @@ from finetune.data.report import DataReport
 from finetune.data.sequences import Call, Session
 
 DENIED = ("denied", "blocked")  # the user refused the call / a safety rule blocked it
-FORMAT_ERROR = "format_error"  # an unknown tool or arguments that do not parse
+FORMAT_ERROR = "format_error"  # an unknown tool, arguments that do not parse, or a required one missing
 FAILED = "failed"  # the tool refused the call as made (its record's `failed: "call"`); the call did run
 
 

@@ -143,13 +143,17 @@ def test_a_call_the_tool_refuses_is_recorded_as_failed_and_a_failing_command_is_
         reply(tools=[("bash", {"command": PYTEST})]),
         reply("The test still fails."),
     ]  # fmt: skip
-    s = make_session(repo, fake_model)  # ask mode; the UI says yes
+    ui = RecordingUI()
+    s = make_session(repo, fake_model, ui)  # ask mode; the UI says yes
     s.agent.run("fix add")
     s.close()
     recs = [r for r in Trajectory.load(s.path).records if r["type"] == "tool"]
     assert [r["name"] for r in recs] == ["read", "edit", "edit", "bash"]
-    assert [r.get("failed") for r in recs] == [None, "call", "call", None]
-    assert "old_string was not found" in recs[1]["result"] and "missing required argument" in recs[2]["result"]
+    assert [r.tool for r in ui.requests] == ["edit", "bash"]  # asked for the edit with its path only
+    assert [r.get("failed") for r in recs] == [None, "call", None, None]
+    assert "old_string was not found" in recs[1]["result"]
+    # a call without a required argument is malformed: refused before anyone is asked
+    assert recs[2]["decision"] == "format_error" and "missing required argument `path`" in recs[2]["result"]
     assert recs[3]["is_error"] and "failed" in recs[3]["result"]  # the test ran and failed: not a failed call
 
 
