@@ -284,6 +284,10 @@ class CodeApp(App):
     def show_tool_output(self, name: str, result: Any) -> None:
         self.add(ToolOutput(name, result))
 
+    def show_refused(self, name: str, arguments: Any, reason: str) -> None:
+        self.add(ToolCall(name, arguments))
+        self.notice(f"refused: {reason}", error=True)
+
     def ask_approval(self, req: ApprovalRequest) -> None:
         self.add(ToolCall(req.tool, req.arguments))
         self.query_one("#approval", ApprovalBar).ask(req)

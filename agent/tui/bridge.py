@@ -15,6 +15,7 @@ class TUIBridge(AgentUI):
         self.app = app
         self._answer: str | Answer = NO
         self._answered = threading.Event()
+        self._asked = False  # the call now being decided was put to the user
 
     def _call(self, fn, *args) -> None:
         if threading.get_ident() == self.app.ui_thread:
@@ -31,6 +32,13 @@ class TUIBridge(AgentUI):
         if message.get("role") == "assistant":
             self._call(self.app.end_stream, message)
 
+    def on_tool_decision(self, call_id: str, name: str, arguments: Any, decision: str, reason: str) -> None:
+        # A call refused without asking (a malformed call, a deny rule, a hook) would otherwise not show at all;
+        # one the user was asked about is on screen with their answer already.
+        asked, self._asked = self._asked, False
+        if decision in ("denied", "blocked", "format_error") and not asked:
+            self._call(self.app.show_refused, name, arguments, reason)
+
     def on_tool_start(self, name: str, arguments: dict[str, Any]) -> None:
         self._call(self.app.show_tool, name, arguments)
 
@@ -44,6 +52,7 @@ class TUIBridge(AgentUI):
         self._call(self.app.refresh_status)
 
     def approve(self, request: ApprovalRequest) -> str | Answer:
+        self._asked = True
         self._answered.clear()
         self._call(self.app.ask_approval, request)
         while not self._answered.wait(0.1):

@@ -39,7 +39,9 @@ class Reasoning(Static):
         self.update(Text(self.buf[-4000:], style="dim italic"))
 
 
-def summarize_args(arguments: dict[str, Any]) -> str:
+def summarize_args(arguments: Any) -> str:
+    if not isinstance(arguments, dict):  # a malformed call's raw arguments
+        return str(arguments or "")[:120]
     if "command" in arguments:
         return str(arguments["command"])
     if "path" in arguments:
@@ -48,7 +50,7 @@ def summarize_args(arguments: dict[str, Any]) -> str:
 
 
 class ToolCall(Static):
-    def __init__(self, name: str, arguments: dict[str, Any]):
+    def __init__(self, name: str, arguments: Any):
         super().__init__(Text(f"● {name}({summarize_args(arguments)[:200]})", style="bold magenta"), classes="tool")
 
 

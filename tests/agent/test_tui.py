@@ -233,3 +233,28 @@ async def test_a_fast_stream_ends_with_its_last_line_in_view(repo, fake_model):
         await until(pilot, lambda: log.max_scroll_y > 100 and log.scroll_y == log.max_scroll_y)
         await pilot.pause(0.5)
         assert log.scroll_y == log.max_scroll_y
+
+
+@pytest.mark.asyncio
+async def test_calls_refused_without_an_ask_are_shown_with_why(repo, fake_model):
+    # A malformed call (no `path`) and a call a deny rule refuses never reach the approval bar; the log still
+    # shows each call and why it did not run. A call the user said no to is shown once, with their answer.
+    fake_model.script = [
+        reply(tools=[("edit", {"file_path": "calc.py", "old_string": "a - b", "new_string": "a + b"})]),
+        reply(tools=[("bash", {"command": "git push origin main"})]),
+        reply(tools=[("bash", {"command": "touch made.txt"})]),
+        reply("Gave up."),
+    ]
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui, flags={"deny": ("bash(git push)",)}))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await submit(pilot, app, "fix add")
+        bar = app.query_one("#approval", ApprovalBar)
+        await until(pilot, lambda: bar.display)
+        assert "bash(touch:*)" in str(bar.query_one("#approval-text", Static).render())  # the first ask
+        await pilot.press("n")
+        await pilot.press("enter")
+        await until(pilot, lambda: not app.busy)
+        log = texts(app)
+        assert "● edit(" in log and "refused: missing required argument `path`" in log
+        assert "● bash(git push origin main)" in log and log.count("refused:") == 2
+        assert log.count("● bash(touch made.txt)") == 1 and not (repo / "made.txt").exists()
