@@ -106,6 +106,9 @@ def proof(
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)
 
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file; give a folder (a new one, or a run to resume)", code=EXIT_USAGE)
+
     def event(kind: str, data: dict) -> None:
         if kind == "start":
             err_console.print(f"[bold]{data['step']}[/] [dim]{data['command']}[/]", highlight=False)

@@ -196,7 +196,9 @@ class ProofConfig:
         if self.agent_profile not in PROFILES:
             raise ValueError(f"agent_profile {self.agent_profile!r}: expected one of {', '.join(PROFILES)}")
         for name in ("n_train", "n_heldout", "n_dev", "k", "concurrency", "max_turns", "batch_size",
-                     "max_response_tokens", "mtp_steps", "distill_steps", "distill_prompts_per_step"):  # fmt: skip
+                     "max_response_tokens", "mtp_steps", "distill_steps", "distill_prompts_per_step", "base_steps",
+                     "sft_steps", "rl_steps", "rl_group_size", "rl_groups_per_step", "forget_steps", "forget_size",
+                     "dsa_warmup_steps", "max_len"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
         if self.copy_steps < 0 or (self.copy_steps and self.copy_size < 1):

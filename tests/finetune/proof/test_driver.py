@@ -290,6 +290,12 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
         app, ["bench", "proof", "--out", str(tmp_path / "e"), "--drill-numbers", "0", "--plan", "--json"]
     ).output)["plan"]}["corpus"]  # fmt: skip
     assert ProofConfig().drill_numbers == 0.2  # the default since p18 (benchmarks/RESULTS.md)
+    for flag in ("--rl-steps", "--sft-steps", "--base-steps", "--train"):  # a stage of no steps is a typo
+        r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "f"), flag, "0", "--plan"])
+        assert r.exit_code == 2 and "must be >= 1" in r.output, (flag, r.output)
+    (tmp_path / "a-file").write_text("")
+    r = runner.invoke(app, ["bench", "proof", "--out", str(tmp_path / "a-file"), "--plan"])
+    assert r.exit_code == 2 and "is a file" in r.output
 
 
 @pytest.mark.slow
