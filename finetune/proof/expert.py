@@ -12,9 +12,10 @@ results -- never the gold patch or the hidden test:
 
 With a slip rate, it first makes failed edits on some tasks -- 0, 1 or 2, drawn from the issue's text, so a task
 gets the same session every time -- then the right one. A slip is one of a model's: the quoted line copied with a
-wrong digit, name or operator (so it is not in the file), or the path left out. The edit tool refuses it, the
-session records `failed: "call"`, and `glm5 finetune sft` keeps the slip as context but does not train it (GLM-5
-masks erroneous segments): SFT learns to correct a failed edit from the error message, never to make one.
+wrong digit, name or operator (so it is not in the file), or the path left out. The edit tool refuses the first
+(the session records `failed: "call"`), the agent loop the second before it runs (a `format_error`: a required
+argument is missing), and `glm5 finetune sft` keeps either as context but does not train it (GLM-5 masks
+erroneous segments): SFT learns to correct a failed edit from the error message, never to make one.
 
 Its sessions, recorded by `glm5 bench` like any model's, are the SFT stage's expert trajectories. An issue it
 cannot parse, or a file whose line it cannot find, ends the session with a message saying so (the trial is then

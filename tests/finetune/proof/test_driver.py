@@ -318,15 +318,17 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     seqs, data = load_sequences([run / "expert"], _shipped(), DataOptions(only_resolved=True))
     assert len(seqs) == 1 and seqs[0].targets > 50  # what `finetune sft --data RUN/expert` trains on
     # this task is one the expert slips on (expert_slips 0.5): its failed edits went through the real agent
-    # loop, were recorded as failed calls, and are context, not targets
+    # loop, were recorded as refused (a failed call, or a format error for an edit without its path), and are
+    # context, not targets
     (traj,) = (run / "expert" / "trials").rglob("trajectory.jsonl")
     recs = [json.loads(line) for line in traj.read_text().splitlines()]
     issue = next(r["message"]["content"] for r in recs if r["type"] == "message" and r["message"]["role"] == "user")
     slips = slips_for(issue, ProofConfig().expert_slips)
-    assert slips > 0 and [r.get("failed") for r in recs if r["type"] == "tool" and r["name"] == "edit"] == [
-        "call"
-    ] * slips + [None]
-    assert data.filtered == {"turns with a failed tool call (context, not trained)": slips}
+    edits = [r for r in recs if r["type"] == "tool" and r["name"] == "edit"]
+    outcome = ["failed" if r.get("failed") == "call" else r["decision"] for r in edits]
+    assert slips > 0 and len(edits) == slips + 1 and outcome[-1] == "allow", outcome
+    assert all(o in ("failed", "format_error") for o in outcome[:-1]), outcome
+    assert sum(data.filtered.values()) == slips and all("(context, not trained)" in k for k in data.filtered)
     seqs, _ = load_sequences([run / "corpus" / "chat.jsonl"], _shipped(), DataOptions())
     assert len(seqs) == 8 and all(s.targets > 0 for s in seqs)
     renames = [json.loads(line) for line in (run / "corpus" / "forget.jsonl").read_text().splitlines()]
