@@ -6,8 +6,9 @@ each `model_call` becomes a Call with the prompt it was sent, its response, fini
 required argument missing, too), or that the tool refused as made (`failed: "call"`: an argument of the wrong
 type, an edit's old_string not in the file), is kept as context but not trained unless the options say so: GLM-5
 keeps erroneous segments of agent data in the sequence and masks them out of the loss, so the model learns to
-correct an error without learning to make it. A command that ran and exited nonzero (a failing test run) is not a failed call: it is trained. A line that is
-not JSON or a record that does not fit is skipped and reported with its file and line.
+correct an error without learning to make it. A command that ran and exited nonzero (a failing test run) is not
+a failed call: it is trained. A line that is not JSON or a record that does not fit is skipped and reported with
+its file and line.
 
 A bench run folder (RUN/trials/<task>/<attempt>/trajectory.jsonl beside report.json) is read trial by trial,
 filtered on the report's outcome: resolved only by default, or a minimum reward. A trial whose outcome is
