@@ -10,7 +10,9 @@ Output formats:
                  notice, then the result object above
 Approvals: nobody is there to ask, so `--approval auto` answers yes and `--approval deny` (default) answers no.
 Every refused call (by --approval deny, a deny rule, plan mode or a PreToolUse hook) is listed in `denied` and
-said on stderr as `glm5: refused TOOL ARGS: REASON`, in every format.
+said on stderr as `glm5: refused TOOL ARGS: REASON`, in every format. A malformed call (an unknown tool, arguments
+that do not parse, a required one missing) is the model's mistake, not a refusal: said on stderr as `glm5:
+malformed TOOL call, not run: WHY`, not listed in `denied`.
 Exit codes (EXIT_*): 0 done, 1 error (endpoint, crash), 2 bad input (arguments, settings, unknown session),
 3 a limit was reached (--max-turns, tokens, cost, time, repeated malformed calls), 4 done but some tool calls
 were refused (the answer may rest on work not done; `is_error` is true), 130 interrupted.
@@ -77,6 +79,9 @@ class HeadlessUI(AgentUI):
             shown = arguments.get("command", arguments.get("path")) if isinstance(arguments, dict) else None
             shown = str(shown if shown is not None else json.dumps(arguments, default=str))[:200]
             self.err.write(f"glm5: refused {name} {shown}: {reason}\n")
+            self.err.flush()
+        elif decision == "format_error":  # the model's mistake, said like a refusal but not one (exit code, `denied`)
+            self.err.write(f"glm5: malformed {name or 'tool'} call, not run: {reason}\n")
             self.err.flush()
 
     def on_notice(self, text: str) -> None:

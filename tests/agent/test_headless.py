@@ -72,6 +72,15 @@ def test_deny_rule_refusal_in_text_mode_goes_to_stderr(env):
     assert r.stdout.strip() == "not pushed"
 
 
+def test_a_malformed_call_is_said_on_stderr_and_is_not_a_refusal(env):
+    repo, fake = env
+    fake.script = [reply(tools=[("read", {"file_path": "a.txt"})]), reply(tools=[("read", {"path": "a.txt"})]),
+                   reply("alpha")]  # fmt: skip
+    r = code(repo, fake, "-p", "read a", "--output-format", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["denied"] == [], r.output
+    assert "glm5: malformed read call, not run: missing required argument `path`" in r.stderr
+
+
 def test_nothing_refused_is_exit_0_with_an_empty_list(env):
     repo, fake = env
     fake.script = [reply(tools=[("read", {"path": "a.txt"})]), reply("alpha")]
