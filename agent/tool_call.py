@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent import approval, outcomes
 from agent.flow import FormatError
-from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult
+from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult, missing_argument
 
 if TYPE_CHECKING:
     from agent.loop import Agent
@@ -35,11 +35,10 @@ def parse(agent: Agent, call: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]
         raise FormatError(f"the arguments of {name} are not valid JSON ({e}); send a JSON object") from None
     if not isinstance(args, dict):
         raise FormatError(f"the arguments of {name} must be a JSON object")
-    # A call without an argument its schema requires cannot run: say so before anyone is asked to approve it
-    # (the same words the tool's own check uses).
+    # A call without an argument its schema requires cannot run: say so before anyone is asked to approve it.
     missing = [k for k in (tool.parameters or {}).get("required", ()) if k not in args]
     if missing:
-        raise FormatError(f"missing required argument `{missing[0]}`")
+        raise FormatError(missing_argument(missing[0]))
     return name, tool, args
 
 

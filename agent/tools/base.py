@@ -62,9 +62,14 @@ def schema(tool: Tool) -> dict[str, Any]:
     }
 
 
+def missing_argument(key: str) -> str:
+    """What the model is told of a call without `key` (the agent loop's check before approval, and the tool's)."""
+    return f"missing required argument `{key}`"
+
+
 def require(args: dict[str, Any], key: str, typ: type | tuple[type, ...] = str) -> Any:
     if key not in args:
-        raise ToolError(f"missing required argument `{key}`")
+        raise ToolError(missing_argument(key))
     v = args[key]
     if not isinstance(v, typ):
         raise ToolError(f"argument `{key}` must be {getattr(typ, '__name__', typ)}, got {type(v).__name__}")

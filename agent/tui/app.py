@@ -284,8 +284,9 @@ class CodeApp(App):
     def show_tool_output(self, name: str, result: Any) -> None:
         self.add(ToolOutput(name, result))
 
-    def show_refused(self, name: str, arguments: Any, reason: str) -> None:
-        self.add(ToolCall(name, arguments))
+    def show_refused(self, name: str, arguments: Any, reason: str, show_call: bool = True) -> None:
+        if show_call:
+            self.add(ToolCall(name, arguments))
         self.notice(f"refused: {reason}", error=True)
 
     def ask_approval(self, req: ApprovalRequest) -> None:

@@ -16,6 +16,7 @@ class TUIBridge(AgentUI):
         self._answer: str | Answer = NO
         self._answered = threading.Event()
         self._asked = False  # the call now being decided was put to the user
+        self._asked_call = ""  # the last call put to the user, on screen with the approval bar
 
     def _call(self, fn, *args) -> None:
         if threading.get_ident() == self.app.ui_thread:
@@ -33,11 +34,14 @@ class TUIBridge(AgentUI):
             self._call(self.app.end_stream, message)
 
     def on_tool_decision(self, call_id: str, name: str, arguments: Any, decision: str, reason: str) -> None:
-        # A call refused without asking (a malformed call, a deny rule, a hook) would otherwise not show at all;
-        # one the user was asked about is on screen with their answer already.
+        # A call refused without asking (a malformed call, a deny rule, a hook) would otherwise not show at all.
+        # One put to the user is on screen already: their no is shown with it, and a hook that blocks it after
+        # their yes (a second decision for the same call) adds only why.
         asked, self._asked = self._asked, False
-        if decision in ("denied", "blocked", "format_error") and not asked:
-            self._call(self.app.show_refused, name, arguments, reason)
+        if asked:
+            self._asked_call = call_id
+        if decision in ("denied", "blocked", "format_error") and not (asked and decision == "denied"):
+            self._call(self.app.show_refused, name, arguments, reason, call_id != self._asked_call)
 
     def on_tool_start(self, name: str, arguments: dict[str, Any]) -> None:
         self._call(self.app.show_tool, name, arguments)

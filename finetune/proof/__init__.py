@@ -1,6 +1,6 @@
 """The training proof: GLM-5's post-training pipeline in miniature, measured stage by stage (`glm5 bench proof`).
 
-    config.py         ProofConfig (every knob; RUN/proof.json pins it for a resume), the proof's 4.6M-parameter GLM-5, smoke()
+    config.py         ProofConfig (every knob; RUN/proof.json pins it for a resume), the 4.6M-parameter model, smoke()
     expert.py         the scripted expert: reads the repair family's issue and the tool results, emits read -> edit
                       -> bash (the failing test) -> answer; never sees the gold patch or the hidden test
     expert_server.py  that expert behind an OpenAI-compatible endpoint (FastAPI + uvicorn, 127.0.0.1, port 0), so

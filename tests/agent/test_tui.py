@@ -238,11 +238,17 @@ async def test_a_fast_stream_ends_with_its_last_line_in_view(repo, fake_model):
 @pytest.mark.asyncio
 async def test_calls_refused_without_an_ask_are_shown_with_why(repo, fake_model):
     # A malformed call (no `path`) and a call a deny rule refuses never reach the approval bar; the log still
-    # shows each call and why it did not run. A call the user said no to is shown once, with their answer.
+    # shows each call and why it did not run. A call the user said no to is shown once, with their answer; one
+    # a hook blocks after their yes is shown once, with the hook's why.
+    (repo / ".glm5").mkdir(exist_ok=True)
+    (repo / ".glm5" / "settings.toml").write_text(
+        '[hooks]\nPreToolUse = [{ matcher = "bash", command = "grep -q rmdir || exit 0; echo keep it >&2; exit 2" }]\n'
+    )
     fake_model.script = [
         reply(tools=[("edit", {"file_path": "calc.py", "old_string": "a - b", "new_string": "a + b"})]),
         reply(tools=[("bash", {"command": "git push origin main"})]),
         reply(tools=[("bash", {"command": "touch made.txt"})]),
+        reply(tools=[("bash", {"command": "rmdir build"})]),
         reply("Gave up."),
     ]
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui, flags={"deny": ("bash(git push)",)}))
@@ -253,8 +259,12 @@ async def test_calls_refused_without_an_ask_are_shown_with_why(repo, fake_model)
         assert "bash(touch:*)" in str(bar.query_one("#approval-text", Static).render())  # the first ask
         await pilot.press("n")
         await pilot.press("enter")
+        await until(pilot, lambda: bar.display and "rmdir" in str(bar.query_one("#approval-text", Static).render()))
+        await pilot.press("y")
         await until(pilot, lambda: not app.busy)
         log = texts(app)
         assert "● edit(" in log and "refused: missing required argument `path`" in log
-        assert "● bash(git push origin main)" in log and log.count("refused:") == 2
+        assert "● bash(git push origin main)" in log and "refused: blocked by a PreToolUse hook: keep it" in log
+        assert log.count("refused:") == 3
         assert log.count("● bash(touch made.txt)") == 1 and not (repo / "made.txt").exists()
+        assert log.count("● bash(rmdir build)") == 1
