@@ -36,7 +36,8 @@ def parse(agent: Agent, call: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]
     if not isinstance(args, dict):
         raise FormatError(f"the arguments of {name} must be a JSON object")
     # A call without an argument its schema requires cannot run: say so before anyone is asked to approve it.
-    missing = [k for k in (tool.parameters or {}).get("required", ()) if k not in args]
+    required = (tool.parameters or {}).get("required")  # an MCP server's schema may be anything
+    missing = [k for k in required if isinstance(k, str) and k not in args] if isinstance(required, list) else []
     if missing:
         raise FormatError(missing_argument(missing[0]))
     return name, tool, args

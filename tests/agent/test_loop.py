@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from agent.loop import LIMITS, SUBMITTED
 from agent.trajectory import Trajectory
 from agent.ui import NO
@@ -237,3 +239,21 @@ def test_token_cost_and_wall_time_limits(repo, fake_model):
         res = s.agent.run("go")
         s.close()
         assert res.exit_status == LIMITS and why in res.final, (why, res)
+
+
+def test_a_tool_schema_with_odd_required_neither_crashes_nor_refuses():
+    # an MCP server's inputSchema is the server's to write: a `required` that is not a list of names is ignored
+    from types import SimpleNamespace
+
+    from agent.flow import FormatError
+    from agent.tool_call import parse
+
+    def agent_with(required):
+        tool = SimpleNamespace(parameters={"type": "object", "required": required})
+        return SimpleNamespace(tools=SimpleNamespace(get=lambda name: tool, names=lambda: ["t"]))
+
+    call = {"function": {"name": "t", "arguments": json.dumps({"a": 1})}}
+    for odd in ("path", 5, None, [3, None], {"a": 1}):
+        assert parse(agent_with(odd), call)[2] == {"a": 1}
+    with pytest.raises(FormatError, match="missing required argument `b`"):
+        parse(agent_with(["a", "b"]), call)
