@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from agent.client import APIError
 from agent.loop import BLOCKED, ERROR, FORMAT, INTERRUPTED, LIMITS, SUBMITTED
-from agent.ui import NO, YES, AgentUI, Answer, ApprovalRequest
+from agent.ui import NO, YES, AgentUI, Answer, ApprovalRequest, terminal_safe
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_LIMIT, EXIT_DENIED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 REFUSED = ("denied", "blocked")
@@ -61,7 +61,7 @@ class HeadlessUI(AgentUI):
                 self.emit({"type": "tool_use", "id": tc["id"], "name": tc["function"]["name"],
                            "arguments": tc["function"]["arguments"]})  # fmt: skip
                 if self.format == "text":
-                    self.err.write(f"> {tc['function']['name']} {tc['function']['arguments'][:200]}\n")
+                    self.err.write(f"> {_line(tc['function']['name'])} {_line(tc['function']['arguments'])[:200]}\n")
         elif message.get("role") == "tool":
             ev = {"type": "tool_result", "tool_call_id": message.get("tool_call_id"), "content": message.get("content")}
             decision, reason = self.decisions.get(message.get("tool_call_id") or "", ("", ""))
@@ -78,16 +78,16 @@ class HeadlessUI(AgentUI):
                                 "reason": reason})  # fmt: skip
             shown = arguments.get("command", arguments.get("path")) if isinstance(arguments, dict) else None
             shown = str(shown if shown is not None else json.dumps(arguments, default=str))[:200]
-            self.err.write(f"glm5: refused {name} {shown}: {reason}\n")
+            self.err.write(f"glm5: refused {_line(name)} {_line(shown)}: {_line(reason)}\n")
             self.err.flush()
         elif decision == "format_error":  # the model's mistake, said like a refusal but not one (exit code, `denied`)
-            self.err.write(f"glm5: malformed {name or 'tool'} call, not run: {reason}\n")
+            self.err.write(f"glm5: malformed {_line(name) or 'tool'} call, not run: {_line(reason)}\n")
             self.err.flush()
 
     def on_notice(self, text: str) -> None:
         self.emit({"type": "notice", "text": text})
         if self.format != "stream-json":
-            self.err.write(f"glm5: {text}\n")
+            self.err.write(f"glm5: {terminal_safe(text)}\n")
 
     def approve(self, request: ApprovalRequest) -> str:
         if self.approval == "auto":
@@ -95,6 +95,11 @@ class HeadlessUI(AgentUI):
                 self.err.write(f"glm5: approved {request.tool} ({request.reason}; --approval auto)\n")
             return YES
         return Answer(NO, reason=f"{request.reason}; refused by --approval deny (headless: nobody to ask)")
+
+
+def _line(text: Any) -> str:
+    """What the model wrote, for one progress line on stderr (escape codes escaped)."""
+    return terminal_safe(text, lines=False)
 
 
 def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:

@@ -6,10 +6,27 @@ The base class is silent and refuses every approval, which is the safe default f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 YES, NO, ALWAYS = "yes", "no", "always"
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional marks and overrides
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: Any, lines: bool = True) -> str:
+    """What a model, a tool or a repository wrote, safe to draw on the user's terminal. A control character (an
+    escape sequence that sets the title, writes the clipboard, moves the cursor or hides text; a carriage return
+    that writes over a line; a bidirectional override that shows text in another order than it runs) is written
+    as its escape, `\\x1b`. With `lines`, newlines and tabs stay (and CRLF is a newline); without, they are escaped
+    too, for one line."""
+    s = "" if text is None else str(text)
+    if lines:
+        s = s.replace("\r\n", "\n")
+    return (_UNSAFE if lines else _UNSAFE_LINE).sub(lambda m: repr(m.group())[1:-1], s)
 
 
 @dataclass

@@ -38,7 +38,7 @@ from agent.tui.widgets import (
     ToolOutput,
     UserLine,
 )
-from agent.ui import ALWAYS, NO, Answer, ApprovalRequest
+from agent.ui import ALWAYS, NO, Answer, ApprovalRequest, terminal_safe
 
 QUIT_WINDOW_S = 2.0  # a second Ctrl-C within this many seconds quits
 STATUS_EVERY_S = 0.1  # the status line's live token estimate is redrawn at most this often while streaming
@@ -175,7 +175,7 @@ class CodeApp(App):
                 self.exit(0)
                 return
             if res.diff:
-                self.add(Static(Syntax(res.text[:100_000], "diff", theme="ansi_dark", word_wrap=True)))
+                self.add(Static(Syntax(terminal_safe(res.text[:100_000]), "diff", theme="ansi_dark", word_wrap=True)))
             else:
                 self.notice(res.text, error=res.error)
             self.refresh_status()
@@ -193,7 +193,7 @@ class CodeApp(App):
     def _shell(self, command: str) -> None:
         try:
             out = commands.run_shell(self.session.agent, command)
-            self.call_from_thread(self.add, Static(Text(out)))
+            self.call_from_thread(self.add, Static(Text(terminal_safe(out))))
         finally:
             self.call_from_thread(self._done)
 
@@ -265,7 +265,7 @@ class CodeApp(App):
                 self._md = Markdown()
                 await self.log_view.mount(self._md)  # mounted before the first write, or that write is lost
                 self._stream = Markdown.get_stream(self._md)
-            await self._stream.write(text)  # batched appends: no full re-render per token
+            await self._stream.write(terminal_safe(text))  # batched appends: no full re-render per token
             self.new_output()
         else:
             self.new_output()
@@ -274,7 +274,7 @@ class CodeApp(App):
         if self._stream is not None:
             await self._stream.stop()
         elif message.get("content"):  # not streamed (the server ignored stream=True)
-            self.add(Markdown(message["content"]))
+            self.add(Markdown(terminal_safe(message["content"])))
         self._md = self._reasoning = self._stream = None
         self._streamed_chars = 0  # the call's usage has arrived (on_usage) or is about to
 

@@ -14,17 +14,17 @@ from textual.message import Message
 from textual.widgets import Button, Input, Static
 
 from agent.tools.base import EDIT, EXECUTE
-from agent.ui import ALWAYS, NO, YES, Answer, ApprovalRequest
+from agent.ui import ALWAYS, NO, YES, Answer, ApprovalRequest, terminal_safe
 
 
 class UserLine(Static):
     def __init__(self, text: str):
-        super().__init__(Text("> " + text, style="bold cyan"), classes="user")
+        super().__init__(Text("> " + terminal_safe(text), style="bold cyan"), classes="user")
 
 
 class Notice(Static):
     def __init__(self, text: str, error: bool = False):
-        super().__init__(Text(text, style="red" if error else "dim yellow"), classes="notice")
+        super().__init__(Text(terminal_safe(text), style="red" if error else "dim yellow"), classes="notice")
 
 
 class Reasoning(Static):
@@ -35,23 +35,25 @@ class Reasoning(Static):
         self.buf = ""
 
     def add(self, text: str) -> None:
-        self.buf += text
+        self.buf += terminal_safe(text)
         self.update(Text(self.buf[-4000:], style="dim italic"))
 
 
 def summarize_args(arguments: Any) -> str:
+    """A call's arguments on one line, as the model wrote them but with escape codes escaped."""
     if not isinstance(arguments, dict):  # a malformed call's raw arguments
-        return str(arguments or "")[:120]
+        return terminal_safe(arguments or "", lines=False)[:120]
     if "command" in arguments:
-        return str(arguments["command"])
+        return terminal_safe(arguments["command"])
     if "path" in arguments:
-        return str(arguments["path"])
-    return json.dumps(arguments)[:120]
+        return terminal_safe(arguments["path"], lines=False)
+    return json.dumps(arguments)[:120]  # json escapes every control character
 
 
 class ToolCall(Static):
     def __init__(self, name: str, arguments: Any):
-        super().__init__(Text(f"● {name}({summarize_args(arguments)[:200]})", style="bold magenta"), classes="tool")
+        shown = f"● {terminal_safe(name, lines=False)}({summarize_args(arguments)[:200]})"
+        super().__init__(Text(shown, style="bold magenta"), classes="tool")
 
 
 class ToolOutput(Static):
@@ -60,9 +62,9 @@ class ToolOutput(Static):
     def __init__(self, name: str, result: Any):
         diff = (result.data or {}).get("diff")
         if diff:
-            body: Any = Syntax(diff[:20000], "diff", theme="ansi_dark", word_wrap=True)
+            body: Any = Syntax(terminal_safe(diff[:20000]), "diff", theme="ansi_dark", word_wrap=True)
         else:
-            lines = result.output.splitlines()
+            lines = terminal_safe(result.output).splitlines()
             shown = "\n".join(lines[:12]) + (f"\n… {len(lines) - 12} more lines" if len(lines) > 12 else "")
             body = Text(shown, style="red" if result.is_error else "")
         super().__init__(body, classes="tool-output")
@@ -147,13 +149,13 @@ class ApprovalBar(Vertical, can_focus=True):
         self.query_one("#approval-input", Input).display = False
 
     def _title(self, text: str) -> None:
-        self.query_one("#approval-text", Static).update(Text(text, style="bold"))
+        self.query_one("#approval-text", Static).update(Text(terminal_safe(text), style="bold"))
 
     def ask(self, req: ApprovalRequest) -> None:
         self.request, self.stage = req, "choose"
         self._title(f"Allow {req.tool}?  ({req.reason})   y yes · n no (+ a message) · a always ({req.suggested_rule})")
         lexer = "diff" if req.kind == EDIT else ("bash" if req.kind == EXECUTE else "json")
-        preview = self.preview_text = req.preview or summarize_args(req.arguments)
+        preview = self.preview_text = terminal_safe(req.preview) or summarize_args(req.arguments)
         self.query_one("#approval-preview", Static).update(Syntax(preview, lexer, theme="ansi_dark", word_wrap=True))
         self.query_one("#approval-buttons").display = True
         self.query_one("#approval-input", Input).display = False

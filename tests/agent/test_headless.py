@@ -72,13 +72,19 @@ def test_deny_rule_refusal_in_text_mode_goes_to_stderr(env):
     assert r.stdout.strip() == "not pushed"
 
 
-def test_a_malformed_call_is_said_on_stderr_and_is_not_a_refusal(env):
+def test_a_malformed_call_is_said_on_stderr_and_is_not_a_refusal_and_no_escape_code_gets_through(env):
     repo, fake = env
     fake.script = [reply(tools=[("read", {"file_path": "a.txt"})]), reply(tools=[("read", {"path": "a.txt"})]),
                    reply("alpha")]  # fmt: skip
     r = code(repo, fake, "-p", "read a", "--output-format", "json")
     assert r.exit_code == 0 and json.loads(r.stdout)["denied"] == [], r.output
     assert "glm5: malformed read call, not run: missing required argument `path`" in r.stderr
+    fake.script = [reply(tools=[("\x1b]0;owned\x07", {})]), reply("done")]  # a name with terminal escape codes
+    r = code(repo, fake, "-p", "x")
+    assert r.exit_code == 0 and "\x1b" not in r.stderr and "malformed \\x1b]0;owned\\x07 call" in r.stderr
+    fake.script = [reply(tools=[("bash", {"command": "touch \x1b[2J"})]), reply("done")]  # refused: said, escaped
+    r = code(repo, fake, "-p", "x", "--approval", "deny")
+    assert r.exit_code == 4 and "\x1b" not in r.stderr and "glm5: refused bash touch \\x1b[2J" in r.stderr
 
 
 def test_nothing_refused_is_exit_0_with_an_empty_list(env):

@@ -268,3 +268,29 @@ async def test_calls_refused_without_an_ask_are_shown_with_why(repo, fake_model)
         assert log.count("refused:") == 3
         assert log.count("● bash(touch made.txt)") == 1 and not (repo / "made.txt").exists()
         assert log.count("● bash(rmdir build)") == 1
+
+
+@pytest.mark.asyncio
+async def test_escape_codes_from_the_model_or_the_repository_never_reach_the_terminal(repo, fake_model):
+    # A title, a clipboard write or text hidden from the approval prompt: what the model streams, the calls it
+    # makes and what a file holds are drawn with every control character escaped.
+    (repo / "evil.txt").write_text("line\x1b]52;c;cm0gLXJm\x07 \x1b[8mhidden\x1b[0m\n")
+    fake_model.script = [
+        reply("Look\x1b]2;owned\x07.", reasoning="think\x1b[2J", tools=[("read", {"path": "evil.txt"})]),
+        reply(tools=[("bash", {"command": "touch ok \x1b[8m; rm -rf ~"})]),
+        reply("Done \u202eexe.txt"),
+    ]
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await submit(pilot, app, "look")
+        bar = app.query_one("#approval", ApprovalBar)
+        await until(pilot, lambda: bar.display)
+        title = str(bar.query_one("#approval-text", Static).render())
+        assert "\x1b" not in title + bar.preview_text and "\\x1b[8m; rm -rf ~" in bar.preview_text
+        await pilot.press("n")
+        await pilot.press("enter")
+        await until(pilot, lambda: not app.busy)
+        log = texts(app)
+        for shown in ("Look\\x1b]2;owned\\x07.", "think\\x1b[2J", "\\x1b]52;c;cm0gLXJm\\x07", "Done \\u202eexe.txt"):
+            assert shown in log, shown
+        assert not any(c in log for c in "\x1b\x07\u202e")
