@@ -9,8 +9,19 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
-console = Console()
-err_console = Console(stderr=True)
+from agent.ui import terminal_safe
+
+
+class SafeConsole(Console):
+    """A rich Console that draws every string it is given with its control characters escaped: task files, model
+    text and file names reach these prints, and rich itself passes an escape sequence through to the terminal."""
+
+    def render_str(self, text: str, **kw: Any):
+        return super().render_str(terminal_safe(text), **kw)
+
+
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 # Exit codes used across commands (scripts rely on them).
 EXIT_OK = 0

@@ -38,3 +38,22 @@ def test_help_is_fast_and_imports_nothing_heavy():
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "glm5cli", "--help"], capture_output=True, check=True)
     assert time.time() - t0 < 5.0  # generous: a cold interpreter on a loaded 2-core CI box
+
+
+def test_the_cli_consoles_escape_control_characters_in_what_they_print():
+    # task ids, file names and model text reach these prints; rich passes an escape sequence through as is
+    import io
+
+    from rich.table import Table
+
+    from glm5cli.common import SafeConsole
+
+    out = io.StringIO()
+    c = SafeConsole(file=out, force_terminal=True, width=80)
+    table = Table()
+    table.add_column("task")
+    table.add_row("t\x1b]2;owned\x07")
+    c.print("[bold]ok[/] x\x1b]52;c;cm0=\x07", table, highlight=False)
+    text = out.getvalue()
+    assert "\x1b]" not in text and "\x07" not in text  # no title or clipboard sequence: only rich's own styling
+    assert "x\\x1b]52;c;cm0=\\x07" in text and "t\\x1b]2;owned\\x07" in text and "\x1b[1mok" in text
