@@ -4,7 +4,7 @@ Plain ASGI (as auth.py, and for the same reason): nothing may sit between a stre
 disconnect. `BodyLimit` answers 413 before reading a body whose Content-Length is over the limit, and stops
 reading a chunked body the moment it grows past it (so a 50 MB upload costs the server at most the limit).
 `AccessLog` writes one line per request when its response has ended -- streamed or not, however it ended:
-client address, method, path, status, bytes sent, duration.
+client address, method, path (escaped: it is the client's text), status, bytes sent, duration.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import time
 
 from serve.http.errors import APIError
+from serve.http.logs import escape
 
 access_log = logging.getLogger("glm5.access")
 
@@ -84,7 +85,7 @@ class AccessLog:
                 return
             logged = True
             client = scope.get("client") or ("-", 0)
-            path = scope.get("path", "")
+            path = escape(scope.get("path", ""))  # decoded: %1b is an escape, %0a a line break
             access_log.info(
                 '%s:%s "%s %s" %s %dB %.1fms',
                 client[0],

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from serve.http import logs
+
 
 def checkpoint_summary(model_dir: Path) -> str:
     files = sorted(model_dir.glob("*.safetensors"))
@@ -157,7 +159,7 @@ def run_embedded(
     from serve.http.settings import ServerSettings
     from serve.http.template import TemplateUnusable, load_renderer
 
-    console = Console(stderr=True)
+    console = logs.SafeConsole(stderr=True)
     sock = bind(host, port)
     port = sock.getsockname()[1]
     try:
@@ -194,7 +196,7 @@ def run_embedded(
         access_log=access_log,
         chat_template=chat_template,
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logs.configure(logging.INFO)  # every message escaped: paths, model names and errors are clients' text
     url = f"http://{host}:{port}"
 
     def ready() -> None:

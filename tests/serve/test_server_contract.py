@@ -71,6 +71,36 @@ def test_one_access_log_line_per_request_streamed_or_not(server, caplog):
     assert '"GET /v1/models/nope" 404' in lines[2]
 
 
+def test_a_client_cannot_write_escape_codes_or_lines_into_the_log(server, caplog):
+    # the path is percent-decoded: %1b]2;...%07 would set the operator's terminal title, %0a forge a line
+    with caplog.at_level(logging.INFO, logger="glm5.access"):
+        httpx.get(server.url + "/v1/%1b%5d2%3bPWNED%07%0a127.0.0.1:1%20%22GET%20/%22%20200%e2%80%ae")
+        time.sleep(0.2)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "glm5.access"]
+    assert "\x1b" not in line and "\n" not in line and "\u202e" not in line and "\x07" not in line
+    assert r"/v1/\x1b]2;PWNED\x07\n127.0.0.1:1" in line and r"\u202e" in line and '" 404 ' in line
+
+
+def test_the_servers_log_and_console_escape_what_clients_wrote():
+    import io
+
+    from serve.http.logs import SafeConsole, SafeFormatter
+
+    fmt = SafeFormatter("%(levelname)s %(message)s")
+    try:
+        raise ValueError("bad model \x1b[8mhidden")
+    except ValueError:
+        rec = logging.LogRecord("glm5.serve", logging.ERROR, __file__, 1, "model %r: %s", ("m\x1b]0;t\x07", "a\nb"),
+                                sys.exc_info())  # fmt: skip
+    out = fmt.format(rec)
+    assert "\x1b" not in out and "\x07" not in out
+    assert out.startswith(r"ERROR model 'm\x1b]0;t\x07': a\nb" + "\n")  # one line, then the traceback's own lines
+    assert r"ValueError: bad model \x1b[8mhidden" in out and "Traceback (most recent call last):\n" in out
+    buf = io.StringIO()
+    SafeConsole(file=buf, force_terminal=False).print("template: a\x1b]2;x\x07b\tc\nd", highlight=False)
+    assert re.fullmatch(r"template: a\\x1b\]2;x\\x07b +c\nd\n", buf.getvalue())  # its own tab and newline kept
+
+
 def test_no_access_log_when_turned_off(caplog):
     tok = Tokenizer.shipped()
     app = create_app(ScriptedEngine(tok, "hi"), tok, ServerSettings(MODEL, access_log=False, warmup=False))
