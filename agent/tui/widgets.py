@@ -185,14 +185,20 @@ class ApprovalBar(Vertical, can_focus=True):
         elif choice == ALWAYS:
             self.stage = "rule"
             self._title("Always allow this rule (edit it if you like; Enter confirms):")
-            self._input("bash(command prefix:*)", self.request.suggested_rule if self.request else "")
+            # the proposed rule is the model's text: drawn escaped (an Input draws its value raw), and taken as
+            # proposed when it comes back unedited
+            self._input("bash(command prefix:*)", terminal_safe(self._suggested(), lines=False))
+
+    def _suggested(self) -> str:
+        return self.request.suggested_rule if self.request else ""
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         if self.stage == "message":
             self.finish(Answer(NO, message=event.value.strip()))
         elif self.stage == "rule":
-            self.rule = event.value.strip() or (self.request.suggested_rule if self.request else "")
+            typed, suggested = event.value.strip(), self._suggested()
+            self.rule = suggested if typed in ("", terminal_safe(suggested, lines=False).strip()) else typed
             self.stage = "scope"
             self.query_one("#approval-input", Input).display = False
             self._title(f"Allow {self.rule}: s this session only · r this repository (.glm5/settings.local.toml) · "

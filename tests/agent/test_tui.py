@@ -294,3 +294,30 @@ async def test_escape_codes_from_the_model_or_the_repository_never_reach_the_ter
         for shown in ("Look\\x1b]2;owned\\x07.", "think\\x1b[2J", "\\x1b]52;c;cm0gLXJm\\x07", "Done \\u202eexe.txt"):
             assert shown in log, shown
         assert not any(c in log for c in "\x1b\x07\u202e")
+
+
+@pytest.mark.asyncio
+async def test_always_shows_a_proposed_rule_with_escape_codes_escaped_and_keeps_it_as_proposed(repo, fake_model):
+    # "always" puts the proposed rule in an Input, which draws its value raw: the model's escape codes are shown
+    # escaped there, and the rule the user confirms unedited is the one proposed (it matches the call again)
+    cmd = "touch ok\x1b]2;x\x07"
+    fake_model.script = [
+        reply(tools=[("bash", {"command": cmd})]),
+        reply(tools=[("bash", {"command": cmd})]),
+        reply("ok"),
+    ]
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test(size=(120, 40)) as pilot:
+        bar = app.query_one("#approval", ApprovalBar)
+        await submit(pilot, app, "touch")
+        await until(pilot, lambda: bar.display)
+        await pilot.press("a")
+        box = bar.query_one("#approval-input", Input)
+        await until(pilot, lambda: box.display and box.has_focus)
+        assert "\x1b" not in box.value and "\x07" not in box.value and "\\x1b]2;x\\x07" in box.value
+        await pilot.press("enter")
+        await until(pilot, lambda: bar.stage == "scope")
+        assert bar.rule == bar.request.suggested_rule and "\x1b" in bar.rule
+        await pilot.press("s")
+        await until(pilot, lambda: not app.busy)
+    assert len(fake_model.requests) == 3  # the second, identical call ran under the rule without an ask
