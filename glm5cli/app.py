@@ -21,7 +21,7 @@ app.command("serve", help="Serve a GLM-5 checkpoint over an OpenAI-compatible HT
 app.add_typer(
     finetune_cmd.app,
     name="finetune",
-    help="Fine-tune: LoRA SFT on what `glm5 code` recorded, RL (GRPO) on tasks with checkable rewards, MTP alignment.",
+    help="Fine-tune on what `glm5 code` recorded: SFT (LoRA or full), agentic RL, cross-stage distillation, MTP alignment.",
 )
 app.add_typer(bench_cmd.app, name="bench", help="Run agentic and serving benchmarks; reports CI can read.")
 app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and quantize GLM-5 checkpoints.")
