@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from glm5cli import bench_cmd, code_cmd, doctor_cmd, finetune_cmd, model_cmd, serve_cmd
@@ -28,8 +30,25 @@ app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and qu
 app.command("doctor", help="Check which protections (sandbox, network, git, environment) work here.")(doctor_cmd.doctor)
 
 
+# exceptions that mean the user's input is wrong (a checkpoint folder without config.json or weights, a config that
+# is not JSON, tensors that do not fit): wherever a command meets one, its message is the error, not a traceback
+USER_ERRORS = (("model.config", "ConfigError"), ("model.checkpoint", "CheckpointError"))
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except Exception as e:  # only the classes of modules already imported can have been raised
+        kinds = tuple(getattr(sys.modules[m], c) for m, c in USER_ERRORS if m in sys.modules)
+        if not isinstance(e, kinds):
+            raise
+        from glm5cli.common import fail
+
+        try:
+            fail(str(e), hint="a checkpoint folder holds config.json, the weights (model.safetensors or its index) "
+                 "and tokenizer.json, as a Hugging Face download or `glm5 model init` writes it")  # fmt: skip
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
 
 
 if __name__ == "__main__":

@@ -57,3 +57,17 @@ def test_the_cli_consoles_escape_control_characters_in_what_they_print():
     text = out.getvalue()
     assert "\x1b]" not in text and "\x07" not in text  # no title or clipboard sequence: only rich's own styling
     assert "x\\x1b]52;c;cm0=\\x07" in text and "t\\x1b]2;owned\\x07" in text and "\x1b[1mok" in text
+
+
+def test_a_broken_checkpoint_is_an_error_message_not_a_traceback(tmp_path):
+    # each command meets a broken checkpoint deep inside (config, weights): main() turns the model's own errors
+    # into `error: ...` with what a checkpoint holds, exit 1
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{bad")
+    for folder, words in (("empty", "no config.json at"), ("bad", "config.json is not valid JSON")):
+        r = subprocess.run([sys.executable, "-m", "glm5cli", "serve", str(tmp_path / folder), "--port", "0"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 1, r.stderr
+        said = " ".join(r.stderr.split())  # rich wraps at the terminal's width
+        assert "Traceback" not in said and words in said and "hint:" in said, r.stderr
