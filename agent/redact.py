@@ -2,7 +2,7 @@
 
 Trajectories become training data and get shared, so API keys must not survive in them. Three nets:
 - token formats that are recognisable on their own (OpenAI/Anthropic `sk-`, GitHub, GitLab, Slack, AWS, Google,
-  Hugging Face, bearer headers, PEM private keys);
+  Hugging Face, bearer headers, PEM private keys, the password in a URL's `user:password@`);
 - assignments whose name looks secret, `.env` / shell / YAML / JSON style (`DB_PASSWORD=hunter2hunter2`,
   `aws_secret_access_key = ...`, `"api_key": "..."`): the value goes, the name stays; a value must look like a
   literal (quoted, or holding a digit) so code such as `token = self.next()` or `max_tokens = 100` is left alone;
@@ -35,6 +35,8 @@ _PATTERNS = [
     re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),
     re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
 ]
+# the password of a URL's credentials, `https://user:PASSWORD@host` (a git remote in .git/config, a database URL)
+_URL_PASSWORD = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'\"]*:([^\s/@'\"]+)@")
 _BEARER = re.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9_\-\.=/+]{16,})")
 _SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL)")
 # NAME = value, NAME: value, "name": "value", export NAME='value'
@@ -87,7 +89,7 @@ class Redactor:
                 start = s.find(v, start + 1)
         for p in _PATTERNS:
             found += [(m.start(), m.end()) for m in p.finditer(s)]
-        found += [(m.start(1), m.end(1)) for m in _BEARER.finditer(s)]
+        found += [(m.start(1), m.end(1)) for p in (_BEARER, _URL_PASSWORD) for m in p.finditer(s)]
         found += _assignment_spans(s)
         merged: list[tuple[int, int]] = []
         for a, b in sorted(found):

@@ -28,6 +28,20 @@ def test_assignments_with_secret_names_are_redacted():
         assert r.text(code) == code
 
 
+def test_the_password_in_a_urls_credentials_is_redacted():
+    # `git remote -v` or .git/config with a token in the remote's URL, a database URL in a settings file
+    r = Redactor(environ={})
+    for url, secret in (
+        ("https://x-access-token:abcd1234efgh5678@github.com/o/r.git", "abcd1234efgh5678"),
+        ("DATABASE_URL=postgres://app:s3cretpw99@db:5432/x", "s3cretpw99"),
+        ("url = 'https://bob:hunter2hunter2@example.com/v1'", "hunter2hunter2"),
+    ):
+        out = r.text(url)
+        assert secret not in out and REDACTED in out and "@" in out, out
+    for plain in ("https://github.com/o/r.git", "see http://localhost:8000/v1 and a@b.c", "ssh://git@host:22/r"):
+        assert r.text(plain) == plain
+
+
 def test_a_value_equal_to_a_secret_variable_is_redacted():
     r = Redactor(environ={"DB_PASSWORD": "hunter2hunter2", "HOME": "/root"})
     assert r.text("connecting with hunter2hunter2 as root") == f"connecting with {REDACTED} as root"
