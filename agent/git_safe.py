@@ -139,17 +139,26 @@ def git(
 
 
 def toplevel(path: Path) -> Path | None:
-    """The working tree root that holds `path`, or None outside a repository (or without git)."""
+    """The working tree root that holds `path`, or None outside a repository (or without git).
+
+    Only a working tree whose own `.git` is the repository git found counts. `core.worktree` in a hostile
+    .git/config (`= ../..`, `= /etc`) names another folder as the working tree: that folder (a parent of the
+    repository, your home) would become the root the agent edits freely and the sandbox lets commands write. A
+    linked worktree or a submodule (`.git` a file, `gitdir: ...`) counts when that file names the git dir."""
     try:
-        r = git(path, "rev-parse", "--show-toplevel", check=False, timeout=30)
+        r = git(path, "rev-parse", "--show-toplevel", "--absolute-git-dir", check=False, timeout=30)
     except (GitError, subprocess.TimeoutExpired):
         return None
-    if r.returncode != 0 or not r.stdout.strip():
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or len(lines) != 2:
         return None
-    top = Path(r.stdout.strip())
-    # `core.worktree = /etc` in a hostile .git/config would make /etc the repository (writable in the sandbox):
-    # a real working tree holds the folder we started from.
+    top, gitdir = Path(lines[0]), os.path.realpath(lines[1])
     real = Path(os.path.realpath(path))
     if not (real == Path(os.path.realpath(top)) or Path(os.path.realpath(top)) in real.parents):
         return None
-    return top
+    dotgit = top / ".git"
+    if dotgit.is_file() and not dotgit.is_symlink():
+        first = dotgit.read_text(errors="replace").partition("\n")[0]
+        named = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
+        return top if named and os.path.realpath(top / named) == gitdir else None
+    return top if os.path.realpath(dotgit) == gitdir else None

@@ -133,6 +133,30 @@ def test_a_hostile_core_worktree_does_not_move_the_repository(repo):
     assert git_root(repo) is None
 
 
+def test_a_core_worktree_naming_a_parent_does_not_make_it_the_repository(tmp_path):
+    """`core.worktree = ../..` (shipped in .git/config, or set by an approved command) names a folder that holds the
+    one we started in, so the old check (the start inside the working tree) passed and the parent -- the user's
+    home -- became the root: edited without a prompt, writable in the sandbox. Only a working tree whose own .git
+    is the git dir counts; a linked worktree and a submodule (.git a file naming the git dir) still do."""
+    from agent.checkpoints import git_root
+
+    home = tmp_path / "home"
+    evil = home / "Downloads" / "evil"
+    evil.mkdir(parents=True)
+    run = lambda cwd, *a: subprocess.run(["git", *a], cwd=cwd, check=True, capture_output=True)  # noqa: E731
+    run(evil, "init", "-q")
+    assert git_root(evil) == evil.resolve()
+    run(evil, "config", "core.worktree", "../..")
+    assert git_root(evil) is None and git_root(home) is None
+
+    main = tmp_path / "main"
+    main.mkdir()
+    run(main, "init", "-q")
+    run(main, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "0")
+    run(main, "worktree", "add", "-q", str(tmp_path / "wt"))
+    assert git_root(tmp_path / "wt") == (tmp_path / "wt").resolve()
+
+
 @needs_bwrap
 def test_host_kernel_knobs_are_read_only_inside(repo, tmp_path):
     """uid 0 without capabilities could still write host sysctls through the sandbox's /proc; writing back the
