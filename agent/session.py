@@ -14,23 +14,27 @@ from pathlib import Path
 from typing import Any
 
 import agent
+from agent import own_files
 from agent.trajectory import SCHEMA, Trajectory, TrajectoryWriter
 
 
-def _self_ignoring(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    gi = folder / ".gitignore"
-    if not gi.exists():
-        gi.write_text("*\n")
-    return folder
+def _self_ignoring(path: Path) -> Path:
+    own_files.create(path / ".gitignore", "*\n")
+    return path
 
 
 def sessions_dir(root: Path, configured: str | None = None) -> Path:
-    return _self_ignoring(Path(configured).expanduser() if configured else root / ".glm5" / "sessions")
+    """Where the session files go: the user's `sessions.dir`, or `<root>/.glm5/sessions` (a link the repository
+    ships there, or at `.glm5`, is refused: own_files)."""
+    if configured:
+        path = Path(configured).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        return _self_ignoring(path)
+    return _self_ignoring(own_files.folder(root, ".glm5", "sessions"))
 
 
 def scratch_dir(root: Path, session_id: str) -> Path:
-    return _self_ignoring(root / ".glm5" / "tmp") / session_id
+    return _self_ignoring(own_files.folder(root, ".glm5", "tmp")) / session_id
 
 
 def new_id() -> str:

@@ -44,6 +44,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from agent import own_files
 from agent.profiles import PROFILES
 
 MODES = ("ask", "accept-edits", "plan", "auto")
@@ -353,7 +354,10 @@ def save_rule(rule: str, kind: str = "allow", scope: str = "repo", root: Path | 
     if scope == "repo":
         if root is None:
             raise SettingsError("save_rule(scope='repo') needs the repository root")
-        path = Path(root) / ".glm5" / "settings.local.toml"
+        # the repository's folder and file are the repository's: a link there (to the user's config.toml, say)
+        # would be read into the file and replaced by it, or written through
+        path = own_files.folder(root, ".glm5") / "settings.local.toml"
+        own_files.check_not_link(path)
     else:
         path = config_dir() / "config.toml"
     data = _read_toml(path) if path.is_file() else {}
@@ -385,9 +389,7 @@ def _write_rules(path: Path, kind: str, rules: list[str]) -> None:
         text = text[: m.start(1)] + body + text[m.end(1) :]
     _read_toml_text(text, path)  # never leave a file that no longer parses
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    own_files.replace(path, text)  # a fresh temporary file renamed over it: never written through a link
 
 
 def _read_toml_text(text: str, path: Path) -> dict[str, Any]:

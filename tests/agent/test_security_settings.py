@@ -137,3 +137,59 @@ def test_save_rule_repo_and_user(repo, isolated_config):
     # a rule planted in the file by the repository (not saved by the user) still does not apply
     local.write_text(local.read_text().replace('"bash(npm run build:*)"', '"bash(npm run build:*)", "bash"'))
     assert "bash" not in load_settings(repo).allow
+
+
+def test_a_rule_saved_to_the_repository_never_goes_through_a_link_it_ships(repo, isolated_config, tmp_path):
+    """The host writes .glm5/settings.local.toml outside the sandbox. The old temporary file, at a fixed name, was
+    written through a committed link to the user's config.toml (the repository's hooks and `sandbox enabled =
+    false` then held in every repository); a link at the file itself would be read and replaced by it, a link at
+    .glm5 written through."""
+    from agent.own_files import LinkedPath
+
+    user_config = isolated_config / "config.toml"
+    glm5 = repo / ".glm5"
+    glm5.mkdir()
+    (glm5 / "settings.local.toml").write_text("[sandbox]\nenabled = false\n")
+    (glm5 / "settings.local.tmp").symlink_to(user_config)  # dangling: the old code created the target
+    save_rule("bash(make:*)", scope="repo", root=repo)
+    assert not user_config.exists() and (glm5 / "settings.local.tmp").is_symlink()
+    assert "bash(make:*)" in (glm5 / "settings.local.toml").read_text()
+
+    user_config.write_text("# the user's own\n")
+    (glm5 / "settings.local.toml").unlink()
+    (glm5 / "settings.local.toml").symlink_to(user_config)
+    with pytest.raises(LinkedPath, match="symbolic link"):
+        save_rule("bash(make:*)", scope="repo", root=repo)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    for f in glm5.iterdir():
+        f.unlink()
+    glm5.rmdir()
+    glm5.symlink_to(other)
+    with pytest.raises(LinkedPath):
+        save_rule("bash(make:*)", scope="repo", root=repo)
+    assert user_config.read_text() == "# the user's own\n" and not list(other.iterdir())
+
+
+def test_sessions_and_scratch_are_never_written_through_a_link_the_repository_ships(repo, tmp_path):
+    from agent.own_files import LinkedPath
+    from agent.session import scratch_dir, sessions_dir
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (repo / ".glm5").mkdir()
+    (repo / ".glm5" / "sessions").symlink_to(victim)
+    with pytest.raises(LinkedPath, match="sessions is a symbolic link"):
+        sessions_dir(repo)
+    (repo / ".glm5" / "tmp").symlink_to(victim)
+    with pytest.raises(LinkedPath):
+        scratch_dir(repo, "s1")
+    (repo / ".glm5" / "sessions").unlink()
+    (repo / ".glm5" / "sessions").mkdir()
+    (repo / ".glm5" / "sessions" / ".gitignore").symlink_to(victim / "planted")  # dangling: would be created
+    with pytest.raises(LinkedPath):
+        sessions_dir(repo)
+    assert not list(victim.iterdir())
+    (repo / ".glm5" / "sessions" / ".gitignore").unlink()
+    assert sessions_dir(repo) == repo / ".glm5" / "sessions"
+    assert (repo / ".glm5" / "sessions" / ".gitignore").read_text() == "*\n"
