@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent import host_path
 from agent.child_env import scrubbed_env
 from agent.redact import Redactor
 from agent.sandbox import Sandbox, SandboxLimits, limit_argv
@@ -94,6 +95,8 @@ class Environment:
         self.sandbox = sandbox
         self.scratch_dir = Path(scratch_dir) if scratch_dir else Path(tempfile.mkdtemp(prefix="glm5-"))
         self.extra_dirs = tuple(Path(d).expanduser().resolve() for d in extra_dirs)
+        # what commands may write: the programs glm5 runs on the host (git, bwrap, rg) never come from there
+        host_path.guard(self.root, self.scratch_dir, *self.extra_dirs)
         self.inline_chars = inline_chars
         self.default_timeout_s = default_timeout_s
         self.max_timeout_s = max_timeout_s

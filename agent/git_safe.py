@@ -23,6 +23,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from agent import host_path
+
 # Keys whose values git runs as commands (matched on the lower-cased key's last part, or the whole key).
 _PROGRAM_LEAVES = {
     "clean", "smudge", "process", "textconv", "command", "driver", "cmd", "program", "helper",
@@ -58,6 +60,7 @@ class GitError(RuntimeError):
 
 def _base_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in _KEEP if k in os.environ}
+    env["PATH"] = host_path.path()  # nothing git starts comes from a folder sandboxed commands can write
     env.update(
         GIT_TERMINAL_PROMPT="0",
         GIT_PAGER="cat",
@@ -122,8 +125,11 @@ def git(
             full[f"GIT_CONFIG_KEY_{i}"] = k
             full[f"GIT_CONFIG_VALUE_{i}"] = v
         full["GIT_CONFIG_COUNT"] = str(len(pairs))
+        exe = host_path.which("git")
+        if exe is None:
+            raise OSError("git is not installed (or only in a folder that commands can write)")
         r = subprocess.run(
-            ["git", "--no-pager", "-C", str(repo), *args],
+            [exe, "--no-pager", "-C", str(repo), *args],
             capture_output=True,
             text=True,
             input=input,

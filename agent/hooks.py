@@ -6,12 +6,16 @@ Events: SessionStart, UserPromptSubmit, PreToolUse, PostToolUse, Stop, PreCompac
     PreToolUse = [{ matcher = "bash|write", command = "python check.py", timeout = 30 }]
 
 `matcher` is a regex on the tool name (tool events only; empty or missing matches all). The command runs with
-`bash -c` in the repository and gets the event as JSON on stdin: {"hook_event_name", "session_id", "cwd",
+`bash -c` in the repository, on the host (hooks are the user's own: an untrusted repository's are ignored), with
+the environment commands get (no keys; an entry's `pass_env = ["NAME"]` and `env = {...}` add to it, as an MCP
+server's do), and gets the event as JSON on stdin: {"hook_event_name", "session_id", "cwd",
 "transcript_path", + event fields ("tool_name", "tool_input", "tool_response", "prompt", ...)}.
 Exit 0: go on; stdout of SessionStart and UserPromptSubmit hooks is added to the model's context.
 Exit 2: block: the call (PreToolUse), the prompt (UserPromptSubmit), stopping (Stop: the agent continues with
 stderr as its instruction) or compaction (PreCompact); stderr is fed back to the model.
 Other exit codes: a warning; the agent goes on.
+A hook that runs the repository's code (its tests, a tool from its .venv) runs what the model may have edited,
+outside the sandbox: that is the hook's nature, as in Claude Code.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from agent import host_path
+from agent.child_env import scrubbed_env
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop", "PreCompact")
 TOOL_EVENTS = ("PreToolUse", "PostToolUse")
@@ -64,12 +71,17 @@ class Hooks:
             }
             try:
                 r = subprocess.run(
-                    ["bash", "-c", command],
+                    [host_path.which("bash") or "/bin/bash", "-c", command],
                     input=json.dumps(data, default=str),
                     capture_output=True,
                     text=True,
                     cwd=self.cwd,
                     timeout=float(entry.get("timeout", 60)),
+                    # not the agent's environment (its API key): the allowlist, what the entry names, its `env`
+                    env=scrubbed_env(
+                        {str(k): str(v) for k, v in (entry.get("env") or {}).items()},
+                        [str(n) for n in entry.get("pass_env") or ()],
+                    ),  # fmt: skip
                 )
             except subprocess.TimeoutExpired:
                 out.warnings.append(f"{event} hook `{command}` timed out")

@@ -17,13 +17,14 @@ says so; the probe runs once per process.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from agent import host_path
 
 PROTECTED_NAMES = (".git", ".glm5")
 
@@ -57,7 +58,7 @@ def limit_argv(argv: list[str], limits: SandboxLimits | None) -> list[str]:
 @lru_cache(maxsize=4)
 def probe(network: bool) -> str | None:
     """None when bwrap works here, else why not."""
-    exe = shutil.which("bwrap")
+    exe = host_path.which("bwrap")
     if exe is None:
         return "bubblewrap (`bwrap`) is not installed"
     argv = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent", "--cap-drop", "ALL"]
@@ -133,7 +134,9 @@ class Sandbox:
         limits: SandboxLimits | None = None,
     ) -> list[str]:
         root = Path(root)
-        out = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        # found now, not at start, and never in a folder commands write (an active .venv/bin in the repository)
+        exe = host_path.which("bwrap") or "/usr/bin/bwrap"
+        out = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         # The new /proc still reaches the host kernel's knobs, and uid 0 may write them without capabilities
         # (kernel sysctls, /proc/sysrq-trigger): read-only.
         # Daemons' sockets live under /run (docker.sock is root on the host, dbus, containerd, podman): a read-only

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from agent import host_path
 from agent.tools.base import READ, ToolContext, ToolError, ToolResult, require
 from agent.tools.ignore import walk_files
 
@@ -40,7 +40,10 @@ def grep_python(pattern: str, base: Path, root: Path, glob: str | None) -> list[
 
 
 def grep_rg(pattern: str, base: Path, glob: str | None) -> list[str]:
-    argv = ["rg", "--line-number", "--no-heading", "--color", "never", "--with-filename", "--hidden"]
+    exe = host_path.which("rg")  # never one a command put in the repository (an active .venv/bin on PATH)
+    if exe is None:
+        raise ToolError("ripgrep (rg) is not installed")
+    argv = [exe, "--line-number", "--no-heading", "--color", "never", "--with-filename", "--hidden"]
     argv += ["--glob", "!.git", "--glob", "!.glm5", "--sort", "path"]
     if glob:
         argv += ["--glob", glob]
@@ -72,7 +75,7 @@ class GrepTool:
     }
 
     def __init__(self, use_ripgrep: bool | None = None):
-        self.use_ripgrep = shutil.which("rg") is not None if use_ripgrep is None else use_ripgrep
+        self.use_ripgrep = host_path.which("rg") is not None if use_ripgrep is None else use_ripgrep
 
     def subject(self, args: dict[str, Any]) -> str | None:
         return args.get("path") or "."

@@ -189,3 +189,44 @@ def test_the_attack_end_to_end_through_the_agent(repo, fake_model, marker):
     finally:
         s.close()
     assert (repo / ".gitattributes").exists() and not marker.exists()
+
+
+def test_host_programs_never_come_from_a_folder_commands_can_write(repo, tmp_path, marker, monkeypatch):
+    """With the repository's .venv active (`<repo>/.venv/bin` first on PATH), one approved command could plant a
+    `git` that the next checkpoint runs on the host, outside the sandbox, or a `bwrap` that runs commands with no
+    sandbox. Once a session's Environment guards the repository, git, bwrap, rg and the hooks' bash are found on
+    PATH without it."""
+    from agent import host_path
+    from agent.hooks import Hooks
+
+    bin_dir = repo / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("git", "bwrap", "rg", "bash"):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {name} > {marker}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}.{os.pathsep}{os.environ['PATH']}")
+    Environment(repo, sandbox=Sandbox(False), scratch_dir=tmp_path / "scratch")
+    for name in ("git", "bwrap", "rg", "bash"):
+        found = host_path.which(name)
+        assert found is None or not found.startswith(str(repo)), found
+    assert str(bin_dir) not in host_path.path().split(os.pathsep) and "." not in host_path.path().split(os.pathsep)
+    Checkpoints(repo, "s1").snapshot("turn 1")
+    assert git(repo, "status", "--short", check=False).returncode == 0
+    if probe(False) is None:
+        argv = Sandbox(True).wrap(["true"], root=repo, cwd=repo, scratch=tmp_path / "scratch")
+        assert argv[0] == host_path.which("bwrap") and not argv[0].startswith(str(repo))
+    Hooks({"SessionStart": [{"command": "true"}]}, repo, "s1").run("SessionStart", {})
+    assert not marker.exists(), marker.read_text()
+
+
+def test_hooks_get_the_commands_environment_not_the_agents_keys(repo, tmp_path, monkeypatch):
+    from agent.hooks import Hooks
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-hook-0123456789")
+    monkeypatch.setenv("MY_WEBHOOK_URL", "https://hooks.example/1")
+    out = tmp_path / "env.txt"
+    hook = {"command": f"env > {out}", "pass_env": ["MY_WEBHOOK_URL"], "env": {"LEVEL": "3"}}
+    Hooks({"SessionStart": [hook]}, repo, "s1").run("SessionStart", {})
+    seen = out.read_text()
+    assert "sk-test-hook" not in seen and "MY_WEBHOOK_URL=https://hooks.example/1" in seen and "LEVEL=3" in seen
+    assert "PATH=" in seen
