@@ -119,7 +119,9 @@ class Rule:
 
 
 def _normal(command: str) -> str:
-    return " ".join(command.split())
+    """Runs of spaces and tabs as one space, the ends stripped; a newline stays: it separates two commands (an exact
+    rule for `chmod +x ./run.sh` must not allow `chmod +x` then `./run.sh`)."""
+    return re.sub(r"[ \t]+", " ", command.strip(" \t\n"))
 
 
 @dataclass
@@ -240,12 +242,17 @@ def _path_args(c: SimpleCommand) -> list[tuple[str, bool, bool]]:
     name = _name(argv)
     words = c.words[1:]
     if name.startswith("git") and "--no-index" not in argv:
+        # option values that name files, and every operand: a revision (`main`, `HEAD~1`, `origin/x`) resolves
+        # inside the repository, while a path outside it makes `git diff` compare files with --no-index on its own
+        # (`git diff /etc/passwd /dev/null` prints the file)
         out = []
         for i, w in enumerate(words):
             if i and words[i - 1].text in ("-C", "--output", "-o", "--contents", "--git-dir", "--work-tree"):
                 out.append((w.text, w.glob, w.tilde))
             elif w.text.startswith("--") and "=" in w.text:
                 out.append((w.text.split("=", 1)[1], w.glob, False))
+            elif i and not w.text.startswith("-") and w.text != name.split()[-1] and w.text not in HARMLESS_TARGETS:
+                out.append((w.text, w.glob, w.tilde))
         return out
     out = []
     skip_pattern = name in ("grep", "rg") and not any(w.text in ("-e", "-f", "--regexp", "--file") for w in words)
@@ -254,6 +261,8 @@ def _path_args(c: SimpleCommand) -> list[tuple[str, bool, bool]]:
         if t.startswith("-"):
             if "=" in t:
                 out.append((t.split("=", 1)[1], w.glob, False))
+            elif not t.startswith("--") and len(t) > 2 and ("/" in t or t[2:].startswith("~")):
+                out.append((t[2:], w.glob, t[2:].startswith("~")))  # a short option's value: `file -f/etc/x`
             continue
         if skip_pattern:
             skip_pattern = False
@@ -288,8 +297,13 @@ def analyze(command: str, env: Any = None) -> Analysis:
             for text, is_glob, tilde in _path_args(c):
                 if not _inside(text, is_glob, tilde, cwd, env):
                     outside.append(text)
-            if argv and argv[0] == "cd" and len(argv) > 1:  # later parts run in the new folder
-                cwd = Path(os.path.normpath(cwd / os.path.expanduser(argv[1])))
+            if argv and argv[0] == "cd":  # later parts run in the new folder; bare `cd` goes home
+                operands = [a for a in argv[1:] if not a.startswith("-") or a == "-"]
+                target = operands[0] if operands else "~"
+                if target == "-" or not _inside(target, False, target.startswith("~"), cwd, env):
+                    outside += [] if target in outside else [target]  # `cd -`: a folder we cannot know
+                else:
+                    cwd = Path(os.path.realpath(cwd / os.path.expanduser(target)))
     return Analysis(p, commands, [c.argv for c in p.commands], problems, writes, outside, not_ro)
 
 
@@ -299,7 +313,8 @@ def _inside(text: str, is_glob: bool, tilde: bool, cwd: Path, env: Any) -> bool:
     t = os.path.expanduser(text) if tilde else text
     base = Path(t) if os.path.isabs(t) else cwd / t
     candidates = [Path(m) for m in globlib.glob(str(base))] if is_glob else []
-    candidates.append(Path(os.path.normpath(base)))
+    # as the kernel resolves it: `docs/..` is the parent of where the link `docs` points, not the repository
+    candidates.append(Path(base))
     return all(env.is_allowed(c) for c in candidates)
 
 

@@ -125,7 +125,11 @@ def test_here_docs(env):
 @pytest.mark.parametrize(
     "command",
     ["cat ~/.ssh/id_rsa", "cat /etc/passwd", "head -5 ../other/secret", "grep -r key /root", "cat < /etc/shadow",
-     "ls ../*", "cd .. && cat x", "tail ~root/.bash_history", "git diff --no-index /etc/passwd calc.py"],
+     "ls ../*", "cd .. && cat x", "tail ~root/.bash_history", "git diff --no-index /etc/passwd calc.py",
+     # bare `cd` goes home; `cd -L` is an option, not a folder; git diff compares files outside the repository
+     # with --no-index on its own; a short option's attached value names a file
+     "cd; cat .bashrc", "cd && ls -la", "cd -L; cat ../etc/hostname", "cd - && ls", "git diff /etc/passwd /dev/null",
+     "git diff --stat /etc/os-release calc.py", "git log -p -- ../other", "file -f/etc/hostname"],
 )  # fmt: skip
 def test_shell_reads_outside_the_repository_ask(env, command):
     for mode in ("ask", "accept-edits", "plan"):
@@ -142,6 +146,23 @@ def test_a_glob_or_symlink_out_of_the_repository_is_seen(env, repo):
     (repo / "sneaky").symlink_to("/etc")
     assert perms("ask").check("bash", EXECUTE, "cat sneaky/passwd", env).action == ASK
     assert perms("ask").check("bash", EXECUTE, "cat sneak*/passwd", env).action == ASK
+    # `..` after a link is the parent of where it points, as the kernel resolves it: sneaky/.. is /, not the repo
+    (repo / "docs").symlink_to("/etc/ssl")
+    for command in ("cat docs/../passwd", "ls docs/../", "cd docs/.. && cat passwd", "git diff docs/../passwd"):
+        assert perms("ask").check("bash", EXECUTE, command, env).action == ASK, command
+
+
+def test_git_revisions_and_repository_paths_stay_read_only(env):
+    for command in ("git diff HEAD~1 -- calc.py", "git log --oneline main", "git show HEAD:calc.py",
+                    "git diff --stat", "cd . && git status", "git log origin/main..HEAD"):  # fmt: skip
+        assert perms("plan").check("bash", EXECUTE, command, env).action == ALLOW, command
+
+
+def test_an_exact_rule_does_not_match_its_words_split_over_lines(env):
+    # `chmod +x ./run.sh` allowed, then `chmod +x` NEWLINE `./run.sh` runs the repository's script
+    p = perms("ask", allow=["bash(chmod +x ./run.sh)"])
+    assert p.check("bash", EXECUTE, "chmod  +x\t./run.sh ", env).action == ALLOW
+    assert p.check("bash", EXECUTE, "chmod +x\n./run.sh", env).action == ASK
 
 
 def test_file_tools_refuse_links_into_git_data(env, repo):
