@@ -85,6 +85,21 @@ def dangerous_keys(config_listing: str) -> list[str]:
     return keys
 
 
+def repository_programs(repo: Path) -> list[str]:
+    """The keys of the repository's own git config (.git/config and what it includes) that name programs: a
+    `git status` or `git diff` there runs them (core.fsmonitor, diff.external, a textconv or filter for files
+    .gitattributes marks). The user's own and the system's config are theirs, and not looked at."""
+    exe = host_path.which("git")
+    if exe is None:
+        return []
+    try:
+        r = subprocess.run([exe, "-C", str(repo), "config", "--list", "--local", "--includes", "-z"],
+                           capture_output=True, text=True, env=_base_env(), timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return dangerous_keys(r.stdout) if r.returncode == 0 else []
+
+
 def _overrides(repo: Path, env: dict[str, str]) -> dict[str, str]:
     """Every key that names a program, set to empty; the fixed safe values; filters not required."""
     r = subprocess.run(

@@ -135,6 +135,13 @@ class Analysis:
     writes: list[str]  # files written by redirections
     outside: list[str]  # path arguments that resolve outside the repository
     not_read_only: list[str]  # commands not on the read-only allowlist (or with a flag that writes or runs)
+    # the programs the repository's own git config runs (core.fsmonitor, diff.external, a textconv): its git
+    # commands do not only look
+    git_programs: list[str] = field(default_factory=list)
+
+    def looks_only(self, argv: list[str]) -> bool:
+        """This one part is a read-only command here."""
+        return _is_read_only(argv) and not (self.git_programs and _name(argv).startswith("git"))
 
 
 def split_command(command: str) -> list[str]:
@@ -276,11 +283,18 @@ def analyze(command: str, env: Any = None) -> Analysis:
     problems = list(p.problems)
     commands, writes, outside, not_ro = [], [], [], []
     cwd = Path(env.cwd) if env is not None else None
+    programs = None  # what the repository's git config runs, looked up once for the line's first git command
     for c in p.commands:
         argv = c.argv
         commands += _unwrap(argv, problems)
         if argv and not _is_read_only(argv):
             not_ro.append(_name(argv))
+        elif argv and _name(argv).startswith("git") and env is not None:
+            from agent.git_safe import repository_programs
+
+            programs = repository_programs(Path(env.root)) if programs is None else programs
+            if programs:  # `git status` would run them: not a command that only looks
+                not_ro.append(f"{_name(argv)} (the repository's git config runs {', '.join(programs[:3])})")
         if _name(argv).startswith("git") and any(x == "--output" or x.startswith("--output=") for x in argv):
             writes.append(next(x for x in argv if x.startswith("--output")))
         for r in c.redirects:
@@ -304,7 +318,7 @@ def analyze(command: str, env: Any = None) -> Analysis:
                     outside += [] if target in outside else [target]  # `cd -`: a folder we cannot know
                 else:
                     cwd = Path(os.path.realpath(cwd / os.path.expanduser(target)))
-    return Analysis(p, commands, [c.argv for c in p.commands], problems, writes, outside, not_ro)
+    return Analysis(p, commands, [c.argv for c in p.commands], problems, writes, outside, not_ro, programs or [])
 
 
 def _inside(text: str, is_glob: bool, tilde: bool, cwd: Path, env: Any) -> bool:
@@ -408,7 +422,8 @@ class Permissions:
             if a.outside and not (a.problems or a.writes or a.not_read_only):
                 return Decision(ASK, f"reads outside the repository: {', '.join(a.outside[:3])}")
             if not read_only:
-                return Decision(DENY, "plan mode is read-only: only read-only commands run")
+                why = f" (the repository's git config runs {_git_why(a)})" if a.git_programs else ""
+                return Decision(DENY, f"plan mode is read-only: only read-only commands run{why}")
         if r := self._match_command(self.ask, name, a, command, every=False):
             return Decision(ALLOW if self.mode == "auto" and not opaque else ASK, f"rule {_fmt(r)}")
         if self.mode == "auto":
@@ -430,11 +445,13 @@ class Permissions:
             return Decision(ALLOW, "read-only command")
         # Each part allowed by a rule or read-only on its own.
         if a.top and all(
-            _is_read_only(v)
+            a.looks_only(v)
             or any(r.matches_tool(name) and r.matches_argv(v, allowing=True) for r in self.allow if r.specifier)
             for v in a.top
         ):
             return Decision(ALLOW, "every part is allowed")
+        if a.git_programs:
+            return Decision(ASK, f"the repository's git config runs programs when git reads it: {_git_why(a)}")
         return Decision(ASK, f"{self.mode} mode asks before running {name}")
 
     def add_allow(self, rule: str) -> None:
@@ -445,6 +462,10 @@ def _protected_real(path: Path, env: Any) -> bool:
     """A link in the repository pointing into `.git` or `.glm5` (`gitdir -> .git`) is protected too."""
     real = Path(os.path.realpath(path))
     return any(real == env.root / p or (env.root / p) in real.parents for p in PROTECTED)
+
+
+def _git_why(a: Analysis) -> str:
+    return ", ".join(a.git_programs[:3]) + (" ..." if len(a.git_programs) > 3 else "")
 
 
 def _fmt(r: Rule) -> str:

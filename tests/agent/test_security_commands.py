@@ -269,3 +269,15 @@ def test_a_repository_program_named_like_a_looking_command_asks(env, repo):
 @pytest.mark.parametrize("command", ["/usr/bin/git push", "git -C . push", "git --no-pager push origin", "\\git push"])
 def test_deny_catches_other_spellings_of_the_program(env, command):
     assert perms("auto", deny=["bash(git push)"]).check("bash", EXECUTE, command, env).action == DENY
+
+
+def test_git_commands_ask_when_the_repositorys_git_config_runs_programs(env, repo):
+    # a repository shipped with .git/config: `git status` runs core.fsmonitor, `git diff` diff.external and the
+    # textconv .gitattributes names, inside the sandbox but unasked (or on the host, with no sandbox)
+    assert perms("ask").check("bash", EXECUTE, "git status && git diff", env).action == ALLOW
+    subprocess.run(["git", "config", "diff.x.textconv", "sh tc.sh"], cwd=repo, check=True)
+    d = perms("ask").check("bash", EXECUTE, "git diff", env)
+    assert d.action == ASK and "diff.x.textconv" in d.reason
+    assert perms("ask").check("bash", EXECUTE, "ls && git status", env).action == ASK
+    assert perms("plan").check("bash", EXECUTE, "git log", env).action == DENY
+    assert perms("plan").check("bash", EXECUTE, "ls", env).action == ALLOW  # only git's parts
