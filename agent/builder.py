@@ -64,7 +64,10 @@ def build_session(
     root = git_root(cwd) or cwd
     warnings: list[str] = []
     if git_root(cwd) is None:
-        warnings.append(f"{cwd} is not in a git repository: checkpoints, /undo and /rewind are off")
+        warnings.append(
+            f"{cwd} is not in a git repository (or one whose core.worktree names another folder, which "
+            "glm5 does not take as the repository): checkpoints, /undo and /rewind are off"
+        )
     folder = sessions_dir(root, settings.sessions_dir)
     traj = None
     if resume is not None or continue_latest:
