@@ -42,6 +42,8 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
     from agent.bench.run_folder import RunFolderError
     from agent.bench.runner import RunOptions, parse_shard
     from agent.bench.tasks import TaskError
+
+    out = out.resolve()  # every trial and the repository cache live under it, whatever folder git runs in
     from agent.settings import SettingsError
 
     if k < 1 or n < 1 or retries < 0:

@@ -117,10 +117,9 @@ def code(
 
     unreachable = check(p.base_url, origin(settings, base_url))
     if unreachable:  # exit 1 (EXIT_ERROR), as for any endpoint error
-        from rich.markup import escape
 
         message, _, hint = unreachable.partition("\n")
-        fail(escape(message), code=1, hint=escape(hint))
+        fail(message, code=1, hint=hint)
     if p.api_key_env and not p.api_key and not p.base_url.startswith(("http://127.", "http://localhost")):
         # a warning, not an error: a self-hosted endpoint may need no key; a hosted one will answer 401 (exit 1)
         err_console.print(f"[yellow]warning:[/] ${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})")

@@ -30,10 +30,13 @@ EXIT_USAGE = 2
 
 
 def fail(message: str, code: int = EXIT_ERROR, hint: str | None = None) -> NoReturn:
-    """Print `message` (and what to do about it) on stderr and exit with `code`."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    """Print `message` (and what to do about it) on stderr and exit with `code`. Both are plain text: a `[table]`
+    in them is printed, not taken for rich markup."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     if hint:
-        err_console.print(f"[dim]hint:[/] {hint}", highlight=False)
+        err_console.print(f"[dim]hint:[/] {escape(hint)}", highlight=False)
     raise typer.Exit(code)
 
 

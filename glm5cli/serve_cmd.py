@@ -221,9 +221,8 @@ def serve(
         try:
             require_installed(engine.value, engine.value)
         except EngineNotInstalled as e:
-            from rich.markup import escape
 
-            fail(escape(str(e)))
+            fail(str(e))
     err_console.print(
         f"[bold]starting {engine.value}[/] ({topo.nnodes} node(s) x {topo.gpus_per_node} GPUs, "
         f"{topo.precision}, tp={topo.tp_size} dp={topo.dp} ep={topo.ep}"

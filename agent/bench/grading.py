@@ -133,6 +133,34 @@ def default_test_cmd(task: SWETask) -> str:
 APPLY_STEPS = ("git apply", "git apply --3way", "patch --fuzz")
 
 
+def _apply_test_patch(task: SWETask, env: Environment) -> str | None:
+    """Put test_patch in: the files it touches go back to base_commit first (the prediction may have edited the
+    tests). None when it applied, else git's log."""
+    if not task.test_patch.strip():
+        return None
+    for f in patch_files(task.test_patch):
+        if _host_git(env.app_dir, "cat-file", "-e", f"{task.base_commit}:{f}")[0] == 0:
+            _host_git(env.app_dir, "checkout", "-q", task.base_commit, "--", f)
+        elif (env.app_dir / f).resolve().is_relative_to(env.app_dir.resolve()):
+            (env.app_dir / f).unlink(missing_ok=True)
+    host = env.app_dir.parent / "tmp" / "test.patch"
+    host.write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
+    rc, log = _host_git(env.app_dir, "apply", "-v", str(host))
+    return None if rc == 0 else log
+
+
+def _suite_runs_without_prediction(task: SWETask, env: Environment, timeout_s: float) -> tuple[bool, str]:
+    """Back to base_commit (tracked files restored, new files removed; ignored build output kept), test_patch
+    in, the tests run once: (whether any test ran, the log)."""
+    _host_git(env.app_dir, "checkout", "-q", "-f", task.base_commit, "--", ".")
+    _host_git(env.app_dir, "clean", "-fdq")
+    if _apply_test_patch(task, env) is not None:
+        return False, "(without the prediction, test_patch did not apply)"
+    res, cmd = run_tests(env, task, timeout_s)
+    statuses, _ = read_statuses(res.output, res.returncode, task.log_parser, cmd)
+    return bool(statuses), f"$ {cmd}  # without the prediction\n{res.output}\n[exit code {res.returncode}]"
+
+
 def _host_git(app: Path, *args: str) -> tuple[int, str]:
     try:
         r = git(app, *args, check=False, timeout=300)
@@ -188,18 +216,9 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
             return g
     else:
         method = None
-    if task.test_patch.strip():
-        # the prediction may have edited the tests; they go back to base_commit before the real ones go in
-        for f in patch_files(task.test_patch):
-            if _host_git(env.app_dir, "cat-file", "-e", f"{task.base_commit}:{f}")[0] == 0:
-                _host_git(env.app_dir, "checkout", "-q", task.base_commit, "--", f)
-            elif (env.app_dir / f).resolve().is_relative_to(env.app_dir.resolve()):
-                (env.app_dir / f).unlink(missing_ok=True)
-        host = env.app_dir.parent / "tmp" / "test.patch"
-        host.write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
-        rc, log = _host_git(env.app_dir, "apply", "-v", str(host))
-        if rc != 0:
-            return infra("test_patch does not apply (the task is broken)", "\n".join([*out, log]))
+    failed = _apply_test_patch(task, env)
+    if failed is not None:
+        return infra("test_patch does not apply (the task is broken)", "\n".join([*out, failed]))
     grade = None
     flaky: set[str] = set()
     for _ in range(1 + max(0, flaky_reruns)):
@@ -209,8 +228,15 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
             g = Grade(UNRESOLVED, False, reason=f"the tests timed out after {timeout_s:g}s")
         else:
             statuses, problem = read_statuses(res.output, res.returncode, task.log_parser, cmd)
-            if problem and not statuses and "did not run" in problem:
+            if problem and not statuses and "did not run" in problem and not patch_text.strip():
                 g = infra(problem)
+            elif problem and not statuses and "did not run" in problem:
+                # the prediction may be what stops the suite (a conftest.py that exits): an infra error would
+                # leave the task out of the resolved rate. Without the prediction, does the suite run?
+                runs, log = _suite_runs_without_prediction(task, env, timeout_s)
+                out.append(log)
+                g = (Grade(UNRESOLVED, False, reason=f"{problem} with the prediction applied; they run without it")
+                     if runs else infra(problem))  # fmt: skip
             elif problem:
                 g = Grade(UNRESOLVED, False, reason=problem)
             else:
@@ -238,18 +264,46 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
 # -- terminal tasks --------------------------------------------------------------------------------------------
 
 
+def _verifier_file(path: Path) -> str | None:
+    """A file the verifier wrote, read on the host: only a regular file (a link the agent planted could name any
+    host file, one the sandbox hides), at most 1 MB; None when there is none."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return f.read(2**20).decode("utf-8", errors="replace")
+
+
+def clear_verifier_dir(verifier_dir: Path) -> None:
+    """Empty /logs/verifier before the verifier runs: the agent could write there (its reward.txt, reward.json,
+    ctrf.json), and only what the verifier writes is its verdict."""
+    import shutil
+
+    if verifier_dir.is_symlink() or (verifier_dir.exists() and not verifier_dir.is_dir()):
+        verifier_dir.unlink()
+    elif verifier_dir.exists():
+        shutil.rmtree(verifier_dir)
+    verifier_dir.mkdir(parents=True)
+
+
 def read_reward(verifier_dir: Path) -> tuple[float | None, dict[str, float], str]:
-    """(reward, named rewards, problem) from what the verifier wrote."""
-    txt, js = verifier_dir / "reward.txt", verifier_dir / "reward.json"
-    if txt.is_file():
+    """(reward, named rewards, problem) from what the verifier wrote (regular files only)."""
+    txt, js = _verifier_file(verifier_dir / "reward.txt"), _verifier_file(verifier_dir / "reward.json")
+    if txt is not None:
         try:
-            r = float(txt.read_text().strip())
+            r = float(txt.strip())
         except ValueError:
-            return None, {}, f"reward.txt holds {txt.read_text()[:40]!r}, not a number"
+            return None, {}, f"reward.txt holds {txt[:40]!r}, not a number"
         return r, {"reward": r}, ""
-    if js.is_file():
+    if js is not None:
         try:
-            data = json.loads(js.read_text())
+            data = json.loads(js)
             named = {str(k): float(v) for k, v in data.items()}
         except (ValueError, TypeError, AttributeError):
             return None, {}, "reward.json is not an object of numbers"
@@ -257,13 +311,13 @@ def read_reward(verifier_dir: Path) -> tuple[float | None, dict[str, float], str
             return None, {}, "reward.json is empty"
         r = named["reward"] if "reward" in named else sum(named.values()) / len(named)
         return r, named, ""
-    return None, {}, "the verifier wrote no /logs/verifier/reward.txt or reward.json"
+    return None, {}, "the verifier wrote no /logs/verifier/reward.txt or reward.json (a regular file)"
 
 
 def _ctrf(verifier_dir: Path) -> dict[str, str]:
     """Per-test statuses from a CTRF report (Harbor's template writes ctrf.json), when there is one."""
     try:
-        tests = json.loads((verifier_dir / "ctrf.json").read_text())["results"]["tests"]
+        tests = json.loads(_verifier_file(verifier_dir / "ctrf.json") or "")["results"]["tests"]
         names = {"passed": PASSED, "failed": FAILED, "skipped": SKIPPED, "pending": SKIPPED}
         return {t["name"]: names.get(t.get("status"), ERROR) for t in tests}
     except (OSError, ValueError, KeyError, TypeError):
@@ -273,6 +327,7 @@ def _ctrf(verifier_dir: Path) -> dict[str, str]:
 def grade_terminal(task: TerminalTask, env: Environment, verifier_dir: Path) -> Grade:
     """Copy the tests in, run the verifier, read its reward. `verifier_dir` is the host side of /logs/verifier."""
     try:
+        clear_verifier_dir(verifier_dir)  # what the agent left there is not the verifier's verdict
         env.copy_in(task.tests_dir, "/tests")
     except (OSError, InfraError) as e:
         return infra(f"could not copy the tests in: {e}")

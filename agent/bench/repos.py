@@ -31,7 +31,7 @@ DIFF_EXCLUDES = (":(exclude).glm5", ":(exclude,glob)**/__pycache__/**", ":(exclu
 
 class RepoCache:
     def __init__(self, cache_dir: Path, repos_dir: Path | None = None, base_dir: Path | None = None):
-        self.dir = Path(cache_dir) / "repos"
+        self.dir = Path(cache_dir).resolve() / "repos"  # git runs with -C: a relative path would be read twice
         self.repos_dir = Path(repos_dir).resolve() if repos_dir else None
         self.base_dir = Path(base_dir).resolve() if base_dir else Path.cwd()
         self._locks: dict[str, threading.Lock] = {}
@@ -90,14 +90,29 @@ class RepoCache:
             raise InfraError(f"checking out {commit} of {repo} timed out") from None
 
 
-def working_tree_diff(app: Path, base_commit: str) -> str:
+def working_tree_diff(app: Path, base_commit: str, agents_git: bool = False) -> str:
     """The prediction: everything in `app` that differs from base_commit, new files included (binary-safe).
 
-    Staged through a throwaway index so the trial's own index (which the agent may have used) is left alone.
+    Staged through a throwaway index, in a host folder no command can reach (one in the trial's scratch folder
+    could be locked from inside, making the diff fail), so the trial's own index is left alone.
+    `agents_git`: app/.git is the agent's (a terminal task's, writable inside). Host git then reads only a plain
+    .git folder, named explicitly (GIT_DIR, GIT_WORK_TREE: a `core.worktree` it set would diff a host folder the
+    sandbox hides), with no alternates (objects from another repository); else no diff ("").
     """
-    index = Path(app).parent / "tmp" / "glm5-diff.index"
-    index.parent.mkdir(parents=True, exist_ok=True)
-    env = {"GIT_INDEX_FILE": str(index)}
+    import tempfile
+
+    app = Path(app)
+    env: dict[str, str] = {}
+    if agents_git:
+        dotgit = app / ".git"
+        if dotgit.is_symlink() or not dotgit.is_dir() or (dotgit / "commondir").exists():
+            return ""  # a `gitdir:` file or a link: another repository, maybe the host's
+        if (dotgit / "objects" / "info" / "alternates").exists():
+            return ""
+        env = {"GIT_DIR": str(dotgit), "GIT_WORK_TREE": str(app)}
+    tmp = tempfile.mkdtemp(prefix="glm5-diff-")
+    index = Path(tmp) / "index"
+    env["GIT_INDEX_FILE"] = str(index)
     try:
         git(app, "read-tree", base_commit, env=env, timeout=120)
         git(app, "add", "-A", "--", ".", *DIFF_EXCLUDES, env=env, timeout=300)
@@ -105,5 +120,5 @@ def working_tree_diff(app: Path, base_commit: str) -> str:
     except GitError as e:
         raise InfraError(f"could not read the trial's changes: {e}") from None
     finally:
-        index.unlink(missing_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return r.stdout

@@ -119,6 +119,13 @@ def _test_list(value: Any, where: str, name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+MAX_ID = 200  # a folder name: most filesystems allow 255 bytes
+
+
+def _good_id(ident: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z0-9_.\-]+", ident)) and len(ident) <= MAX_ID and ident.strip(".") != ""
+
+
 def swe_task_from_row(row: Any, where: str) -> SWETask:
     """One SWE-bench row (a dict) -> SWETask; `where` is `file:line` for errors."""
     if not isinstance(row, dict):
@@ -129,9 +136,23 @@ def swe_task_from_row(row: Any, where: str) -> SWETask:
     for k in ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch"):
         if row.get(k) is not None and not isinstance(row[k], str):
             raise TaskError(f"{where}: {k} must be a string")
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", row["instance_id"]):
+    if not _good_id(row["instance_id"]):
         # the id becomes a folder name under the run; no slashes, no dot-dot games
-        raise TaskError(f"{where}: instance_id {row['instance_id']!r} may hold only letters, digits, . _ -")
+        raise TaskError(f"{where}: instance_id {row['instance_id'][:80]!r} may hold only letters, digits, . _ - "
+                        f"(not only dots), at most {MAX_ID} of them")  # fmt: skip
+    for k in ("test_cmd", "log_parser", "version", "environment_setup_commit", "hints_text"):
+        if row.get(k) is not None and not isinstance(row[k], str):
+            raise TaskError(f"{where}: {k} must be a string")
+    setup = row.get("setup")
+    if setup is not None and not isinstance(setup, str):
+        raise TaskError(f"{where}: setup must be a string (shell commands)")
+    if row.get("log_parser"):
+        from agent.bench.log_parsers import parser_for
+
+        try:
+            parser_for(row["log_parser"], "")
+        except ValueError as e:
+            raise TaskError(f"{where}: {e}") from None
     known = {f for f in SWETask.__dataclass_fields__ if f not in ("source", "extra")}
     return SWETask(
         instance_id=row["instance_id"],
@@ -168,12 +189,18 @@ def _rows(path: Path) -> list[tuple[Any, str]]:
         except Exception as e:  # noqa: BLE001 - pyarrow raises many types for a bad file
             raise TaskError(f"{path}: not a readable parquet file ({e})") from None
         return [(r, f"{path}:row {i}") for i, r in enumerate(rows, 1)]
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise TaskError(f"{path}:{line}: not UTF-8 text (byte {e.object[e.start]:#04x})") from None
     if suffix == ".json" or text.lstrip().startswith("["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise TaskError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise TaskError(f"{path}: not a task file (JSON nested too deep)") from None
         if isinstance(data, dict):
             data = data.get("instances", data.get("data", [data] if "instance_id" in data else None))
         if not isinstance(data, list):
@@ -187,6 +214,8 @@ def _rows(path: Path) -> list[tuple[Any, str]]:
             out.append((json.loads(line), f"{path}:{n}"))
         except json.JSONDecodeError as e:
             raise TaskError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise TaskError(f"{path}:{n}: not a task (JSON nested too deep)") from None
     return out
 
 
@@ -253,11 +282,16 @@ def load_terminal_task(folder: str | Path) -> TerminalTask:
     if not isinstance(name, str):
         raise TaskError(f"{toml_path}: [task].name must be a string")
     ident = re.sub(r"[^A-Za-z0-9_.\-]", "__", name)
+    if not _good_id(ident):
+        raise TaskError(f"{toml_path}: [task].name {name[:80]!r} cannot name a folder (only dots, or over {MAX_ID})")
     venv = verifier.get("env") or {}
     if not isinstance(venv, dict) or not all(isinstance(v, str) for v in venv.values()):
         raise TaskError(f"{toml_path}: [verifier].env must be a table of strings")
     network = env.get("network_mode")
-    allow = bool(env.get("allow_internet", False)) or network == "public"
+    internet = env.get("allow_internet", False)
+    if not isinstance(internet, bool):  # "false" is a true string: the network would be on
+        raise TaskError(f"{toml_path}: [environment].allow_internet must be true or false, not {internet!r}")
+    allow = internet or network == "public"
     return TerminalTask(
         instance_id=ident,
         path=folder,

@@ -125,7 +125,7 @@ def _grade(
         if isinstance(task, SWETask):
             patch = working_tree_diff(env.app_dir, task.base_commit)
         elif (env.app_dir / ".git").exists():
-            patch = working_tree_diff(env.app_dir, "HEAD")
+            patch = working_tree_diff(env.app_dir, "HEAD", agents_git=True)  # the agent's own .git
         (trial_dir / "patch.diff").write_text(patch, encoding="utf-8")
         t1 = time.monotonic()
         if isinstance(task, TerminalTask):

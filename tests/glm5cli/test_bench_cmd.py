@@ -137,3 +137,12 @@ def test_infra_errors_are_named_with_how_to_run_them_again(tmp_path, calc_tasks)
     bench(*args, "--retry-infra-errors")  # runs it again (still refused here: one more try, recorded)
     tries = [json.loads(x)["try"] for x in (out / "results.jsonl").read_text().splitlines()]
     assert tries == [1, 2]
+
+
+def test_a_relative_out_folder_works(tmp_path, calc_tasks, monkeypatch):  # noqa: F811 (the imported fixtures)
+    # the help's own example is `--out runs/base`: the repository cache under it was read relative to the folder
+    # git ran in, and every trial failed to clone
+    monkeypatch.chdir(tmp_path)
+    r = bench("swe", calc_tasks, "--out", "runs/rel", "--agent", "oracle", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["summary"]["resolved"] == 2 and (tmp_path / "runs" / "rel" / "report.json").is_file()

@@ -71,8 +71,17 @@ def test_collection_error_is_unresolved(tmp_path, calc_repo):
 
 
 def test_tests_that_did_not_run_are_an_infra_error(tmp_path, calc_repo):
+    # the suite does not run with the prediction nor without it: the task is broken, not the prediction
     _, g = grade(tmp_path, calc_repo, calc_row(calc_repo)["patch"], test_cmd="no-such-runner --all")
     assert g.status == INFRA_ERROR and g.resolved is None and "did not run" in g.reason
+
+
+def test_a_prediction_that_stops_the_suite_is_unresolved_not_an_infra_error(tmp_path, calc_repo):
+    # a conftest.py that exits 0 before any test: an infra error would leave the task out of the resolved rate,
+    # so an agent could raise its score by breaking the suite where it cannot solve the task
+    patch = diff_between(calc_repo, {"conftest.py": "import os\nos._exit(0)\n"})
+    _, g = grade(tmp_path, calc_repo, patch)
+    assert g.status == UNRESOLVED and g.resolved is False and "run without it" in g.reason, g.reason
 
 
 def test_pass_to_pass_broken_by_the_patch(tmp_path, calc_repo):

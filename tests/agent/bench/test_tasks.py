@@ -50,8 +50,32 @@ def test_missing_field_and_bad_test_list_named(tmp_path):
     p.write_text(json.dumps({**ROW, "FAIL_TO_PASS": "[not json"}) + "\n")
     with pytest.raises(TaskError, match=rf"{p}:1: FAIL_TO_PASS is a string but not a JSON list"):
         load_swe_tasks(p)
-    p.write_text(json.dumps({**ROW, "instance_id": "../escape"}) + "\n")
-    with pytest.raises(TaskError, match="may hold only"):
+    for bad in ("../escape", "..", ".", "x" * 300):  # a folder name under the run: no dot-dot, not too long
+        p.write_text(json.dumps({**ROW, "instance_id": bad}) + "\n")
+        with pytest.raises(TaskError, match="may hold only"):
+            load_swe_tasks(p)
+
+
+@pytest.mark.parametrize(
+    "field, value, words",
+    [("test_cmd", 5, "test_cmd must be a string"), ("setup", ["a"], "setup must be a string"),
+     ("log_parser", "nosuch", "unknown log_parser 'nosuch'"), ("version", {"v": 1}, "version must be a string"),
+     ("hints_text", 3, "hints_text must be a string")],
+)  # fmt: skip
+def test_a_field_of_the_wrong_type_is_named_at_load_not_a_crash_per_trial(tmp_path, field, value, words):
+    p = tmp_path / "tasks.jsonl"
+    p.write_text(json.dumps({**ROW, field: value}) + "\n")
+    with pytest.raises(TaskError, match=rf"{p}:1: {words}"):
+        load_swe_tasks(p)
+
+
+def test_a_file_that_is_not_utf8_or_nested_too_deep_is_named(tmp_path):
+    p = tmp_path / "tasks.jsonl"
+    p.write_bytes(json.dumps(ROW).encode() + b"\n" + b'{"instance_id": "\xff"}\n')
+    with pytest.raises(TaskError, match=rf"{p}:2: not UTF-8 text"):
+        load_swe_tasks(p)
+    p.write_text("[" * 100_000)
+    with pytest.raises(TaskError, match="nested too deep"):
         load_swe_tasks(p)
 
 
@@ -110,6 +134,15 @@ def test_harbor_errors_name_the_file(tmp_path):
     (h / "instruction.md").write_text("x")
     with pytest.raises(TaskError, match="tests/test.sh is missing"):
         load_terminal_task(h)
+
+
+def test_allow_internet_must_be_a_boolean(tmp_path):
+    # "false" is a true string: the network was on for a task that asked for it off
+    f = _harbor(tmp_path / "net", 'schema_version = "1.4"\n[environment]\nallow_internet = "false"\n')
+    with pytest.raises(TaskError, match=r"allow_internet must be true or false"):
+        load_terminal_task(f)
+    g = _harbor(tmp_path / "net2", 'schema_version = "1.4"\n[environment]\nallow_internet = false\n')
+    assert load_terminal_task(g).allow_internet is False
 
 
 def test_folder_of_task_folders(tmp_path):

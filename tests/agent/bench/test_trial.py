@@ -259,3 +259,57 @@ def test_every_trial_shows_the_model_app_so_a_seeded_bench_sends_the_same_reques
         assert "def add" in results[0]["result"]  # /app/calc.py is the trial's calc.py
         assert results[1]["is_error"] or results[1].get("decision") in ("denied", "blocked")  # outside: refused
     assert sent["run-a"] == sent["elsewhere/run-b"]
+
+
+def _silent_task(root):
+    """A terminal task whose verifier writes a reward only when the work is done (else nothing: an infra error)."""
+    t = root / "task"
+    (t / "environment").mkdir(parents=True)
+    (t / "tests").mkdir()
+    (t / "tests" / "test.sh").write_text('[ "$(cat out.txt)" = ok ] && echo 1 > /logs/verifier/reward.txt\ntrue\n')
+    (t / "instruction.md").write_text("Write ok to out.txt.\n")
+    (t / "task.toml").write_text('schema_version = "1.4"\n')
+    return load_terminal_task(t)
+
+
+def test_an_agent_cannot_write_its_own_reward(tmp_path):
+    # the verifier runs where the agent worked (Harbor's default) and /logs/verifier is writable to both: what the
+    # agent leaves there (a reward.json, a reward.txt folder that stops the verifier's own write, a link to a host
+    # file the sandbox hides) is cleared before the verifier runs, and only regular files are read
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("HOST-SECRET-42\n")
+    task = _silent_task(tmp_path)
+    for i, cmd in enumerate((
+        'mkdir -p /logs/verifier/reward.txt; echo \'{"reward": 1}\' > /logs/verifier/reward.json',
+        f"ln -s {secret} /logs/verifier/reward.txt",
+        "echo 1 > /logs/verifier/reward.txt; echo '{\"results\": {\"tests\": []}}' > /logs/verifier/ctrf.json",
+    )):  # fmt: skip
+        r = run_trial(task, make_agent(f"cmd:{cmd}"), tmp_path / f"t{i}", config(tmp_path))
+        assert r.status == "infra_error" and r.resolved is None, (cmd, r.status, r.reason)
+        assert "HOST-SECRET" not in json.dumps(dataclasses.asdict(r))
+    ok = run_trial(task, make_agent("cmd:echo ok > out.txt"), tmp_path / "ok", config(tmp_path))
+    assert ok.status == "resolved", ok.reason
+
+
+def test_host_git_never_follows_a_terminal_agents_git_elsewhere(tmp_path):
+    # a terminal task's /app/.git is the agent's: a `gitdir:` file naming a host repository would have host git
+    # write the agent's files into it; core.worktree naming a host folder would diff files the sandbox hides
+    import os
+    import subprocess
+
+    victim = tmp_path / "victim"
+    subprocess.run(["git", "init", "-q", str(victim)], check=True)
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "creds.txt").write_text("HIDDEN-CREDS\n")
+    task = _silent_task(tmp_path)
+    objects = lambda: sum(len(fs) for _, _, fs in os.walk(victim / ".git" / "objects"))  # noqa: E731
+    before = objects()
+    r = run_trial(task, make_agent(f'cmd:echo "gitdir: {victim}/.git" > .git; echo planted > p.txt'),
+                  tmp_path / "a", config(tmp_path))  # fmt: skip
+    assert objects() == before and r.status != "resolved"
+    cmd = (f"git init -q && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m x && "
+           f"git config core.worktree {hidden} && echo mine > mine.txt")  # fmt: skip
+    r = run_trial(task, make_agent(f"cmd:{cmd}"), tmp_path / "b", config(tmp_path))
+    patch = (tmp_path / "b" / "patch.diff").read_text()
+    assert "HIDDEN-CREDS" not in patch and "+mine" in patch
