@@ -132,7 +132,10 @@ class Sandbox:
         binds: Sequence[tuple[str | Path, str | Path]] = (),
         ro_binds: Sequence[tuple[str | Path, str | Path]] = (),
         limits: SandboxLimits | None = None,
+        hide: Sequence[str | Path] = (),
     ) -> list[str]:
+        """`hide`: host folders (an empty tmpfs over each) and files (/dev/null over each) a command must not read,
+        though the rest of the filesystem is readable: a benchmark's task files, with their gold patches."""
         root = Path(root)
         # found now, not at start, and never in a folder commands write (an active .venv/bin in the repository)
         exe = host_path.which("bwrap") or "/usr/bin/bwrap"
@@ -149,6 +152,11 @@ class Sandbox:
         # Toolchains under /tmp (a virtual environment, PATH entries) stay visible, read-only, over the private /tmp.
         for tool_dir in _tmp_tool_dirs():
             out += ["--ro-bind-try", tool_dir, tool_dir]
+        for p in map(Path, hide):  # before the binds below, which may lie inside a hidden folder
+            if p.is_dir() and not p.is_symlink():
+                out += ["--tmpfs", str(p)]
+            elif p.is_file() and not p.is_symlink():
+                out += ["--ro-bind", "/dev/null", str(p)]
         writable = [(root, root), *((Path(h), Path(i)) for h, i in binds)]
         for host, inside in writable:
             out += ["--bind", str(host), str(inside)]

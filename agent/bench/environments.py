@@ -54,6 +54,9 @@ class EnvSpec:
     workdir: str = APP  # a task's working folder other than /app (task.toml [environment] workdir) is /app too
     # SWE tasks: /app/.git read-only inside (the answer is the working tree's diff); terminal tasks may need git
     protect_git: bool = True
+    # host files and folders hidden inside (the task files with their gold patches, the run folder with other
+    # trials and the repository cache's later history); the trial's own folders stay, bound over them
+    hidden: tuple[Path, ...] = ()
 
 
 @runtime_checkable

@@ -116,7 +116,7 @@ class LocalEnvironment:
         root = self.app_dir if self.spec.protect_git else self.state / "root"
         root.mkdir(exist_ok=True)
         return mountable_root(sb.wrap(argv, root=root, cwd=Path(cwd), scratch=self.scratch,
-                                      binds=binds, ro_binds=ro))  # fmt: skip
+                                      binds=binds, ro_binds=ro, hide=self.spec.hidden))  # fmt: skip
 
     def exec(self, command: str, *, cwd: str = APP, timeout_s: float | None = None,
              env: dict[str, str] | None = None, stdin: str | None = None,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import traceback
@@ -44,6 +45,7 @@ class TrialConfig:
     test_timeout_s: float = 1800.0
     flaky_reruns: int = 1
     keep_workdirs: bool = False
+    hide: tuple[Path, ...] = ()  # hidden from every trial besides its task's own files (the run folder)
 
 
 @dataclass
@@ -92,18 +94,34 @@ def _copy_environment(src: Path, dest: Path) -> None:
         dest.mkdir(parents=True)
 
 
+def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tuple[Path, ...]:
+    """What a trial's commands must not read: the run's folders (config.hide), the file the task came from (a
+    JSONL holds every task's gold patch; a suite's instance file sits with the others, so their folder), and a
+    terminal task's own folder (its solution and tests; /app is a copy of its environment), and the built-in
+    suites' data, whichever file the task was read from (a copy of a built-in row still has its gold there)."""
+    # the built-in suites ship beside this package (plugins/ is not imported from agent/: imports run one way)
+    out = [*config.hide, Path(__file__).resolve().parents[2] / "plugins" / "bench_suites"]
+    if isinstance(task, TerminalTask):
+        out.append(task.path)
+    elif task.source:
+        src = Path(re.sub(r":(\d+|item \d+|row \d+)$", "", task.source))
+        out.append(src.parent if src.suffix == ".toml" else src)
+    return tuple(dict.fromkeys(p.resolve() for p in out if p.exists()))
+
+
 def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) -> EnvSpec:
+    hidden = hidden_from_trials(task, config)
     if isinstance(task, SWETask):
         repos = config.repos or RepoCache(config.cache_dir)
         return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=task.setup,
                        setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
                        cache_dir=config.cache_dir, image=task.extra.get("image"),
-                       memory_mb=config.limits.memory_mb)  # fmt: skip
+                       memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
     return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
                    image=task.docker_image, dockerfile_dir=context,
                    memory_mb=task.memory_mb or config.limits.memory_mb, cpus=task.cpus, network=task.allow_internet,
-                   cache_dir=config.cache_dir, protect_git=False, workdir=task.workdir)  # fmt: skip
+                   cache_dir=config.cache_dir, protect_git=False, workdir=task.workdir, hidden=hidden)  # fmt: skip
 
 
 def _grade(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,26 @@ def test_agent_never_sees_tests_or_gold(tmp_path, calc_tasks):
     logs = tmp_path / "c" / "work" / "logs" / "agent"
     assert "No such file" in (logs / "ls.txt").read_text()
     assert not (tmp_path / "c" / "work" / "app" / "test_add.py").exists()
+
+
+def test_a_trial_cannot_read_the_task_files_the_run_folder_or_the_built_in_suites(tmp_path, calc_tasks):
+    # the rest of the filesystem is readable inside; the gold patch is in the tasks file, other trials and the
+    # repository cache (later history) in the run folder, every built-in task's gold in the suites' data
+    import plugins.bench_suites
+
+    run = tmp_path / "run"
+    suites = Path(plugins.bench_suites.__file__).parent
+    task = load_swe_tasks(calc_tasks)[0]
+    cmd = (f"cat {calc_tasks} > /logs/agent/tasks.txt; ls -A {run} > /logs/agent/run.txt; "
+           f"ls {suites} > /logs/agent/suites.txt; echo ok > /logs/agent/done.txt")  # fmt: skip
+    cfg = config(tmp_path, keep_workdirs=True, hide=(run,))
+    r = run_trial(task, make_agent(f"cmd:{cmd}"), run / "trials" / "c" / "0", cfg)
+    logs = run / "trials" / "c" / "0" / "work" / "logs" / "agent"
+    assert (logs / "done.txt").read_text() == "ok\n", r.reason
+    assert (logs / "tasks.txt").read_text() == "" and "FAIL_TO_PASS" in calc_tasks.read_text()
+    assert (logs / "run.txt").read_text() in ("", "trials\n") and (logs / "suites.txt").read_text() == ""
+    ok = run_trial(task, make_agent("oracle"), run / "trials" / "o" / "0", cfg)
+    assert ok.status == "resolved", ok.reason
 
 
 def test_infra_failure_is_labelled(tmp_path, calc_tasks):
