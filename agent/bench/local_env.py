@@ -158,6 +158,21 @@ class LocalEnvironment:
             shutil.copy2(source, dest)
 
 
+OUTPUT_HEAD, OUTPUT_TAIL = 256 * 1024, 4 * 2**20  # what a command's output keeps: its start and (for a test log's
+# summary) its end; a command printing 100 MB no longer costs 100 MB of memory and of every log it reaches
+
+
+def _head_and_tail(f) -> str:
+    size = f.seek(0, os.SEEK_END)
+    f.seek(0)
+    if size <= OUTPUT_HEAD + OUTPUT_TAIL:
+        return f.read().decode("utf-8", errors="replace")
+    head = f.read(OUTPUT_HEAD).decode("utf-8", errors="replace")
+    f.seek(size - OUTPUT_TAIL)
+    tail = f.read().decode("utf-8", errors="replace")
+    return f"{head}\n[... {size - OUTPUT_HEAD - OUTPUT_TAIL:,} bytes of output left out ...]\n{tail}"
+
+
 def run_argv(argv: list[str], env: dict[str, str], timeout_s: float | None, stdin: str | None,
              scratch: Path) -> ExecResult:  # fmt: skip
     """Run argv in its own session, output to a file (a child left behind cannot hold a pipe open); at the
@@ -186,8 +201,7 @@ def run_argv(argv: list[str], env: dict[str, str], timeout_s: float | None, stdi
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-        out.seek(0)
-        text = out.read().decode("utf-8", errors="replace")
+        text = _head_and_tail(out)
     if timed_out:
         text += f"\n[killed after the {timeout_s:g}s timeout]"
     return ExecResult(rc, text, timed_out, time.monotonic() - t0)
