@@ -35,7 +35,7 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          base_url: str | None, model: str | None, provider: str | None, api_key_env: str | None,
          repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
          max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool,
-         flaky_reruns: int = 1, agent_profile: str | None = None,
+         flaky_reruns: int = 0, agent_profile: str | None = None,
          retry_infra_errors: bool = False, seed: int | None = None) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
     from agent.bench.job import below, load_tasks, run_job
@@ -203,7 +203,12 @@ def swe(
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
     seed: int = typer.Option(None, "--seed", min=0, help=SEED_HELP),
     keep_workdirs: bool = typer.Option(False, "--keep-workdirs", help="Keep each trial's checkouts."),
-    flaky_reruns: int = typer.Option(1, "--flaky-reruns", help="Reruns of a failing test run (flaky tests named)."),
+    flaky_reruns: int = typer.Option(
+        0,
+        "--flaky-reruns",
+        help="Reruns of a failing test run; a test that passes in one counts as passed and is "
+        "named flaky. Off by default, as in the SWE-bench harness: an agent's code can pass on a rerun on purpose.",
+    ),
     agent_profile: str = typer.Option(
         None,
         "--agent-profile",

@@ -6,8 +6,9 @@ parse each test's status from the log. Resolved iff every FAIL_TO_PASS test pass
 PASS_TO_PASS test is maintained (PASSED, XFAIL or SKIPPED); a test absent from the log has failed
 (`swebench.harness.grading`). Checks the harness 5.x added: a run with no parsed test and no sign the suite
 started is not a run (infra_error here, never a pass); a log with no failure over a failing exit code is not
-believed (unresolved). A failing verdict reruns the tests `flaky_reruns` times: a test that passes in any run
-counts as passed and is listed in `flaky_tests`, so flakiness is visible rather than silently scored.
+believed (unresolved). With `flaky_reruns` (0 by default: the harness grades the first run, and code an agent
+wrote can fail once and pass on a rerun on purpose), a failing verdict reruns the tests: a test that passes in any
+run counts as passed and is listed in `flaky_tests`.
 
 Terminal: after the agent, tests/ is copied to /tests and `bash /tests/test.sh` runs; the reward is the float in
 /logs/verifier/reward.txt, or reward.json's "reward" (else the mean of its named rewards). No reward file is an
@@ -203,7 +204,7 @@ def run_tests(env: Environment, task: SWETask, timeout_s: float) -> tuple[ExecRe
 
 
 def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: float = 1800,
-              flaky_reruns: int = 1) -> Grade:  # fmt: skip
+              flaky_reruns: int = 0) -> Grade:  # fmt: skip
     """Grade `patch_text` in `env`, a started environment whose /app is a fresh checkout of task.base_commit."""
     out: list[str] = []
     if patch_text.strip():

@@ -41,7 +41,7 @@ class RunOptions:
     retries: int = 1
     limits: AgentLimits = field(default_factory=AgentLimits)
     test_timeout_s: float = 1800.0
-    flaky_reruns: int = 1
+    flaky_reruns: int = 0
     keep_workdirs: bool = False
     repos_dir: Path | None = None
     base_dir: Path | None = None  # relative `repo` paths in the tasks file are relative to this

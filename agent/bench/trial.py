@@ -43,7 +43,7 @@ class TrialConfig:
     repos: RepoCache | None = None
     limits: AgentLimits = field(default_factory=AgentLimits)
     test_timeout_s: float = 1800.0
-    flaky_reruns: int = 1
+    flaky_reruns: int = 0
     keep_workdirs: bool = False
     hide: tuple[Path, ...] = ()  # hidden from every trial besides its task's own files (the run folder)
 

@@ -15,14 +15,14 @@ from tests.agent.bench.conftest import CALC_FIX, calc_row, diff_between
 pytestmark = pytest.mark.skipif(probe(False) is not None, reason="bubblewrap cannot run here")
 
 
-def grade(tmp_path, repo, patch, name="g", **row_over):
+def grade(tmp_path, repo, patch, name="g", flaky_reruns=0, **row_over):
     task = swe_task_from_row(calc_row(repo, **row_over), "t:1")
     cache = RepoCache(tmp_path / "cache")
     env = LocalEnvironment(
         EnvSpec(tmp_path / name, app_source=lambda d: cache.checkout(task.repo, task.base_commit, d))
     )
     env.start()
-    return task, grade_swe(task, patch, env, timeout_s=60)
+    return task, grade_swe(task, patch, env, timeout_s=60, flaky_reruns=flaky_reruns)
 
 
 def test_default_test_command_runs_the_files_the_tests_name():
@@ -105,5 +105,7 @@ def test_flaky_test_is_rerun_and_named(tmp_path, calc_repo):
         "    assert not first and mul(2, 3) == 6\n"
     )
     patch = diff_between(calc_repo, {"calc.py": CALC_FIX, "test_mul.py": flaky})
-    _, g = grade(tmp_path, calc_repo, patch)
+    _, g = grade(tmp_path, calc_repo, patch, flaky_reruns=1)
     assert g.resolved is True and g.flaky_tests == ["test_mul.py::test_mul"], g.log
+    _, first = grade(tmp_path, calc_repo, patch, name="first")  # the default: the first run is the grade
+    assert first.resolved is False and first.flaky_tests == []
