@@ -117,7 +117,6 @@ def code(
 
     unreachable = check(p.base_url, origin(settings, base_url))
     if unreachable:  # exit 1 (EXIT_ERROR), as for any endpoint error
-
         message, _, hint = unreachable.partition("\n")
         fail(message, code=1, hint=hint)
     if p.api_key_env and not p.api_key and not p.base_url.startswith(("http://127.", "http://localhost")):

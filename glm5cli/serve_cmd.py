@@ -84,6 +84,14 @@ def serve(
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Extra argument passed to sglang/vLLM (repeat)."),
 ) -> None:
     """Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API."""
+    from serve.http.settings import check_api_key
+
+    if api_key is None and os.environ.get("GLM5_API_KEY") == "":
+        api_key = ""  # typer reads an empty variable as unset: the operator meant a key, and has none
+    try:
+        check_api_key(api_key)  # an empty key would serve with no auth at all, for either engine
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
     if engine is EngineChoice.embedded:
         if dry_run:
             fail("--dry-run prints an sglang/vLLM command; add --engine sglang or --engine vllm", code=EXIT_USAGE)
@@ -221,7 +229,6 @@ def serve(
         try:
             require_installed(engine.value, engine.value)
         except EngineNotInstalled as e:
-
             fail(str(e))
     err_console.print(
         f"[bold]starting {engine.value}[/] ({topo.nnodes} node(s) x {topo.gpus_per_node} GPUs, "

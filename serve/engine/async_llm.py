@@ -47,14 +47,23 @@ class AsyncLLM:
         if self._error is not None:
             raise EngineDeadError(f"the engine thread failed: {self._error!r}")
         rid = request_id if request_id is not None else f"async-{next(self._ids)}"
+        # Refused before `_streams` is touched: writing (and later popping) the entry, or aborting the id, would
+        # silence or kill the request that already runs under it.
+        if rid in self._streams:
+            raise ValueError(f"request id {rid!r} is already running")
         loop = asyncio.get_running_loop()
         q: asyncio.Queue = asyncio.Queue()
-        self._streams[rid] = (loop, q)
+        stream = (loop, q)
+        self._streams[rid] = stream
         done = asyncio.get_running_loop().create_future()
         self._post(("add", rid, prompt, params or SamplingParams(), done))
-        finished = False
+        finished = refused = False
         try:
-            await done  # raises the add error (bad prompt, too long) in the caller
+            try:
+                await done  # raises the add error (bad prompt, too long) in the caller
+            except Exception:
+                refused = True  # never added: nothing of ours to abort, and the id may be another request's
+                raise
             while True:
                 item = await q.get()
                 if isinstance(item, BaseException):
@@ -64,8 +73,10 @@ class AsyncLLM:
                     finished = True
                     return
         finally:
-            self._streams.pop(rid, None)
-            if not finished:
+            # Only this call's own entry, never one another call holds under the same id.
+            if self._streams.get(rid) is stream:
+                del self._streams[rid]
+            if not (finished or refused):
                 self._post(("abort", rid, None, None, None))
 
     def abort(self, request_id: str) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -105,13 +107,17 @@ def no_padding(ebnf: str) -> str:
 
 
 class Grammars:
-    """Compiles grammars for one tokenizer (glm5's `Tokenizer`) and caches them by their source."""
+    """Compiles grammars for one tokenizer (glm5's `Tokenizer`) and caches the `cache_size` most recently used by
+    their source. Safe to call from several threads (the server compiles off its event loop)."""
 
-    def __init__(self, tokenizer, vocab_size: int | None = None):
+    def __init__(self, tokenizer, vocab_size: int | None = None, cache_size: int = 64):
         self.tokenizer = tokenizer
         self.vocab_size = int(vocab_size or tokenizer.vocab_size)
         self.stop_token_ids = tuple(getattr(tokenizer, "eos_token_ids", ()) or ())
-        self._cache: dict[str, Grammar] = {}
+        # Bounded: every request may bring a new schema, and a compiled grammar can take megabytes.
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, Grammar] = OrderedDict()
+        self._lock = threading.Lock()
 
     @cached_property
     def _compiler(self):
@@ -121,13 +127,24 @@ class Grammars:
         backend = getattr(self.tokenizer, "_tok", self.tokenizer)
         hf = PreTrainedTokenizerFast(tokenizer_object=backend)
         info = xgr.TokenizerInfo.from_huggingface(hf, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids)
-        return xgr.GrammarCompiler(info, max_threads=1)
+        # xgrammar's own cache is unbounded by default; ours (`_cache`) is the one that counts, so keep it small.
+        return xgr.GrammarCompiler(info, max_threads=1, cache_limit_bytes=64 * 2**20)
 
     def _cached(self, key: Any, description: str, build) -> Grammar:
         k = json.dumps(key, sort_keys=True, default=str)
-        if k not in self._cache:
-            self._cache[k] = Grammar(build(self._compiler), self.vocab_size, self.stop_token_ids, description)
-        return self._cache[k]
+        with self._lock:
+            if k in self._cache:
+                self._cache.move_to_end(k)
+                return self._cache[k]
+            compiler = self._compiler  # made once, under the lock
+        # Compiled outside the lock, so a slow grammar does not hold up requests whose grammar is cached.
+        grammar = Grammar(build(compiler), self.vocab_size, self.stop_token_ids, description)
+        with self._lock:
+            self._cache[k] = grammar
+            self._cache.move_to_end(k)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return grammar
 
     def structural_tag(self, tag: dict, description: str) -> Grammar:
         """xgrammar's structural-tag JSON (`{"type": "structural_tag", "format": {...}}`), with no whitespace

@@ -12,11 +12,15 @@ if TYPE_CHECKING:
     from serve.engine.grammar import Grammar
 
 
+# Temperatures below this sample greedily.
+GREEDY_BELOW = 1e-5
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick each next token and when to stop.
 
-    temperature 0 means greedy. top_k <= 0 and top_p == 1 and min_p == 0 disable those filters.
+    temperature 0 (or below 1e-5) means greedy. top_k <= 0 and top_p == 1 and min_p == 0 disable those filters.
     `logprobs` is the number of top alternatives returned with each sampled token (None: only the
     sampled token's own logprob is recorded, which the engine always does). A token that stops the
     request (EOS, stop_token_ids) stays in `token_ids` but adds nothing to the text, as in vLLM.
@@ -79,7 +83,9 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # A tiny temperature is greedy in all but name, and dividing by it overflows the logits (1e-300 is 0 in
+        # float32: NaN everywhere); vLLM draws the same line (_SAMPLING_EPS).
+        return self.temperature < GREEDY_BELOW
 
     @property
     def has_penalties(self) -> bool:

@@ -146,12 +146,20 @@ def create_app(
             return JSONResponse({"status": "unhealthy", "detail": "the engine has stopped"}, status_code=503)
         return {"status": "ok"}
 
+    probe: asyncio.Task | None = None
+
     @app.get("/health_generate")
     async def _health_generate():
+        # Open without a key and outside admission (load balancers probe it), so concurrent probes share one
+        # in-flight generation: a flood of them costs the engine one request, not one each.
+        nonlocal probe
         if not state.ready:
             return JSONResponse({"status": "starting"}, status_code=503)
+        if probe is None or probe.done():
+            probe = asyncio.create_task(one_token(state, settings.health_generate_timeout_s))
+            probe.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
         try:
-            await one_token(state, settings.health_generate_timeout_s)
+            await asyncio.shield(probe)  # a prober that hangs up does not cancel the others' probe
         except Exception as e:
             return JSONResponse({"status": "unhealthy", "detail": f"{type(e).__name__}: {e}"}, status_code=503)
         return {"status": "ok"}

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
@@ -53,7 +54,7 @@ class ChatPrompt:
     calls_only: bool = False  # a forced call: the grammar allows no text, so text is a call cut off by max_tokens
 
 
-def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
+async def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
     kwargs = req.chat_template_kwargs
     thinking = state.settings.enable_thinking
     if req.reasoning_effort == "none":
@@ -70,7 +71,9 @@ def build_prompt(state: ServerState, req: ChatCompletionRequest) -> ChatPrompt:
         if forces_tool_call(req):
             thinking = False
     text = state.render_chat(req.messages, template_tools, True, thinking, clear)
-    constraint = chat_constraint(state, req, parser_tools, thinking)
+    state.check_text_length(text, "messages")
+    # In a worker thread: a large schema compiles for seconds, and the event loop must go on serving meanwhile.
+    constraint = await anyio.to_thread.run_sync(chat_constraint, state, req, parser_tools, thinking)
     return ChatPrompt(state.tokenizer.encode(text), thinking, parser_tools, constraint, forces_tool_call(req))
 
 
@@ -127,7 +130,7 @@ async def chat_completions(state: ServerState, request: Request):
     if req.top_logprobs is not None and req.top_logprobs > state.settings.max_top_logprobs:
         raise bad_request(f"top_logprobs is at most {state.settings.max_top_logprobs}", param="top_logprobs")
     check_messages(req.messages)
-    prompt = build_prompt(state, req)
+    prompt = await build_prompt(state, req)
     limit_param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     max_tokens = state.max_new_tokens(len(prompt.ids), req.completion_limit, "messages", limit_param)
     top_n = req.top_logprobs or 0

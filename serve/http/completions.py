@@ -21,6 +21,7 @@ from serve.http.streaming import chunk_writer, drain, event_stream, merged
 
 def prompt_ids(state: ServerState, prompt: str | list[int], index: int) -> list[int]:
     if isinstance(prompt, str):
+        state.check_text_length(prompt, "prompt")
         ids = state.tokenizer.encode(prompt)
     else:
         vocab = getattr(state.tokenizer, "vocab_size", None)

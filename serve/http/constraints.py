@@ -12,16 +12,34 @@ wins over `response_format` (the turn has no content to format). Everything else
 
 /generate takes sglang's `sampling_params.json_schema` (a JSON string), `regex` and `ebnf` (`generate_constraint`).
 
+Compiling can take seconds: the routes call these functions in a worker thread, off the event loop.
+
 The grammars need xgrammar (`glm5[grammar]`); without it these requests get a 400 that says how to install it,
 never an unconstrained answer that pretends to follow the request.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 from typing import Any
 
 from serve.http.errors import bad_request
 from serve.http.protocol import ChatCompletionRequest, NamedToolChoice
+
+# The largest grammar source (a schema's JSON text, a regex, an EBNF grammar) compiled: compiling takes time and
+# memory that grow with it, and real schemas are a few KB.
+MAX_GRAMMAR_SOURCE = 256 * 1024
+_GRAMMARS_LOCK = threading.Lock()
+
+
+def _check_size(source: str, param: str) -> None:
+    if len(source) > MAX_GRAMMAR_SOURCE:
+        raise bad_request(
+            f"{param} is {len(source)} characters; grammars (schemas, regexes) are limited to "
+            f"{MAX_GRAMMAR_SOURCE} characters",
+            param=param,
+        )
 
 
 def forces_tool_call(req: ChatCompletionRequest) -> bool:
@@ -59,8 +77,9 @@ def _grammars(state):
 
     if not grammar.available():
         return None
-    if state.grammars is None:
-        state.grammars = grammar.Grammars(state.tokenizer)
+    with _GRAMMARS_LOCK:  # worker threads: one Grammars (and one cache) per server
+        if state.grammars is None:
+            state.grammars = grammar.Grammars(state.tokenizer)
     return state.grammars
 
 
@@ -106,12 +125,11 @@ def chat_constraint(state, req: ChatCompletionRequest, tools: list[dict] | None,
 
 def generate_constraint(state, sp) -> Any:
     """/generate's `sampling_params.json_schema` / `regex` / `ebnf` (sglang's names) as a grammar, or None."""
-    import json
-
     kind = next((k for k in ("json_schema", "regex", "ebnf") if getattr(sp, k) is not None), None)
     if kind is None:
         return None
     param = f"sampling_params.{kind}"
+    _check_size(getattr(sp, kind), param)
     grammars = _grammars(state)
     if grammars is None:
         raise _unavailable(param, param)
@@ -130,6 +148,7 @@ def generate_constraint(state, sp) -> Any:
 
 
 def _compile(grammars, fmt: dict, description: str, param: str):
+    _check_size(json.dumps(fmt), param)
     try:
         return grammars.compile(fmt, description)
     except (RuntimeError, ValueError, TypeError) as e:  # xgrammar's word on a schema it cannot compile

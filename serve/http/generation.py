@@ -80,6 +80,8 @@ class Generation:
                     if res.token_ids:
                         raise
                     # The engine refused the request when adding it (its own checks): the client's fault, a 400.
+                    # Nothing was added, so nothing is aborted: the id may be a running request's (a reused rid).
+                    done = True
                     raise bad_request(f"the engine refused the request: {e}") from None
                 now = time.perf_counter()
                 new_ids = list(out.token_ids[len(res.token_ids) :])

@@ -8,6 +8,17 @@ character decodes to U+FFFD alone, as in vLLM).
 
 from __future__ import annotations
 
+import math
+
+# OpenAI's logprob for a token of probability 0. JSON has no -Infinity or NaN: a non-finite logprob (a masked
+# token in the top-n, a degenerate row) must not reach the client as one, nor fail the response.
+FLOOR = -9999.0
+
+
+def finite(logprob) -> float:
+    lp = float(logprob)
+    return lp if math.isfinite(lp) else FLOOR
+
 
 def token_text(tokenizer, token_id: int) -> str:
     return tokenizer.decode([token_id])
@@ -21,10 +32,10 @@ def chat_logprobs(tokenizer, entries, top_n: int) -> dict:
         content.append(
             {
                 "token": tok,
-                "logprob": float(e.logprob),
+                "logprob": finite(e.logprob),
                 "bytes": list(tok.encode()),
                 "top_logprobs": [
-                    {"token": (t := token_text(tokenizer, tid)), "logprob": float(lp), "bytes": list(t.encode())}
+                    {"token": (t := token_text(tokenizer, tid)), "logprob": finite(lp), "bytes": list(t.encode())}
                     for tid, lp in top
                 ],
             }
@@ -38,9 +49,9 @@ def completion_logprobs(tokenizer, entries, top_n: int, offset: int = 0) -> dict
     for e in entries:
         tok = token_text(tokenizer, e.token_id)
         tokens.append(tok)
-        lps.append(float(e.logprob))
+        lps.append(finite(e.logprob))
         top = sorted((e.top or {}).items(), key=lambda kv: -kv[1])[:top_n]
-        tops.append({token_text(tokenizer, tid): float(lp) for tid, lp in top} if top_n else None)
+        tops.append({token_text(tokenizer, tid): finite(lp) for tid, lp in top} if top_n else None)
         offsets.append(pos)
         pos += len(tok)
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}

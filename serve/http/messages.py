@@ -33,7 +33,13 @@ def check_messages(messages: Sequence) -> None:
                     param=f"messages[{i}].content",
                 )
         if role == "assistant":
-            calls = list(m.get("tool_calls") or []) or None
+            tool_calls = m.get("tool_calls")
+            if tool_calls is not None and not isinstance(tool_calls, list):
+                raise bad_request(
+                    f"Invalid type for 'messages[{i}].tool_calls': expected an array of objects.",
+                    param=f"messages[{i}].tool_calls",
+                )
+            calls = list(tool_calls or []) or None
         elif role == "tool":
             if calls is None:
                 raise bad_request(

@@ -10,6 +10,7 @@ objects, as sglang does.
 
 from __future__ import annotations
 
+import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
@@ -17,6 +18,7 @@ from serve.engine.sampling_params import SamplingParams
 from serve.http.constraints import generate_constraint
 from serve.http.errors import bad_request
 from serve.http.generation import Generation
+from serve.http.logprobs import finite
 from serve.http.protocol import GenerateRequest, parse_body
 from serve.http.state import ServerState, new_id
 from serve.http.streaming import drain, event_stream, merged, sse
@@ -36,10 +38,10 @@ def response_body(state: ServerState, gen: Generation, req: GenerateRequest) -> 
         "weight_version_first": weight_version(state, res.first_weights_version),
     }
     if req.return_logprob:
-        meta["output_token_logprobs"] = [[float(e.logprob), int(e.token_id)] for e in res.logprobs]
+        meta["output_token_logprobs"] = [[finite(e.logprob), int(e.token_id)] for e in res.logprobs]
         if req.top_logprobs_num:
             meta["output_top_logprobs"] = [
-                [[float(lp), int(t)] for t, lp in sorted((e.top or {}).items(), key=lambda kv: -kv[1])][
+                [[finite(lp), int(t)] for t, lp in sorted((e.top or {}).items(), key=lambda kv: -kv[1])][
                     : req.top_logprobs_num
                 ]
                 for e in res.logprobs
@@ -52,9 +54,14 @@ async def generate(state: ServerState, request: Request):
     vocab = getattr(state.tokenizer, "vocab_size", None)
     if vocab is not None and any(not 0 <= t < vocab for t in req.input_ids):
         raise bad_request(f"input_ids has ids outside [0, {vocab})", param="input_ids")
+    if req.top_logprobs_num > state.settings.max_top_logprobs:
+        # The same cap as chat's top_logprobs: each one costs a sort and a JSON entry per token.
+        raise bad_request(f"top_logprobs_num is at most {state.settings.max_top_logprobs}", param="top_logprobs_num")
     sp = req.sampling_params
     max_tokens = state.max_new_tokens(len(req.input_ids), sp.max_new_tokens, "input_ids", "max_new_tokens")
     want_lp = req.return_logprob
+    # In a worker thread: a large schema compiles for seconds, and the event loop must go on serving meanwhile.
+    constraint = await anyio.to_thread.run_sync(generate_constraint, state, sp)
     try:
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -68,7 +75,7 @@ async def generate(state: ServerState, request: Request):
             ignore_eos=sp.ignore_eos,
             logprobs=req.top_logprobs_num if want_lp else None,
             detokenize=False,  # the app decodes (generation.py)
-            constraint=generate_constraint(state, sp),
+            constraint=constraint,
         )
     except ValueError as e:
         raise bad_request(str(e), param="sampling_params") from None

@@ -147,7 +147,7 @@ def check_tool(i: int, tool: Tool) -> str:
             raise ValueError(f"tools[{i}].function.parameters.properties.{key} must be a JSON schema object")
         t = schema.get("type")
         types = t if isinstance(t, list) else [t] if t is not None else []
-        bad = [x for x in types if x not in JSON_SCHEMA_TYPES]
+        bad = [x for x in types if not isinstance(x, str) or x not in JSON_SCHEMA_TYPES]  # a dict is unhashable
         if bad:
             raise ValueError(f"tools[{i}].function.parameters.properties.{key}.type {bad[0]!r} is not a JSON type")
     required = params.get("required", [])

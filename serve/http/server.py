@@ -156,9 +156,13 @@ def run_embedded(
     import uvicorn
 
     from serve.http.app import create_app
-    from serve.http.settings import ServerSettings
+    from serve.http.settings import ServerSettings, check_api_key
     from serve.http.template import TemplateUnusable, load_renderer
 
+    try:
+        check_api_key(api_key)  # before minutes of loading, not after
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     console = logs.SafeConsole(stderr=True)
     sock = bind(host, port)
     port = sock.getsockname()[1]

@@ -6,6 +6,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def check_api_key(api_key: str | None) -> None:
+    """An empty key is refused, not read as "no key": `--api-key ''` or an empty GLM5_API_KEY would otherwise
+    serve without auth while its operator believes it is protected."""
+    if api_key is not None and not api_key.strip():
+        raise ValueError(
+            "the API key is empty (--api-key '' or an empty GLM5_API_KEY): give a non-empty key, "
+            "or unset it to serve without one"
+        )
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     served_model_name: str
@@ -27,3 +37,6 @@ class ServerSettings:
     # None renders with model/chat.py.
     chat_template: Any = None
     max_top_logprobs: int = 20
+
+    def __post_init__(self) -> None:
+        check_api_key(self.api_key)

@@ -17,6 +17,9 @@ from serve.http.errors import APIError, bad_request
 from serve.http.metrics import ServerMetrics
 from serve.http.settings import ServerSettings
 
+# Characters per token at most, for `check_text_length`: far above any real text's (about 4).
+TEXT_CHARS_PER_TOKEN = 16
+
 
 class Ticket:
     """Slots held by one request; `release()` may be called any number of times."""
@@ -82,6 +85,18 @@ class ServerState:
             )
         self.in_flight += n
         return Ticket(self, n)
+
+    def check_text_length(self, text: str, param: str) -> None:
+        """A 400 for text too long to fit the context whatever its tokens, before it is tokenised: tokenising
+        megabytes holds up the event loop, and no token is shorter than a character often enough to matter."""
+        limit = self.max_model_len * TEXT_CHARS_PER_TOKEN
+        if len(text) > limit:
+            raise bad_request(
+                f"the prompt is {len(text)} characters, but this model's context length is {self.max_model_len} "
+                f"tokens; text past {limit} characters is refused before it is tokenised",
+                param=param,
+                code="context_length_exceeded",
+            )
 
     def max_new_tokens(self, prompt_len: int, requested: int | None, prompt_param: str, limit_param: str) -> int:
         """The tokens a request may generate, or a 400 when the prompt or the request exceeds the context."""

@@ -21,6 +21,7 @@ async def tokenize(state: ServerState, request: Request) -> dict:
         text = state.render_chat(req.messages, None, req.add_generation_prompt, state.settings.enable_thinking)
     else:
         text = req.prompt or ""
+    state.check_text_length(text, "messages" if req.messages is not None else "prompt")
     ids = state.tokenizer.encode(text)
     return {"tokens": ids, "count": len(ids), "max_model_len": state.max_model_len}
 

@@ -68,12 +68,25 @@ def read_lora_factors(path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]
         raise UpdateError(
             f"{path} is not a peft LoRA adapter (needs adapter_config.json and adapter_model.safetensors)"
         )
-    cfg = json.loads(cfg_file.read_text())
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UpdateError(f"{cfg_file} is not readable JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise UpdateError(f"{cfg_file} must hold a JSON object")
     if cfg.get("peft_type", "LORA") != "LORA" or cfg.get("use_dora") or cfg.get("fan_in_fan_out"):
         raise UpdateError(f"{path}: only plain LoRA adapters can be merged (no DoRA, no fan_in_fan_out)")
-    r, alpha = int(cfg["r"]), float(cfg.get("lora_alpha", cfg["r"]))
+    r, alpha = cfg.get("r"), cfg.get("lora_alpha", cfg.get("r"))
+    # The file is the client's: a missing, zero or non-numeric rank or alpha is its error, not a 500.
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise UpdateError(f"{cfg_file}: r must be a positive integer, not {r!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
+        raise UpdateError(f"{cfg_file}: lora_alpha must be a number, not {alpha!r}")
     scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
-    state = load_file(str(tensors_file))
+    try:
+        state = load_file(str(tensors_file))
+    except Exception as e:  # safetensors' own error type for a corrupt file, OSError for an unreadable one
+        raise UpdateError(f"cannot read {tensors_file}: {e}") from None
     factors = {}
     for key, a in state.items():
         if ".lora_A." not in key:
@@ -189,8 +202,8 @@ class WeightUpdater:
 
         try:
             state = await anyio.to_thread.run_sync(load)
-        except (OSError, ValueError, KeyError) as e:
-            raise UpdateError(f"cannot read {path}: {e}") from None
+        except Exception as e:  # a checkpoint the client names may fail any way (a corrupt file: SafetensorError)
+            raise UpdateError(f"cannot read {path}: {type(e).__name__}: {e}") from None
         state = {k: v for k, v in state.items() if k in weights}  # e.g. no MTP layer in a transformers checkpoint
         version = await self._apply(state, req.weight_version)
         self.originals, self.adapter = {}, None  # the new checkpoint is the base now

@@ -24,6 +24,11 @@ class ServerOptions:
     mem_fraction: float = 0.85
     extra_args: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        from serve.http.settings import check_api_key
+
+        check_api_key(self.api_key)  # sglang and vLLM, too, read an empty key as none
+
 
 @dataclass(frozen=True)
 class EngineCommand:

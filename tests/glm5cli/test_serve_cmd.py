@@ -127,3 +127,15 @@ def test_an_adapter_trained_on_int4_weights_warns_when_served_without_int4(tmp_p
     r = runner.invoke(app, ["serve", str(tmp_path), "--lora", str(adapter), "--quant", "int4"])
     assert r.exit_code == 0 and "trained on" not in r.output, r.output
     assert calls[-1]["lora"] == adapter and calls[-1]["quant"] == "int4"  # beside the int4 weights
+
+
+def test_an_empty_api_key_is_refused_not_read_as_no_key(tmp_path, monkeypatch):
+    # `--api-key ''`, or GLM5_API_KEY set but empty (typer reads it as unset), served with no auth at all
+    for args, env in (([tmp_path, "--api-key", ""], None), ([tmp_path], ""),
+                      ([tmp_path, "--engine", "sglang", "--dry-run", "--api-key", " "], None)):  # fmt: skip
+        if env is None:
+            monkeypatch.delenv("GLM5_API_KEY", raising=False)
+        else:
+            monkeypatch.setenv("GLM5_API_KEY", env)
+        r = CliRunner().invoke(app, ["serve", *map(str, args)])
+        assert r.exit_code == 2 and "the API key is empty" in " ".join(r.output.split()), (args, r.output)

@@ -275,3 +275,59 @@ def test_sampler_rows_without_a_grammar_are_untouched():
     mixed = Sampler()(logits[[0, 2, 1]].clone(), mixed_seqs)
     assert [mixed[0], mixed[2]] == alone
     assert tok.decode([mixed[1].token_id]).lstrip().startswith("{")
+
+
+def test_the_grammar_cache_keeps_only_the_most_recently_used_grammars_and_they_stay_right():
+    tok = Tokenizer.shipped()
+    gs = grammar.Grammars(tok, cache_size=4)
+    schemas = [
+        {"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]} for i in range(7)
+    ]
+    compiled = [gs.compile(gs.json_format(s), f"schema {i}") for i, s in enumerate(schemas)]
+    assert len(gs._cache) == 4
+    for i, g in enumerate(compiled):
+        assert accepts(g, tok, f'{{"k{i}":{i}}}') and not accepts(g, tok, f'{{"k{(i + 1) % 7}":1}}')
+    assert gs.compile(gs.json_format(schemas[6]), "again") is compiled[6]  # recent: cached
+    again = gs.compile(gs.json_format(schemas[0]), "again")  # evicted: compiled anew, and still right
+    assert again is not compiled[0] and accepts(again, tok, '{"k0":0}') and len(gs._cache) == 4
+
+
+def test_a_slow_grammar_compiles_off_the_event_loop_while_other_requests_are_served(server, monkeypatch):
+    import time
+
+    for method in ("compile", "regex"):
+        real = getattr(grammar.Grammars, method)
+
+        def slow(self, *a, _real=real, **kw):
+            time.sleep(1.5)  # a large schema compiling (xgrammar releases the GIL, as sleep does)
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(grammar.Grammars, method, slow)
+    chat = {"model": MODEL, "messages": ask("x"), "max_tokens": 2, "response_format": {"type": "json_object"}}
+    native = {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2, "regex": "[ab]+"}}
+
+    async def main(path, body):
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as c:
+            slow_request = asyncio.create_task(c.post(path, json=body))
+            await asyncio.sleep(0.3)  # it is compiling now
+            t0 = time.monotonic()
+            health = await c.get("/health")
+            waited = time.monotonic() - t0
+            return health, waited, slow_request.done(), await slow_request
+
+    for path, body in (("/v1/chat/completions", chat), ("/generate", native)):
+        health, waited, done_before, r = asyncio.run(main(path, body))
+        assert health.status_code == 200 and waited < 0.5 and not done_before, (path, waited)
+        assert r.status_code == 200, r.text
+
+
+def test_a_grammar_source_past_256_kb_is_a_400(server):
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(12000)}}
+    r = httpx.post(
+        server.url + "/generate", json={"input_ids": [1], "sampling_params": {"json_schema": json.dumps(big)}}
+    )
+    assert r.status_code == 400 and "limited to 262144 characters" in r.json()["error"]["message"], r.text
+    fmt = {"type": "json_schema", "json_schema": {"name": "big", "schema": big}}
+    body = {"model": MODEL, "messages": ask("x"), "response_format": fmt}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body)
+    assert r.status_code == 400 and "response_format is" in r.json()["error"]["message"], r.text

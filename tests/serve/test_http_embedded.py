@@ -260,3 +260,49 @@ def test_chat_returns_the_sampled_and_the_prompt_token_ids(client, server):
     assert streamed == ids and streamed_prompt == prompt_ids
     plain = greedy_chat(client, "count to three", max_tokens=12)
     assert "token_ids" not in (plain.choices[0].model_extra or {}) and "prompt_token_ids" not in plain.model_extra
+
+
+def test_reusing_a_running_requests_rid_is_refused_and_the_running_request_finishes(server):
+    body = {"input_ids": [1, 2, 3], "rid": "job-1", "sampling_params": {"max_new_tokens": 150, "ignore_eos": True}}
+
+    async def main():
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            first = asyncio.create_task(c.post("/generate", json=body))
+            for _ in range(500):  # until the engine runs it
+                if "job-1" in server.engine.core.requests:
+                    break
+                await asyncio.sleep(0.01)
+            dup = await c.post("/generate", json={**body, "input_ids": [5], "sampling_params": {"max_new_tokens": 2}})
+            return dup, await first
+
+    dup, first = asyncio.run(main())
+    assert dup.status_code == 400 and "is already running" in dup.json()["error"]["message"]
+    assert first.status_code == 200
+    assert first.json()["meta_info"]["completion_tokens"] == 150
+    assert first.json()["meta_info"]["finish_reason"] == {"type": "length"}
+
+
+def test_a_tiny_temperature_decodes_greedily_with_finite_logprobs(client, server):
+    body = {"input_ids": [5, 6, 7], "return_logprob": True, "top_logprobs_num": 2}
+    sp = {"max_new_tokens": 6, "ignore_eos": True}
+    greedy = httpx.post(server.url + "/generate", json={**body, "sampling_params": {**sp, "temperature": 0}})
+    tiny = httpx.post(server.url + "/generate", json={**body, "sampling_params": {**sp, "temperature": 1e-300}})
+    assert tiny.status_code == 200 and tiny.json()["output_ids"] == greedy.json()["output_ids"]
+    assert tiny.json()["meta_info"]["output_token_logprobs"] == greedy.json()["meta_info"]["output_token_logprobs"]
+    r = client.chat.completions.create(
+        model=MODEL, messages=ask("hi"), temperature=1e-300, max_tokens=4, logprobs=True, stream=True
+    )
+    assert all(
+        e.logprob > -1e4 for c in r if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content
+    )
+
+
+def test_a_non_finite_logprob_is_sent_as_openais_floor_not_as_invalid_json(server):
+    from serve.engine.sequence import TokenLogprob
+    from serve.http.logprobs import chat_logprobs, completion_logprobs
+
+    entries = [TokenLogprob(5, float("nan"), {5: float("nan"), 6: float("-inf")})]
+    chat = chat_logprobs(server.tok, entries, 2)["content"][0]
+    assert chat["logprob"] == -9999.0 and [t["logprob"] for t in chat["top_logprobs"]] == [-9999.0, -9999.0]
+    legacy = completion_logprobs(server.tok, entries, 2)
+    assert legacy["token_logprobs"] == [-9999.0] and set(legacy["top_logprobs"][0].values()) == {-9999.0}

@@ -67,6 +67,7 @@ def expect_400(r, *words, param=None, code=None):
         (chat(messages="hi"), ["messages"], "messages"),
         (chat(messages=[]), ["messages"], "messages"),
         (chat(messages=[{"role": "wizard", "content": "x"}]), ["messages", "wizard"], "messages"),
+        (chat(messages=[{"role": "assistant", "tool_calls": 5}]), ["tool_calls", "array"], "messages[0].tool_calls"),
         (chat(stop=7), ["stop", "wrong type"], "stop"),
         (chat(top_logprobs=2), ["top_logprobs needs logprobs"], None),
         (chat(stream_options={"include_usage": True}), ["stream_options"], None),
@@ -105,6 +106,16 @@ def test_bad_chat_bodies(server, body, words, param):
             [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "required": "x"}}}],
             None,
             ["required"],
+        ),
+        (
+            [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {"type": {}}}}}}],
+            None,
+            ["properties.a.type", "is not a JSON type"],
+        ),
+        (
+            [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {"type": [{}]}}}}}],
+            None,
+            ["properties.a.type", "is not a JSON type"],
         ),
         ([{"type": "retrieval"}], None, ["tools.0"]),
         ([{"type": "function", "function": {"description": "no name"}}], None, ["name", "required"]),
@@ -386,3 +397,55 @@ def test_a_stream_never_started_still_gives_its_slots_back():
     del response  # the client vanished before the body was iterated: the generator never ran
     gc.collect()
     assert state.in_flight == 0
+
+
+def test_generate_top_logprobs_num_is_capped_like_chat_top_logprobs(server):
+    body = {"input_ids": [1, 2], "return_logprob": True, "sampling_params": {"max_new_tokens": 2}}
+    expect_400(post(server, {**body, "top_logprobs_num": 21}, "/generate"), "at most 20", param="top_logprobs_num")
+    r = post(server, {**body, "top_logprobs_num": 20}, "/generate")
+    assert r.status_code == 200 and len(r.json()["meta_info"]["output_top_logprobs"]) == 2
+
+
+@pytest.mark.parametrize("key", ["", "  "])
+def test_an_empty_api_key_is_refused_at_startup_rather_than_turning_auth_off(tmp_path, key):
+    from serve.http.server import run_embedded
+    from serve.launchers.common import ServerOptions
+
+    with pytest.raises(ValueError, match="API key is empty"):
+        ServerSettings(MODEL, api_key=key)
+    with pytest.raises(ValueError, match="API key is empty"):
+        ServerOptions(model="m", api_key=key)
+    with pytest.raises(SystemExit, match="API key is empty"):  # before the checkpoint is even looked at
+        run_embedded(tmp_path / "absent", "127.0.0.1", 0, key, None, None, False, None, 4, None)
+    assert ServerSettings(MODEL, api_key=None).api_key is None
+
+
+def test_concurrent_health_generate_probes_share_one_generation_and_need_no_key():
+    tok = Tokenizer.shipped()
+    engine = ScriptedEngine(tok, "ok", delay=1.0)  # long enough for all the probes to arrive during one
+    with ServerThread(create_app(engine, tok, ServerSettings(MODEL, api_key="sekret"))) as s:
+        s.wait_healthy()
+        before = len(engine.seen)
+
+        async def main():
+            async with httpx.AsyncClient(base_url=s.url, timeout=30) as c:
+                return await asyncio.gather(*(c.get("/health_generate") for _ in range(40)))
+
+        assert [r.status_code for r in asyncio.run(main())] == [200] * 40
+        assert len(engine.seen) - before == 1
+        assert httpx.get(s.url + "/health_generate").status_code == 200 and len(engine.seen) - before == 2
+
+
+def test_text_past_16_characters_per_context_token_is_refused_before_it_is_tokenised(server, monkeypatch):
+    encoded = []
+    real = server.tok.encode
+    monkeypatch.setattr(server.tok, "encode", lambda text, *a, **k: encoded.append(len(text)) or real(text, *a, **k))
+    huge = "a" * (64 * 16 + 1)  # context 64 tokens
+    for path, body, param in [
+        ("/v1/chat/completions", chat(messages=[{"role": "user", "content": huge}]), "messages"),
+        ("/v1/completions", {"model": MODEL, "prompt": huge}, "prompt"),
+        ("/v1/tokenize", {"prompt": huge}, "prompt"),
+        ("/v1/tokenize", {"messages": [{"role": "user", "content": huge}]}, "messages"),
+    ]:
+        expect_400(post(server, body, path), "1024 characters", param=param, code="context_length_exceeded")
+    assert all(n <= 1024 for n in encoded), encoded

@@ -196,3 +196,43 @@ def test_a_lora_push_onto_an_int4_server_serves_it_beside_the_int4_weights(tiny_
     finally:
         engine.shutdown()
         at_load.shutdown()
+
+
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ("{}", "r must be a positive integer"),
+        ('{"r": 0, "lora_alpha": 8}', "r must be a positive integer"),
+        ('{"r": 4, "lora_alpha": "abc"}', "lora_alpha must be a number"),
+        ("not json", "not readable JSON"),
+        ("[4]", "must hold a JSON object"),
+        (None, "cannot read"),  # a good config beside a garbage adapter_model.safetensors
+    ],
+)
+def test_a_malformed_adapter_is_a_400_naming_the_problem_and_changes_nothing(server, adapter, tmp_path, config, words):
+    import shutil
+
+    ids0, v0 = generate(server)
+    bad = tmp_path / "bad-adapter"
+    shutil.copytree(adapter, bad)
+    if config is None:
+        (bad / "adapter_model.safetensors").write_bytes(b"\x00garbage" * 10)
+    else:
+        (bad / "adapter_config.json").write_text(config)
+    r = post(server, "/load_lora_adapter", {"lora_name": "x", "lora_path": str(bad)})
+    assert r.status_code == 400 and words in r.json()["error_message"], r.text
+    assert r.json()["success"] is False and r.json()["loaded_adapters"] == {}
+    assert generate(server) == (ids0, v0)
+
+
+def test_a_garbage_checkpoint_file_is_a_400_and_changes_nothing(server, tiny_checkpoint, tmp_path):
+    import shutil
+
+    ids0, v0 = generate(server)
+    bad = tmp_path / "garbage"
+    shutil.copytree(tiny_checkpoint, bad)
+    for f in bad.glob("*.safetensors"):
+        f.write_bytes(b"\x00garbage" * 10)
+    r = post(server, "/update_weights_from_disk", {"model_path": str(bad)})
+    assert r.status_code == 400 and r.json()["success"] is False and "cannot read" in r.json()["message"], r.text
+    assert generate(server) == (ids0, v0)

@@ -77,3 +77,27 @@ def test_weights_are_swapped_between_steps(tiny_model):
         assert version == 1 and last.weights_version == 1
     finally:
         alm.shutdown()
+
+
+def test_a_duplicate_request_id_is_refused_without_touching_the_running_request(tiny_model):
+    alm = AsyncLLM(LLM(tiny_model, num_kv_blocks=32, block_size=4).engine)
+
+    async def first():
+        return [o async for o in alm.generate([1, 2, 3], SamplingParams(max_tokens=40, ignore_eos=True), "dup")][-1]
+
+    async def second():
+        async for _ in alm.generate([5], SamplingParams(max_tokens=2), "dup"):
+            pass
+
+    async def main():
+        task = asyncio.create_task(first())
+        await asyncio.sleep(0)  # the first call has registered its stream
+        with pytest.raises(ValueError, match="is already running"):
+            await second()
+        return await asyncio.wait_for(task, 30)
+
+    try:
+        last = asyncio.run(main())
+        assert last.finish_reason == "length" and len(last.token_ids) == 40
+    finally:
+        alm.shutdown()

@@ -141,3 +141,10 @@ def test_bad_params_are_rejected_with_their_name(kw, msg):
 
 def test_stop_accepts_a_single_string():
     assert SamplingParams(stop="END").stop == ("END",)
+
+
+def test_a_tiny_temperature_samples_greedily_instead_of_giving_nan():
+    greedy = Sampler()(logits(ROW), [seq(temperature=0.0, logprobs=3)])[0]
+    for t in (1e-300, 1e-6):  # 1e-300 is 0 in float32: dividing by it gave NaN logprobs and token 0
+        out = Sampler()(logits(ROW), [seq(temperature=t, seed=1, logprobs=3)])[0]
+        assert out == greedy and math.isfinite(out.logprob)
