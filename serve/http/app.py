@@ -21,7 +21,7 @@ from serve.http.auth import BearerAuth
 from serve.http.engine_protocol import AsyncEngine, EngineBusy
 from serve.http.errors import APIError, install_error_handlers
 from serve.http.generation import Generation
-from serve.http.middleware import AccessLog, BodyLimit, BodyTooLarge, too_large
+from serve.http.middleware import AccessLog, BodyLimit, BodyTooLarge, LoopbackOnly, too_large
 from serve.http.settings import ServerSettings
 from serve.http.state import ServerState
 
@@ -173,6 +173,8 @@ def create_app(
     if settings.api_key:
         app.add_middleware(BearerAuth, api_key=settings.api_key)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.loopback_only:
+        app.add_middleware(LoopbackOnly)
     if settings.access_log:
         app.add_middleware(AccessLog)
     return app

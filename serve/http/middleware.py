@@ -69,6 +69,42 @@ class BodyLimit:
                 await too_large(self.max_bytes).response()(scope, receive, send)
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def _hostname(authority: str) -> str:
+    """`host:port`, `[::1]:8000` or `host` -> the host name, lower case."""
+    a = authority.strip().lower()
+    if a.startswith("["):
+        return a[1 : a.find("]")] if "]" in a else a
+    return a.rsplit(":", 1)[0] if a.count(":") == 1 else a
+
+
+class LoopbackOnly:
+    """A server bound to loopback answers only requests addressed to a loopback name and sent from no page but a
+    loopback one: a page on another site cannot drive it (a cross-origin `text/plain` POST needs no preflight),
+    nor reach it by DNS rebinding (a name of the attacker's that resolves to 127.0.0.1). 403 otherwise."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        host, origin = headers.get("host"), headers.get("origin")
+        why = None
+        if host is not None and _hostname(host) not in LOOPBACK_NAMES:
+            why = f"this server is bound to loopback and does not answer requests for {_hostname(host)!r}"
+        elif origin is not None and origin != "null" and _hostname(origin.split("://", 1)[-1]) not in LOOPBACK_NAMES:
+            why = "requests from a web page on another site are refused (the Origin header is not a loopback one)"
+        elif origin == "null":
+            why = "requests from a sandboxed or file:// page are refused"
+        if why is None:
+            return await self.app(scope, receive, send)
+        await APIError(403, why).response()(scope, receive, send)
+
+
 class AccessLog:
     def __init__(self, app):
         self.app = app

@@ -132,6 +132,17 @@ def load_engine(
     return EmbeddedEngine(AsyncLLM(llm.engine)), llm.tokenizer
 
 
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def run_embedded(
     model_dir: Path,
     host: str,
@@ -199,7 +210,11 @@ def run_embedded(
         max_body_bytes=int(max_body_mb * 2**20),
         access_log=access_log,
         chat_template=chat_template,
+        loopback_only=is_loopback(host),
     )
+    if not is_loopback(host) and not api_key:
+        console.print(f"[yellow]warning:[/] serving on {host} with no API key: anyone who reaches the port can use "
+                      "the model and load weights (--api-key, or GLM5_API_KEY)", highlight=False)  # fmt: skip
     logs.configure(logging.INFO)  # every message escaped: paths, model names and errors are clients' text
     url = f"http://{host}:{port}"
 

@@ -37,6 +37,10 @@ class ServerSettings:
     # None renders with model/chat.py.
     chat_template: Any = None
     max_top_logprobs: int = 20
+    # Bound to a loopback address (the default): only requests addressed to a loopback name (Host), and from no
+    # page but a loopback one (Origin), are served. A web page the user visits could otherwise POST to
+    # 127.0.0.1 (a `text/plain` body needs no CORS preflight) or reach it through DNS rebinding, and load weights.
+    loopback_only: bool = False
 
     def __post_init__(self) -> None:
         check_api_key(self.api_key)

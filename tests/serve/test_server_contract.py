@@ -4,6 +4,7 @@ rejects, and `--base-url` with or without `/v1`."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import socket
@@ -222,3 +223,25 @@ def test_glm5_serve_port_0_prints_the_real_port_logs_requests_and_stays_small(ti
 def test_base_url_with_or_without_v1():
     for base in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"):
         assert api_url(base, "/models") == "http://h:1/v1/models"
+
+
+def test_a_loopback_server_refuses_other_sites_pages_and_rebound_names():
+    # no key (the default): a page on another site could POST `text/plain` to 127.0.0.1 without a preflight and
+    # load weights, or reach the port through a DNS name of its own that resolves to 127.0.0.1
+    from serve.http.server import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    tok = Tokenizer.shipped()
+    app = create_app(ScriptedEngine(tok, "hi"), tok, ServerSettings(MODEL, warmup=False, loopback_only=True))
+    with ServerThread(app) as s:
+        body = {"lora_name": "x", "lora_path": "/nonexistent"}
+        evil = httpx.post(s.url + "/load_lora_adapter", content=json.dumps(body),
+                          headers={"Origin": "https://evil.example", "Content-Type": "text/plain"})  # fmt: skip
+        assert evil.status_code == 403 and "another site" in evil.json()["error"]["message"]
+        rebound = httpx.get(s.url + "/v1/models", headers={"Host": "rebind.evil.example:80"})
+        assert rebound.status_code == 403 and "rebind.evil.example" in rebound.json()["error"]["message"]
+        assert httpx.get(s.url + "/v1/models", headers={"Origin": "null"}).status_code == 403
+        assert httpx.get(s.url + "/v1/models").status_code == 200  # a client (openai, curl) sends no Origin
+        assert httpx.get(s.url + "/v1/models", headers={"Origin": "http://localhost:3000"}).status_code == 200
+        assert httpx.get(s.url + "/v1/models", headers={"Host": "[::1]:8000"}).status_code == 200
