@@ -204,7 +204,8 @@ class WeightUpdater:
             state = await anyio.to_thread.run_sync(load)
         except Exception as e:  # a checkpoint the client names may fail any way (a corrupt file: SafetensorError)
             raise UpdateError(f"cannot read {path}: {type(e).__name__}: {e}") from None
-        state = {k: v for k, v in state.items() if k in weights}  # e.g. no MTP layer in a transformers checkpoint
+        check_covers(state, weights, path)
+        state = {k: v for k, v in state.items() if k in weights}
         version = await self._apply(state, req.weight_version)
         self.originals, self.adapter = {}, None  # the new checkpoint is the base now
         return version
@@ -236,6 +237,34 @@ class WeightUpdater:
         version = await self._apply(dict(self.originals), None, {n: None for n in self.low_rank})
         self.originals, self.adapter, self.low_rank = {}, None, set()
         return version
+
+
+def check_covers(state: dict, weights: dict, path: Path) -> None:
+    """A checkpoint replaces every served weight, with the same shapes: one of another model (fewer layers) was
+    applied in part and reported a success, its MTP layer written over a decoder layer. The one part it may lack is
+    the MTP layer (the last layer index), whole: transformers' save_pretrained writes none."""
+    import re
+
+    layer = re.compile(r"^model\.layers\.(\d+)\.")
+
+    def decoders(names) -> int:  # the layers that are not an MTP layer (DeepSeek's: it has an eh_proj)
+        every = {int(m.group(1)) for n in names if (m := layer.match(n))}
+        return len(every - {int(layer.match(n).group(1)) for n in names if n.endswith(".eh_proj.weight")})
+
+    if decoders(state) != decoders(weights):
+        raise UpdateError(f"{path}: its weights do not fit the served model ({decoders(state)} decoder layers for "
+                          f"{decoders(weights)}); nothing was changed")  # fmt: skip
+    indices = [int(m.group(1)) for n in weights if (m := layer.match(n))]
+    mtp = f"model.layers.{max(indices)}." if indices else None
+    missing = [n for n in weights if n not in state]
+    if mtp and missing and all(n.startswith(mtp) for n in missing) and not any(k.startswith(mtp) for k in state):
+        missing = []  # no MTP layer in the checkpoint: the served one stays
+    shapes = [n for n in weights if n in state and tuple(state[n].shape) != tuple(weights[n].shape)]
+    if missing or shapes:
+        what = (f"lacks {len(missing)} of the served weights (e.g. {missing[0]})" if missing else
+                f"has other shapes for {len(shapes)} weights (e.g. {shapes[0]}: {tuple(state[shapes[0]].shape)} "
+                f"for {tuple(weights[shapes[0]].shape)})")  # fmt: skip
+        raise UpdateError(f"{path}: its weights do not fit the served model (it {what}); nothing was changed")
 
 
 def _updater(state) -> WeightUpdater:

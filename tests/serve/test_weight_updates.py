@@ -128,6 +128,14 @@ def test_a_bad_push_is_a_400_and_changes_nothing(server, tmp_path):
     ).save_pretrained(bigger)
     r = post(server, "/update_weights_from_disk", {"model_path": str(bigger)})
     assert r.status_code == 400 and "do not fit" in r.json()["message"], r.text
+    # fewer layers: the old code applied the part that matched (its MTP layer over decoder layer 1) and said success
+    fewer = tmp_path / "fewer"
+    GLM5ForCausalLM.from_config(
+        type(cfg)(**{**cfg.__dict__, "num_hidden_layers": cfg.num_hidden_layers - 1,
+                     "mlp_layer_types": cfg.mlp_layer_types[:-1] if cfg.mlp_layer_types else None}), seed=0
+    ).save_pretrained(fewer)  # fmt: skip
+    r = post(server, "/update_weights_from_disk", {"model_path": str(fewer)})
+    assert r.status_code == 400 and "2 decoder layers for 3" in r.json()["message"], r.text
     r = post(server, "/load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path)})
     assert r.status_code == 400 and "not a peft LoRA adapter" in r.json()["error_message"]
     assert r.json()["loaded_adapters"] == {}
