@@ -21,7 +21,7 @@ from serve.http.auth import BearerAuth
 from serve.http.engine_protocol import AsyncEngine, EngineBusy
 from serve.http.errors import APIError, install_error_handlers
 from serve.http.generation import Generation
-from serve.http.middleware import AccessLog, BodyLimit, BodyTooLarge, LoopbackOnly, too_large
+from serve.http.middleware import AccessLog, BodyLimit, BodyTooLarge, InternalErrors, LoopbackOnly, too_large
 from serve.http.settings import ServerSettings
 from serve.http.state import ServerState
 
@@ -170,6 +170,7 @@ def create_app(
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     # Added last = outermost: the access log sees every answer, a 401 or a 413 included.
+    app.add_middleware(InternalErrors)  # innermost: a bug is a 500 and the connection stays usable
     if settings.api_key:
         app.add_middleware(BearerAuth, api_key=settings.api_key)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -54,7 +54,5 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_request: Request, exc: StarletteHTTPException):
         return APIError(exc.status_code, str(exc.detail)).response()
 
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception):
-        log.exception("unhandled error")
-        return APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+    # Any other exception: middleware.InternalErrors (a handler for Exception runs in Starlette's outermost
+    # layer, which re-raises after answering, and uvicorn then drops the client's keep-alive connection)

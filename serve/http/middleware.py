@@ -80,6 +80,33 @@ def _hostname(authority: str) -> str:
     return a.rsplit(":", 1)[0] if a.count(":") == 1 else a
 
 
+class InternalErrors:
+    """An exception a route did not turn into an answer: a 500 with its type and message, logged, and not raised
+    further (Starlette's own last layer answers and then re-raises, and uvicorn drops the connection, so the
+    client's next request on it failed too). Once a streamed answer has started, it can only be cut: re-raised."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def watch_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch_send)
+        except Exception as exc:
+            if started:
+                raise
+            logging.getLogger("glm5.serve").exception("unhandled error")
+            await APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()(scope, receive, send)
+
+
 class LoopbackOnly:
     """A server bound to loopback answers only requests addressed to a loopback name and sent from no page but a
     loopback one: a page on another site cannot drive it (a cross-origin `text/plain` POST needs no preflight),

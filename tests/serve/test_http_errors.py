@@ -178,6 +178,21 @@ def test_unexpected_engine_failure_is_a_500_and_the_server_lives_on(server):
     assert server.engine.live == {}
 
 
+def test_after_a_500_the_clients_connection_still_serves_its_next_request(server):
+    # Starlette answered a bug's 500 and then re-raised it, and uvicorn dropped the keep-alive connection: the
+    # client's next request on it failed (12 of 20 in the audit)
+    engine = server.engine
+    original = engine.script
+    with httpx.Client(base_url=server.url) as client:
+        for _ in range(5):
+            engine.script = lambda ids, params: 1 / 0
+            try:
+                assert client.post("/v1/chat/completions", json=chat()).status_code == 500
+            finally:
+                engine.script = original
+            assert client.post("/v1/chat/completions", json=chat()).status_code == 200
+
+
 def test_disconnect_mid_stream_aborts_and_frees(server):
     engine = server.engine
     engine.delay = 0.01
