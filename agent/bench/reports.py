@@ -18,7 +18,8 @@ from agent.bench.scores import paired_difference, per_task, summarize
 from agent.bench.trial import write_json
 
 SCHEMA = "glm5-bench-report/1"
-ATTEMPT_KEYS = ("attempt", "status", "resolved", "reward", "reason", "failing_tests", "flaky_tests", "exit_status",
+ATTEMPT_KEYS = ("attempt", "status", "resolved", "reward", "reason", "failing_tests", "flaky_tests",
+                "test_config_changed", "exit_status",
                 "prompt_tokens", "completion_tokens", "cost_usd", "seconds", "try", "trial_dir")  # fmt: skip
 
 
@@ -160,6 +161,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"| time per trial | {s['seconds_per_trial']} s |" if s["seconds_per_trial"] is not None else "| time | n/a |",
         "",
     ]
+    changed = [(tid, sorted({f for a in t["attempts"] if a.get("resolved") for f in a.get("test_config_changed") or ()}))
+               for tid, t in report["tasks"].items()]  # fmt: skip
+    changed = [(tid, files) for tid, files in changed if files]
+    if changed:
+        lines += ["_Resolved with the tests' configuration changed by the prediction (graded as the SWE-bench harness "
+                  "grades it; such a file can also rewrite what the tests report): "
+                  + ", ".join(f"`{tid}` ({', '.join(files)})" for tid, files in changed[:50]) + "_", ""]  # fmt: skip
     bad = [(tid, t) for tid, t in report["tasks"].items() if t["status"] != "resolved"]
     if bad:
         lines += ["| task | status | why |", "|---|---|---|"]

@@ -83,6 +83,10 @@ def summarize(results: list[dict[str, Any]], k: int, n_tasks: int | None = None)
         f"pass^{k}": sum(pass_hat_k(t["n"], t["c"], k) for t in with_k) / len(with_k) if with_k else None,
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,
         "flaky_trials": sum(1 for r in graded if r.get("flaky_tests")),
+        # resolved trials whose prediction changed test configuration (conftest.py, ...): worth a look
+        "resolved_with_test_config_changed": sum(
+            1 for r in graded if r.get("resolved") and r.get("test_config_changed")
+        ),
         "prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in results),
         "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in results),
         "cost_usd": round(sum(float(r.get("cost_usd") or 0.0) for r in results), 6),

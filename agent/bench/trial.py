@@ -61,6 +61,9 @@ class TrialResult:
     reason: str = ""
     failing_tests: list[str] = field(default_factory=list)
     flaky_tests: list[str] = field(default_factory=list)
+    # files of the prediction that configure how the tests run (conftest.py, pytest.ini, ...): graded as the harness
+    # grades them, and named, since such a file can also rewrite what the tests report
+    test_config_changed: list[str] = field(default_factory=list)
     rewards: dict[str, float] = field(default_factory=dict)
     patch_applied: bool | None = None
     patch_lines: int = 0
@@ -184,6 +187,7 @@ def run_trial(task: SWETask | TerminalTask, agent: BenchAgent, trial_dir: Path, 
         reward=float(grade.reward), tests=grade.tests, agent=agent.name,
         exit_status=outcome.exit_status if outcome else "", reason=grade.reason,
         failing_tests=grade.failing_tests if grade.status != INFRA_ERROR else [], flaky_tests=grade.flaky_tests,
+        test_config_changed=config_files_changed(patch),
         rewards=grade.rewards, patch_applied=grade.patch_applied, patch_lines=patch.count("\n"),
         prompt_tokens=int(stats.get("prompt_tokens") or 0), completion_tokens=int(stats.get("completion_tokens") or 0),
         cost_usd=float(stats.get("cost_usd") or 0.0), steps=int(stats.get("steps") or 0),
@@ -197,6 +201,18 @@ def run_trial(task: SWETask | TerminalTask, agent: BenchAgent, trial_dir: Path, 
             shutil.rmtree(trial_dir / d, ignore_errors=True)
     write_json(trial_dir / "report.json", result.as_dict())
     return result
+
+
+TEST_CONFIG = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "sitecustomize.py", "usercustomize.py",
+               "noxfile.py", ".pth")  # fmt: skip
+
+
+def config_files_changed(patch: str) -> list[str]:
+    """The files of `patch` that configure how tests run or what they report (a conftest.py hook can turn a
+    failure into a pass, and the SWE-bench harness grades it all the same)."""
+    from agent.bench.grading import patch_files
+
+    return sorted(f for f in patch_files(patch) if f.rsplit("/", 1)[-1].endswith(TEST_CONFIG)) if patch else []
 
 
 def label_trajectory(path: Path, result: TrialResult, grade: Grade) -> None:

@@ -146,3 +146,16 @@ def test_a_relative_out_folder_works(tmp_path, calc_tasks, monkeypatch):  # noqa
     r = bench("swe", calc_tasks, "--out", "runs/rel", "--agent", "oracle", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["summary"]["resolved"] == 2 and (tmp_path / "runs" / "rel" / "report.json").is_file()
+
+
+def test_a_resolved_prediction_that_changed_test_configuration_is_named(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    # graded as the SWE-bench harness grades it (a conftest.py may be a real part of a fix), but a conftest.py hook
+    # can also rewrite what the tests report: the result and summary.md name the file
+    out = tmp_path / "run"
+    cmd = "sed -i 's/a - b/a + b/' calc.py; printf 'import os\\n' > conftest.py"
+    r = bench("swe", calc_tasks, "--out", out, "--agent", f"cmd:{cmd}", "--filter", "acme__calc-1", "--json")
+    assert r.exit_code == 0, r.output
+    (line,) = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert line["resolved"] is True and line["test_config_changed"] == ["conftest.py"]
+    assert "`acme__calc-1` (conftest.py)" in (out / "summary.md").read_text()
+    assert json.loads(r.stdout)["summary"]["resolved_with_test_config_changed"] == 1
