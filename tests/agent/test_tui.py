@@ -28,6 +28,18 @@ async def submit(pilot, app, text):
     await pilot.press("enter")
 
 
+async def asked(pilot, app, text) -> ApprovalBar:
+    """Submit `text` and wait for the first approval; the bar that asks."""
+    bar = app.query_one("#approval", ApprovalBar)
+    await submit(pilot, app, text)
+    await until(pilot, lambda: bar.display)
+    return bar
+
+
+def title(bar) -> str:
+    return str(bar.query_one("#approval-text", Static).render())
+
+
 def texts(app):
     out = []
     for w in app.query_one("#log").children:
@@ -48,10 +60,8 @@ async def test_tui_task_with_approval_diff_undo_and_shell(repo, fake_model):
     ]
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
     async with app.run_test(size=(120, 40)) as pilot:
-        await submit(pilot, app, "fix add in @calc.py")
-        bar = app.query_one("#approval", ApprovalBar)
-        await until(pilot, lambda: bar.display)
-        assert "Allow edit?" in str(bar.query_one("#approval-text", Static).render())
+        bar = await asked(pilot, app, "fix add in @calc.py")
+        assert "Allow edit?" in title(bar)
         assert "+    return a + b" in bar.preview_text  # the diff, before the edit runs
         await pilot.press("y")
         await until(pilot, lambda: not app.busy)
@@ -139,9 +149,7 @@ async def test_no_with_a_message_and_always_with_an_edited_saved_rule(repo, fake
     ]
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
     async with app.run_test(size=(120, 40)) as pilot:
-        bar = app.query_one("#approval", ApprovalBar)
-        await submit(pilot, app, "touch things")
-        await until(pilot, lambda: bar.display)
+        bar = await asked(pilot, app, "touch things")
         assert bar.preview_text == "touch a.txt"  # the whole command before asking
         await pilot.press("n")
         box = bar.query_one("#approval-input", Input)
@@ -253,13 +261,11 @@ async def test_calls_refused_without_an_ask_are_shown_with_why(repo, fake_model)
     ]
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui, flags={"deny": ("bash(git push)",)}))
     async with app.run_test(size=(120, 40)) as pilot:
-        await submit(pilot, app, "fix add")
-        bar = app.query_one("#approval", ApprovalBar)
-        await until(pilot, lambda: bar.display)
-        assert "bash(touch:*)" in str(bar.query_one("#approval-text", Static).render())  # the first ask
+        bar = await asked(pilot, app, "fix add")
+        assert "bash(touch:*)" in title(bar)  # the first ask
         await pilot.press("n")
         await pilot.press("enter")
-        await until(pilot, lambda: bar.display and "rmdir" in str(bar.query_one("#approval-text", Static).render()))
+        await until(pilot, lambda: bar.display and "rmdir" in title(bar))
         await pilot.press("y")
         await until(pilot, lambda: not app.busy)
         log = texts(app)
@@ -282,11 +288,9 @@ async def test_escape_codes_from_the_model_or_the_repository_never_reach_the_ter
     ]
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
     async with app.run_test(size=(120, 40)) as pilot:
-        await submit(pilot, app, "look")
-        bar = app.query_one("#approval", ApprovalBar)
-        await until(pilot, lambda: bar.display)
-        title = str(bar.query_one("#approval-text", Static).render())
-        assert "\x1b" not in title + bar.preview_text and "\\x1b[8m; rm -rf ~" in bar.preview_text
+        bar = await asked(pilot, app, "look")
+        shown = title(bar)
+        assert "\x1b" not in shown + bar.preview_text and "\\x1b[8m; rm -rf ~" in bar.preview_text
         await pilot.press("n")
         await pilot.press("enter")
         await until(pilot, lambda: not app.busy)
@@ -308,9 +312,7 @@ async def test_always_shows_a_proposed_rule_with_escape_codes_escaped_and_keeps_
     ]
     app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
     async with app.run_test(size=(120, 40)) as pilot:
-        bar = app.query_one("#approval", ApprovalBar)
-        await submit(pilot, app, "touch")
-        await until(pilot, lambda: bar.display)
+        bar = await asked(pilot, app, "touch")
         await pilot.press("a")
         box = bar.query_one("#approval-input", Input)
         await until(pilot, lambda: box.display and box.has_focus)
