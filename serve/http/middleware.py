@@ -18,6 +18,17 @@ from serve.http.logs import escape
 access_log = logging.getLogger("glm5.access")
 
 
+class Watched:
+    """`send`, noting whether the answer has started: after that no error answer can take its place."""
+
+    def __init__(self, send):
+        self.send, self.started = send, False
+
+    async def __call__(self, message):
+        self.started = self.started or message["type"] == "http.response.start"
+        await self.send(message)
+
+
 class BodyTooLarge(Exception):
     """Raised from `receive` once a body is past the limit; the app turns it into the 413 (`too_large`)."""
 
@@ -46,7 +57,7 @@ class BodyLimit:
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await too_large(self.max_bytes).response()(scope, receive, send)
-        seen, started = 0, False
+        seen = 0
 
         async def limited_receive():
             nonlocal seen
@@ -57,15 +68,11 @@ class BodyLimit:
                     raise BodyTooLarge(self.max_bytes)
             return message
 
-        async def watch_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        sent = Watched(send)
         try:
-            await self.app(scope, limited_receive, watch_send)
+            await self.app(scope, limited_receive, sent)
         except BodyTooLarge:
-            if not started:
+            if not sent.started:
                 await too_large(self.max_bytes).response()(scope, receive, send)
 
 
@@ -91,17 +98,11 @@ class InternalErrors:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        started = False
-
-        async def watch_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
+        sent = Watched(send)
         try:
-            await self.app(scope, receive, watch_send)
+            await self.app(scope, receive, sent)
         except Exception as exc:
-            if started:
+            if sent.started:
                 raise
             logging.getLogger("glm5.serve").exception("unhandled error")
             await APIError(500, f"internal error: {type(exc).__name__}: {exc}").response()(scope, receive, send)
