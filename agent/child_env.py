@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 
+from agent.redact import URL_PASSWORD
+
 ALLOWED = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ",
     "TMPDIR", "PWD", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
@@ -52,4 +54,4 @@ def scrubbed_env(
 
 def _has_userinfo(value: str) -> bool:
     """`https://user:pass@host/...` (a pip index URL, say) carries a password."""
-    return bool(re.search(r"://[^/\s@]+:[^/\s@]+@", value))
+    return URL_PASSWORD.search(value) is not None

@@ -85,32 +85,30 @@ def dangerous_keys(config_listing: str) -> list[str]:
     return keys
 
 
+def _config_listing(repo: Path, env: dict[str, str], *scope: str) -> str:
+    """`git config --list -z` (of `scope`: `--local`, ...) in `repo`; "" when git cannot say."""
+    exe = host_path.which("git")
+    if exe is None:
+        return ""
+    try:
+        r = subprocess.run([exe, "-C", str(repo), "config", "--list", *scope, "-z"],
+                           capture_output=True, text=True, env=env, timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return r.stdout if r.returncode == 0 else ""
+
+
 def repository_programs(repo: Path) -> list[str]:
     """The keys of the repository's own git config (.git/config and what it includes) that name programs: a
     `git status` or `git diff` there runs them (core.fsmonitor, diff.external, a textconv or filter for files
     .gitattributes marks). The user's own and the system's config are theirs, and not looked at."""
-    exe = host_path.which("git")
-    if exe is None:
-        return []
-    try:
-        r = subprocess.run([exe, "-C", str(repo), "config", "--list", "--local", "--includes", "-z"],
-                           capture_output=True, text=True, env=_base_env(), timeout=30)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return dangerous_keys(r.stdout) if r.returncode == 0 else []
+    return dangerous_keys(_config_listing(repo, _base_env(), "--local", "--includes"))
 
 
 def _overrides(repo: Path, env: dict[str, str]) -> dict[str, str]:
     """Every key that names a program, set to empty; the fixed safe values; filters not required."""
-    r = subprocess.run(
-        ["git", "-C", str(repo), "config", "--list", "-z"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-    )
     pairs: dict[str, str] = {}
-    for key in dangerous_keys(r.stdout if r.returncode == 0 else ""):
+    for key in dangerous_keys(_config_listing(repo, env)):
         low = key.lower()
         if low.startswith("filter."):
             # an emptied filter that is `required` would make git refuse to add the file

@@ -36,7 +36,7 @@ _PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{30,}"),
 ]
 # the password of a URL's credentials, `https://user:PASSWORD@host` (a git remote in .git/config, a database URL)
-_URL_PASSWORD = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'\"]*:([^\s/@'\"]+)@")
+URL_PASSWORD = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'\"]*:([^\s/@'\"]+)@")
 _BEARER = re.compile(r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9_\-\.=/+]{16,})")
 _SECRET_NAME = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL)")
 # NAME = value, NAME: value, "name": "value", export NAME='value'
@@ -89,7 +89,7 @@ class Redactor:
                 start = s.find(v, start + 1)
         for p in _PATTERNS:
             found += [(m.start(), m.end()) for m in p.finditer(s)]
-        found += [(m.start(1), m.end(1)) for p in (_BEARER, _URL_PASSWORD) for m in p.finditer(s)]
+        found += [(m.start(1), m.end(1)) for p in (_BEARER, URL_PASSWORD) for m in p.finditer(s)]
         found += _assignment_spans(s)
         merged: list[tuple[int, int]] = []
         for a, b in sorted(found):

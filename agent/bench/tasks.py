@@ -140,12 +140,9 @@ def swe_task_from_row(row: Any, where: str) -> SWETask:
         # the id becomes a folder name under the run; no slashes, no dot-dot games
         raise TaskError(f"{where}: instance_id {row['instance_id'][:80]!r} may hold only letters, digits, . _ - "
                         f"(not only dots), at most {MAX_ID} of them")  # fmt: skip
-    for k in ("test_cmd", "log_parser", "version", "environment_setup_commit", "hints_text"):
+    for k in ("test_cmd", "log_parser", "setup", "version", "environment_setup_commit", "hints_text"):
         if row.get(k) is not None and not isinstance(row[k], str):
             raise TaskError(f"{where}: {k} must be a string")
-    setup = row.get("setup")
-    if setup is not None and not isinstance(setup, str):
-        raise TaskError(f"{where}: setup must be a string (shell commands)")
     if row.get("log_parser"):
         from agent.bench.log_parsers import parser_for
 

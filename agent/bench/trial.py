@@ -28,7 +28,7 @@ from typing import Any
 
 from agent.bench.agents import AgentLimits, BenchAgent
 from agent.bench.environments import EnvSpec, InfraError, make_environment
-from agent.bench.grading import INFRA_ERROR, Grade, grade_swe, grade_terminal, infra
+from agent.bench.grading import INFRA_ERROR, Grade, grade_swe, grade_terminal, infra, patch_files
 from agent.bench.repos import RepoCache, working_tree_diff
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.trajectory import TrajectoryWriter
@@ -210,8 +210,6 @@ TEST_CONFIG = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "sitecustomi
 def config_files_changed(patch: str) -> list[str]:
     """The files of `patch` that configure how tests run or what they report (a conftest.py hook can turn a
     failure into a pass, and the SWE-bench harness grades it all the same)."""
-    from agent.bench.grading import patch_files
-
     return sorted(f for f in patch_files(patch) if f.rsplit("/", 1)[-1].endswith(TEST_CONFIG)) if patch else []
 
 
