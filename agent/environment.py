@@ -95,8 +95,10 @@ class Environment:
         self.sandbox = sandbox
         self.scratch_dir = Path(scratch_dir) if scratch_dir else Path(tempfile.mkdtemp(prefix="glm5-"))
         self.extra_dirs = tuple(Path(d).expanduser().resolve() for d in extra_dirs)
-        # what commands may write: the programs glm5 runs on the host (git, bwrap, rg) never come from there
-        host_path.guard(self.root, self.scratch_dir, *self.extra_dirs)
+        # what commands may write: the programs glm5 runs on the host (git, bwrap, rg) never come from there, for
+        # as long as this environment lives (close() ends it; a command run after that guards them again)
+        self._guard: host_path.Guard | None = None
+        self._guard_folders()
         self.inline_chars = inline_chars
         self.default_timeout_s = default_timeout_s
         self.max_timeout_s = max_timeout_s
@@ -200,8 +202,13 @@ class Environment:
         res.full_output_path = str(path)
         return res
 
+    def _guard_folders(self) -> None:
+        if self._guard is None:
+            self._guard = host_path.guard(self.root, self.scratch_dir, *self.extra_dirs)
+
     def _spawn(self, command: str, out) -> subprocess.Popen:
         """The command in its own session (so a timeout kills its whole process group), output to `out`."""
+        self._guard_folders()
         return subprocess.Popen(
             self._argv(command),
             cwd=self.cwd,
@@ -233,12 +240,16 @@ class Environment:
                 log.flush()
 
     def close(self) -> None:
-        """Kill background jobs still running; their logs are complete when this returns."""
+        """Kill background jobs still running (their logs are complete when this returns), and end this
+        environment's guard of its folders."""
         for job in self.jobs.values():
             if job.proc.poll() is None:
                 _kill_group(job.proc)
             if job.pump is not None:
                 job.pump.join(timeout=5)
+        if self._guard is not None:
+            self._guard.release()
+            self._guard = None
 
 
 def _create(path: Path):

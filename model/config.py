@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ REQUIRED_KEYS = (
 # Keys transformers writes that carry no architecture for us (kept so a round trip does not report them).
 _IGNORED_KEYS = {"model_type", "transformers_version", "_name_or_path", "torch_dtype", "qk_head_dim"}
 
-_reported_unknown: set[str] = set()
+_reported_unknown: set[str] = set()  # keys already warned about once; read and grown only under _reported_lock
+_reported_lock = threading.Lock()  # checkpoints are read from several threads (RL's engine, bench trials)
 
 
 class ConfigError(ValueError):
@@ -236,8 +238,10 @@ class GLM5Config:
             kwargs["rope_parameters"] = {"rope_theta": float(raw["rope_theta"]), "rope_type": "default"}
         if "dtype" not in kwargs and isinstance(raw.get("torch_dtype"), str):
             kwargs["dtype"] = raw["torch_dtype"]
-        for key in sorted(set(extra) - _reported_unknown):
-            _reported_unknown.add(key)
+        with _reported_lock:
+            new = sorted(set(extra) - _reported_unknown)
+            _reported_unknown.update(new)
+        for key in new:
             log.warning("%s: unknown key %r kept as is", source, key)
         try:
             return cls(**kwargs, extra=extra)

@@ -77,3 +77,34 @@ def test_legacy_and_list_valued_fields():
     del raw["rope_parameters"]
     cfg = GLM5Config.from_dict(raw | {"rope_theta": 5000.0, "eos_token_id": 7, "torch_dtype": "bfloat16"})
     assert cfg.rope_base == 5000.0 and cfg.eos_ids == (7,)
+
+
+def test_unknown_keys_are_reported_once_when_configs_are_read_from_many_threads(caplog):
+    # Configs are read concurrently (RL's engine, bench trials): the warn-once set is shared module state (issue 47),
+    # and every thread here reads the same unknown keys, so a check-then-add without a lock warns a key twice.
+    import dataclasses
+    import logging
+    import threading
+
+    from model.config import GLM5Config, preset
+
+    raw = dataclasses.asdict(preset("tiny"))
+    raw.pop("extra", None)
+    errors: list[BaseException] = []
+
+    def read(k: int) -> None:
+        try:
+            for i in range(200):
+                GLM5Config.from_dict({**raw, **{f"issue47_unknown_{i}_{j}": j for j in range(30)}})
+        except BaseException as e:  # noqa: BLE001 - the test reports whatever a thread hit
+            errors.append(e)
+
+    with caplog.at_level(logging.WARNING, logger="model.config"):
+        threads = [threading.Thread(target=read, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    warned = [r.getMessage() for r in caplog.records if "issue47_unknown_" in r.getMessage()]
+    assert len(warned) == len(set(warned)) == 200 * 30
