@@ -336,6 +336,8 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     # The agentic run keeps its own state.pt in the work folder (finetune/rl/run.py), without _Run's "step" (its
     # resume line failed on it: a killed run could not be rerun); the resume line is printed below.
     run._dir.start({"tasks": len(tasks)})
+    if hasattr(rl_env, "isolate"):  # a session sees neither this run's folders nor any task file's gold
+        rl_env.isolate([run.work, out], [*tasks, *(held or [])])
     evaluate = None
     if held is not None:
         from finetune.rl.evaluate import HeldOut

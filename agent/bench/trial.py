@@ -97,18 +97,39 @@ def _copy_environment(src: Path, dest: Path) -> None:
         dest.mkdir(parents=True)
 
 
-def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tuple[Path, ...]:
-    """What a trial's commands must not read: the run's folders (config.hide), the file the task came from (a
-    JSONL holds every task's gold patch; a suite's instance file sits with the others, so their folder), and a
-    terminal task's own folder (its solution and tests; /app is a copy of its environment), and the built-in
-    suites' data, whichever file the task was read from (a copy of a built-in row still has its gold there)."""
-    # the built-in suites ship beside this package (plugins/ is not imported from agent/: imports run one way)
-    out = [*config.hide, Path(__file__).resolve().parents[2] / "plugins" / "bench_suites"]
+def task_files(task: SWETask | TerminalTask) -> list[Path]:
+    """Where a task's answers are on the host: the file it came from (a JSONL holds every task's gold patch; a
+    suite's instance file sits with the others, so their folder), or a terminal task's own folder (its solution
+    and tests; /app is a copy of its environment)."""
     if isinstance(task, TerminalTask):
-        out.append(task.path)
-    elif task.source:
+        return [task.path]
+    if task.source:
         src = Path(re.sub(r":(\d+|item \d+|row \d+)$", "", task.source))
-        out.append(src.parent if src.suffix == ".toml" else src)
+        return [src.parent if src.suffix == ".toml" else src]
+    return []
+
+
+def run_hidden(run_dirs: list[Path], tasks: list) -> tuple[Path, ...]:
+    """TrialConfig.hide for a run, `glm5 bench` and `glm5 finetune rl --env swe|terminal` alike: its folders
+    (other trials or sessions, their hidden test output, state) and the files of every task it reads (training
+    and held-out ones: each holds gold patches)."""
+    out = [Path(d) for d in run_dirs]
+    for t in tasks:
+        out += task_files(t)
+    return tuple(dict.fromkeys(p.resolve() for p in out))
+
+
+def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tuple[Path, ...]:
+    """What a trial's commands must not read, the one list for the bench and RL: the run's (config.hide,
+    run_hidden), the repository cache (its mirrors hold the later history, the upstream fix among it), this
+    task's files, and the built-in suites' data, whichever file the task was read from (a copy of a built-in row
+    still has its gold there)."""
+    # the built-in suites ship beside this package (plugins/ is not imported from agent/: imports run one way)
+    out = [*config.hide, Path(config.cache_dir), Path(__file__).resolve().parents[2] / "plugins" / "bench_suites"]
+    if config.repos is not None:
+        out.append(config.repos.dir)
+    out += task_files(task)
+    Path(config.cache_dir).mkdir(parents=True, exist_ok=True)  # made now, so hidden before the first clone
     return tuple(dict.fromkeys(p.resolve() for p in out if p.exists()))
 
 
