@@ -19,6 +19,7 @@ ENVS = ("completion", "swe", "terminal", "scripted")
 def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:
     """The tasks file -> [{"ids", "reward", "name"}]; a bad line or reward is a usage error naming FILE:LINE.
     `makers`: the registered rewards by type."""
+    from finetune.rl.rewards import data_spec_problem
     from glm5cli.finetune_cmd import _prompt_rows
 
     tasks = []
@@ -26,6 +27,9 @@ def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) 
         spec = row.get("reward", default_reward)
         if spec is None:
             fail(f'{where}: no "reward" (and no --reward default)', code=EXIT_USAGE)
+        problem = data_spec_problem(spec, default_reward) if "reward" in row else None
+        if problem:  # the row is data: it may narrow what --reward chose, never widen it
+            fail(f"{where}: {problem}", code=EXIT_USAGE)
         if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
             fail(f'{where}: "reward" must be an object with a "type" (one of: {", ".join(makers)})', code=EXIT_USAGE)
         if spec["type"] not in makers:

@@ -46,6 +46,8 @@ class TrialConfig:
     flaky_reruns: int = 0
     keep_workdirs: bool = False
     hide: tuple[Path, ...] = ()  # hidden from every trial besides its task's own files (the run folder)
+    # a task file may ask for the network (task.toml allow_internet); only the user turns it on (issue 40)
+    task_network: bool = field(default_factory=lambda: os.environ.get("GLM5_BENCH_TASK_NETWORK") == "1")
 
 
 @dataclass
@@ -142,9 +144,13 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
                        cache_dir=config.cache_dir, image=task.extra.get("image"),
                        memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
+    # the task's file may narrow the user's limits, never widen them: its memory under the user's cap, its
+    # network only where the user allowed tasks the network
+    caps = [m for m in (task.memory_mb, config.limits.memory_mb) if m]
+    memory = min(caps) if caps else None
     return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
                    image=task.docker_image, dockerfile_dir=context,
-                   memory_mb=task.memory_mb or config.limits.memory_mb, cpus=task.cpus, network=task.allow_internet,
+                   memory_mb=memory, cpus=task.cpus, network=task.allow_internet and config.task_network,
                    cache_dir=config.cache_dir, protect_git=False, workdir=task.workdir, hidden=hidden)  # fmt: skip
 
 
@@ -203,6 +209,10 @@ def run_trial(task: SWETask | TerminalTask, agent: BenchAgent, trial_dir: Path, 
         (trial_dir / "error.txt").write_text(traceback.format_exc())
         grade = infra(f"internal error: {type(e).__name__}: {e} (see error.txt)")
     stats = outcome.stats if outcome else {}
+    if isinstance(task, TerminalTask) and task.allow_internet and not config.task_network:
+        grade.reason = (grade.reason + "; " if grade.reason else "") + (
+            "the task asked for the network (task.toml allow_internet), which stayed off: only the user turns it on "
+            "(GLM5_BENCH_TASK_NETWORK=1)")
     result = TrialResult(
         instance_id=task.task_id, attempt=attempt, status=grade.status, resolved=grade.resolved,
         reward=float(grade.reward), tests=grade.tests, agent=agent.name,
