@@ -156,7 +156,11 @@ def load_resume(work: Path, named, dist=None) -> dict | None:
     """The newest checkpoint in WORK (state.pt or DCP), in this run's layout; None when there is none."""
     work = Path(work)
     pt = work / STATE_PT
-    plain = torch.load(pt, weights_only=False) if pt.is_file() else None
+    plain = None
+    if pt.is_file():  # loaded without running code and checked (finetune/resume_state.py)
+        from finetune.resume_state import check_training_state, load_state
+
+        plain = check_training_state(load_state(pt), pt)
     found = latest_dcp(work)
     if found is not None and (plain is None or found[1]["step"] >= plain["step"]):
         return load_dcp(*found, named, dist)

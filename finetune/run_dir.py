@@ -55,15 +55,20 @@ class RunDir:
     def start(self, data: dict, load: bool = True) -> dict | None:
         """From here on the run can be resumed: its settings and data are written. -> the last checkpoint
         (state.pt; None with `load=False`, for a caller that reads DCP checkpoints too: dist_checkpoint.py)."""
-        import torch
-
         self.work.mkdir(parents=True, exist_ok=True)
         write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
         write_atomic(self.work / "sequences.json", json.dumps(data))
         state_path = self.work / "state.pt"
         if not load:
             return None
-        return torch.load(state_path, weights_only=False) if self.resuming and state_path.is_file() else None
+        if not (self.resuming and state_path.is_file()):
+            return None
+        from finetune.resume_state import StateError, check_training_state, load_state
+
+        try:  # the folder may not be this user's doing: nothing in it runs, and its shape is checked
+            return check_training_state(load_state(state_path), state_path)
+        except StateError as e:
+            raise RunError(str(e), f"delete {self.work} to start over") from None
 
     def save(self, state: dict) -> None:
         """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one. A torchrun run's

@@ -1,0 +1,59 @@
+"""Resume state is data another party could have written (issue 40, item 4): a planted `OUT.partial/state.pt`
+with the settings the user will type runs no code, and what it holds is checked before it is used."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from finetune.run_dir import RunDir, RunError
+
+
+class _Boom:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _planted(tmp_path, state) -> tuple:
+    settings = {"model": "ckpt", "steps": 3}
+    work = tmp_path / ".out.partial"
+    work.mkdir()
+    (work / "run.json").write_text(json.dumps(settings))
+    torch.save(state, work / "state.pt")
+    return settings, tmp_path / "out"
+
+
+def test_a_planted_pickle_in_the_run_folder_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    settings, out = _planted(tmp_path, {"step": 1, "x": _Boom(marker)})
+    with pytest.raises(RunError, match="state.pt"):
+        RunDir(out, settings).start({"n": 1})
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "state, why",
+    [
+        ([1, 2], "not a training state"),
+        ({"step": -4, "params": {}, "optimizer": {}}, "step"),
+        ({"step": 10**12, "params": {}, "optimizer": {}}, "step"),
+        ({"step": 1, "params": {"w": "not a tensor"}, "optimizer": {}}, "params"),
+    ],
+)
+def test_a_state_that_is_not_ours_is_refused_by_name(tmp_path, state, why):
+    settings, out = _planted(tmp_path, state)
+    with pytest.raises(RunError, match=why):
+        RunDir(out, settings).start({"n": 1})
+
+
+def test_our_own_state_still_resumes(tmp_path):
+    settings, out = _planted(tmp_path, {"step": 2, "params": {"w": torch.ones(2)}, "optimizer": {"state": {},
+                                        "param_groups": [{"lr": 0.1, "params": [0]}]}, "losses": [1.5, None]})  # fmt: skip
+    state = RunDir(out, settings).start({"n": 1})
+    assert state["step"] == 2 and torch.equal(state["params"]["w"], torch.ones(2))
