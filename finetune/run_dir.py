@@ -14,6 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
+MARK = "provenance.mark"  # this machine's keyed mark of MARKED (agent/provenance.py)
+MARKED = ("run.json", "sequences.json")
+
 
 class RunError(ValueError):
     """A run that cannot start; `hint` says what to do."""
@@ -24,7 +27,7 @@ class RunError(ValueError):
 
 
 class RunDir:
-    FILES = ("run.json", "sequences.json", "state.pt")
+    FILES = ("run.json", "sequences.json", "state.pt", MARK)
 
     def __init__(self, out: Path, settings: dict, added: dict | None = None):
         """`added`: settings (dotted paths into `settings`, e.g. "config.negative_weight") that a run folder written
@@ -39,6 +42,7 @@ class RunDir:
         self.work = out.with_name(f".{out.name}.partial")
         self.resuming = (self.work / "run.json").is_file()
         if self.resuming:
+            self._check_mark()
             saved = _with_added(json.loads((self.work / "run.json").read_text()), added or {})
             if saved != _jsonable(settings):
                 differ = ", ".join(_differences(saved, _jsonable(settings))[:6])
@@ -46,6 +50,24 @@ class RunDir:
                     f"{self.work} holds an interrupted run with other settings ({differ})",
                     "rerun it with the same options to resume it, or delete that directory",
                 )
+
+    def _marked_bytes(self) -> bytes:
+        parts = [(self.work / n).read_bytes() if (self.work / n).is_file() else b"" for n in MARKED]
+        return b"\0".join(parts)
+
+    def _check_mark(self) -> None:
+        """A folder this machine did not start (planted where --out points, copied from elsewhere) is not
+        resumed: its settings and data would be trained on as if the user had chosen them."""
+        from agent.provenance import has_mark
+
+        mark_file = self.work / MARK
+        try:
+            ok = mark_file.is_file() and has_mark(self._marked_bytes(), mark_file.read_text()[:200])
+        except OSError:
+            ok = False
+        if not ok:
+            raise RunError(f"{self.work} holds a run this machine did not start (no valid provenance mark on its "
+                           "settings and data)", f"delete {self.work} to start over")  # fmt: skip
 
     def saved_sequences(self) -> dict | None:
         """The data an interrupted run trained on (so a resumed run does not read or generate it again)."""
@@ -58,6 +80,9 @@ class RunDir:
         self.work.mkdir(parents=True, exist_ok=True)
         write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
         write_atomic(self.work / "sequences.json", json.dumps(data))
+        from agent.provenance import mark
+
+        write_atomic(self.work / MARK, mark(self._marked_bytes()))
         state_path = self.work / "state.pt"
         if not load:
             return None

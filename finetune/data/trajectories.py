@@ -43,6 +43,7 @@ class DataOptions:
     min_reward: float | None = None
     strict: bool = False
     max_len: int = 8192
+    allow_foreign: bool = False  # glm5 trajectories not recorded on this machine (agent/provenance.py) too
 
 
 def trajectory_files(paths: Iterable[Path]) -> list[Path]:
@@ -115,11 +116,33 @@ def _records(path: Path, report: DataReport) -> list[tuple[int, dict]]:
             except json.JSONDecodeError as e:
                 report.skip(f"{path}:{n}", f"not JSON ({e.msg})")
                 continue
+            except (ValueError, RecursionError) as e:  # a number too long to convert, nesting past the stack
+                report.skip(f"{path}:{n}", f"unreadable JSON ({type(e).__name__}: {str(e)[:80]})")
+                continue
             if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
                 report.skip(f"{path}:{n}", "not a trajectory record (no `type`)")
                 continue
             out.append((n, rec))
     return out
+
+
+def _provenance(path: Path, records: list[tuple[int, dict]], report: DataReport,
+                opts: DataOptions) -> list[tuple[int, dict]]:  # fmt: skip
+    """The records this machine wrote (agent/provenance.py): a file it did not write is skipped, lines appended
+    to one of ours are cut; both named. `allow_foreign` (--allow-foreign) keeps them all."""
+    from agent.provenance import verified_prefix
+
+    if opts.allow_foreign:
+        return records
+    n = verified_prefix([r for _, r in records])
+    if n == 0:
+        report.skip(f"{path}:{records[0][0]}", "not recorded by glm5 on this machine (no valid provenance mark): "
+                    "skipped; pass --allow-foreign to train on sessions from elsewhere")  # fmt: skip
+        report.filtered["trajectories not recorded here"] += 1
+    elif n < len(records):
+        report.skip(f"{path}:{records[n][0]}", "this line and the ones after it were not written by glm5 on this "
+                    "machine (provenance chain broken): left out; --allow-foreign keeps them")  # fmt: skip
+    return records[:n]
 
 
 def _valid_message(m) -> str | None:
@@ -138,6 +161,9 @@ def read_glm5_trajectory(path: Path, report: DataReport, opts: DataOptions) -> S
     records = _records(path, report)
     if not records or records[0][1].get("type") != "session":
         report.skip(f"{path}:{records[0][0] if records else 1}", "not a glm5 trajectory: no `session` header first")
+        return None
+    records = _provenance(path, records, report, opts)
+    if not records:
         return None
     header = records[0][1]
     decisions: dict[str, str] = {}

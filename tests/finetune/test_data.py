@@ -148,12 +148,14 @@ def test_bad_records_are_skipped_and_named_by_line_or_fail_with_strict(tmp_path)
     )
     lines.insert(2, "{not json")
     path.write_text("\n".join(lines) + "\n")
-    seqs, report = _load([path])
+    seqs, report = _load([path], allow_foreign=True)  # lines written by hand: not this machine's (provenance)
     assert len(report.skipped) == 2, report.skipped
     assert report.skipped[0].startswith(f"{path}:3: not JSON")
     assert report.skipped[1].startswith(f"{path}:5: bad message")
     with pytest.raises(BadRecord, match=r"s\.jsonl:3: not JSON"):
-        _load([path], strict=True)
+        _load([path], strict=True, allow_foreign=True)
+    _, report = _load([path])  # by default the hand-written line and the ones after it are left out, and named
+    assert any(s.startswith(f"{path}:5: this line and the ones after it") for s in report.skipped), report.skipped
 
 
 def _trial(run, task, resolved, reward, make):

@@ -20,21 +20,48 @@ class _Boom:
         return (os.system, (f"touch {self.marker}",))
 
 
+SETTINGS = {"model": "ckpt", "steps": 3}
+
+
 def _planted(tmp_path, state) -> tuple:
-    settings = {"model": "ckpt", "steps": 3}
+    """A folder where --out will point, with the settings the user will type: made by someone else."""
     work = tmp_path / ".out.partial"
     work.mkdir()
-    (work / "run.json").write_text(json.dumps(settings))
+    (work / "run.json").write_text(json.dumps(SETTINGS))
+    (work / "sequences.json").write_text(json.dumps({"ids": [[1, 2, 3]]}))
     torch.save(state, work / "state.pt")
-    return settings, tmp_path / "out"
+    return SETTINGS, tmp_path / "out"
 
 
-def test_a_planted_pickle_in_the_run_folder_runs_nothing(tmp_path):
+def _ours_then_replaced(tmp_path, state) -> tuple:
+    """A run this machine started, whose state.pt was replaced afterwards (a folder another party can write)."""
+    out = tmp_path / "out"
+    RunDir(out, SETTINGS).start({"ids": [[1, 2, 3]]})
+    torch.save(state, tmp_path / ".out.partial" / "state.pt")
+    return SETTINGS, out
+
+
+def test_a_planted_run_folder_is_not_resumed_and_runs_nothing(tmp_path):
     marker = tmp_path / "pwned"
     settings, out = _planted(tmp_path, {"step": 1, "x": _Boom(marker)})
+    with pytest.raises(RunError, match="did not start"):
+        RunDir(out, settings).start({"n": 1})
+    assert not marker.exists()
+
+
+def test_a_pickle_put_into_our_own_run_folder_runs_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    settings, out = _ours_then_replaced(tmp_path, {"step": 1, "x": _Boom(marker)})
     with pytest.raises(RunError, match="state.pt"):
         RunDir(out, settings).start({"n": 1})
     assert not marker.exists()
+
+
+def test_data_swapped_into_our_own_run_folder_is_refused(tmp_path):
+    settings, out = _ours_then_replaced(tmp_path, {"step": 0, "params": {}, "optimizer": {}})
+    (tmp_path / ".out.partial" / "sequences.json").write_text(json.dumps({"ids": [[6, 6, 6]]}))
+    with pytest.raises(RunError, match="did not start"):
+        RunDir(out, settings)
 
 
 @pytest.mark.parametrize(
@@ -47,13 +74,15 @@ def test_a_planted_pickle_in_the_run_folder_runs_nothing(tmp_path):
     ],
 )
 def test_a_state_that_is_not_ours_is_refused_by_name(tmp_path, state, why):
-    settings, out = _planted(tmp_path, state)
+    settings, out = _ours_then_replaced(tmp_path, state)
     with pytest.raises(RunError, match=why):
         RunDir(out, settings).start({"n": 1})
 
 
 def test_our_own_state_still_resumes(tmp_path):
-    settings, out = _planted(tmp_path, {"step": 2, "params": {"w": torch.ones(2)}, "optimizer": {"state": {},
-                                        "param_groups": [{"lr": 0.1, "params": [0]}]}, "losses": [1.5, None]})  # fmt: skip
-    state = RunDir(out, settings).start({"n": 1})
+    settings, out = _ours_then_replaced(tmp_path, {"step": 2, "params": {"w": torch.ones(2)}, "optimizer": {
+        "state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]}, "losses": [1.5, None]})  # fmt: skip
+    run = RunDir(out, settings)
+    assert run.saved_sequences() == {"ids": [[1, 2, 3]]}
+    state = run.start({"ids": [[1, 2, 3]]})
     assert state["step"] == 2 and torch.equal(state["params"]["w"], torch.ones(2))
