@@ -126,6 +126,15 @@ def _records(path: Path, report: DataReport) -> list[tuple[int, dict]]:
     return out
 
 
+def _step(r: dict) -> int | None:
+    s = r.get("step")
+    return s if isinstance(s, int) and not isinstance(s, bool) else None
+
+
+def _strictness(decision: str) -> int:
+    return 3 if decision in DENIED else 2 if decision == FORMAT_ERROR else 1 if decision == FAILED else 0
+
+
 def _provenance(path: Path, records: list[tuple[int, dict]], report: DataReport,
                 opts: DataOptions) -> list[tuple[int, dict]]:  # fmt: skip
     """The records this machine wrote (agent/provenance.py): a file it did not write is skipped, lines appended
@@ -166,10 +175,15 @@ def read_glm5_trajectory(path: Path, report: DataReport, opts: DataOptions) -> S
     if not records:
         return None
     header = records[0][1]
-    decisions: dict[str, str] = {}
+    # A call's decision belongs to that call: (the model call's step, the id). Ids are the model's to choose and
+    # can repeat, and a later `allow` under a reused id must not turn an earlier denied call into training data;
+    # two records for one key keep the strictest.
+    decisions: dict[tuple, str] = {}
     for _, r in records:
         if r["type"] == "tool" and isinstance(r.get("call_id"), str):
-            decisions[r["call_id"]] = FAILED if r.get("failed") == "call" else str(r.get("decision", ""))
+            d = FAILED if r.get("failed") == "call" else str(r.get("decision", ""))
+            key = (_step(r), r["call_id"])
+            decisions[key] = max(decisions.get(key, d), d, key=_strictness)
     msgs: list[dict] = []
     bad: set[int] = set()  # id() of messages that cannot be rendered (reported once, at their line)
     calls: list[Call] = []
@@ -213,7 +227,7 @@ def _call(r, msgs, where, decisions, bad, report: DataReport, opts: DataOptions)
         return None
     trained = True
     for tc in message.get("tool_calls") or []:
-        decision = decisions.get(tc.get("id", "") if isinstance(tc, dict) else "", "")
+        decision = decisions.get((_step(r), tc.get("id", "") if isinstance(tc, dict) else ""), "")
         if decision in DENIED and not opts.include_denied:
             trained = False
             report.filtered[f"turns with a {decision} tool call (context, not trained)"] += 1
