@@ -205,8 +205,8 @@ def read_glm5_trajectory(path: Path, report: DataReport, opts: DataOptions) -> S
                 call = _call(r, msgs, where, decisions, bad, report, opts)
                 if call is not None:
                     calls.append(call)
-        except (KeyError, TypeError, ValueError) as e:
-            report.skip(where, f"bad `{t}` record ({type(e).__name__}: {e})")
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
+            report.skip(where, f"bad `{t}` record ({type(e).__name__}: {str(e)[:120]})")
     return Session(calls, list(header.get("tools") or []), str(path))
 
 
