@@ -160,13 +160,24 @@ def _apply_test_patch(task: SWETask, env: Environment) -> str | None:
 def _suite_runs_without_prediction(task: SWETask, env: Environment, timeout_s: float) -> tuple[bool, str]:
     """Back to base_commit (tracked files restored, new files removed; ignored build output kept), test_patch
     in, the tests run once: (whether any test ran, the log)."""
-    _host_git(env.app_dir, "checkout", "-q", "-f", task.base_commit, "--", ".")
-    _host_git(env.app_dir, "clean", "-fdq")
-    if _apply_test_patch(task, env) is not None:
+    with frozen(env):
+        _host_git(env.app_dir, "checkout", "-q", "-f", task.base_commit, "--", ".")
+        _host_git(env.app_dir, "clean", "-fdq")
+        applied = _apply_test_patch(task, env) is None
+    if not applied:
         return False, "(without the prediction, test_patch did not apply)"
     res, cmd = run_tests(env, task, timeout_s)
     statuses, _ = read_statuses(res.output, res.returncode, task.log_parser, cmd)
     return bool(statuses), f"$ {cmd}  # without the prediction\n{res.output}\n[exit code {res.returncode}]"
+
+
+def frozen(env: Environment):
+    """While the host touches /app or /logs, nothing inside runs (DockerEnvironment.frozen pauses its
+    container; in the local environment nothing outlives a command, so there is nothing to pause)."""
+    from contextlib import nullcontext
+
+    f = getattr(env, "frozen", None)
+    return f() if callable(f) else nullcontext()
 
 
 def _host_git(app: Path, *args: str) -> tuple[int, str]:
@@ -230,7 +241,8 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
             return g
     else:
         method = None
-    failed = _apply_test_patch(task, env)
+    with frozen(env):
+        failed = _apply_test_patch(task, env)
     if failed is not None:
         return infra("test_patch does not apply (the task is broken)", "\n".join([*out, failed]))
     grade = None
@@ -333,18 +345,21 @@ def _ctrf(verifier_dir: Path) -> dict[str, str]:
 def grade_terminal(task: TerminalTask, env: Environment, verifier_dir: Path) -> Grade:
     """Copy the tests in, run the verifier, read its reward. `verifier_dir` is the host side of /logs/verifier."""
     try:
-        clear_verifier_dir(verifier_dir)  # what the agent left there is not the verifier's verdict
+        with frozen(env):
+            clear_verifier_dir(verifier_dir)  # what the agent left there is not the verifier's verdict
         env.copy_in(task.tests_dir, "/tests")
     except (OSError, InfraError) as e:
         return infra(f"could not copy the tests in: {e}")
     res = env.exec("bash /tests/test.sh", cwd=task.workdir, timeout_s=task.verifier_timeout_s, env=task.verifier_env)
     log = f"$ bash /tests/test.sh\n{res.output}\n[exit code {res.returncode}{', timed out' if res.timed_out else ''}]"
-    reward, named, problem = read_reward(verifier_dir)
+    with frozen(env):
+        reward, named, problem = read_reward(verifier_dir)
+        tests = _ctrf(verifier_dir)
     if reward is None:
         why = f"the verifier timed out after {task.verifier_timeout_s:g}s" if res.timed_out else problem
         return infra(why, log)
     g = Grade(RESOLVED if reward >= 1.0 else UNRESOLVED, reward >= 1.0, reward, rewards=named, log=log)
-    g.tests = _ctrf(verifier_dir)
+    g.tests = tests
     g.fail_to_pass["failure"] = [t for t, s in g.tests.items() if s in (FAILED, ERROR)]
     g.fail_to_pass["success"] = [t for t, s in g.tests.items() if s == PASSED]
     g.test_returncode = res.returncode

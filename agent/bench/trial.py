@@ -28,7 +28,7 @@ from typing import Any
 
 from agent.bench.agents import AgentLimits, BenchAgent
 from agent.bench.environments import EnvSpec, InfraError, make_environment
-from agent.bench.grading import INFRA_ERROR, Grade, grade_swe, grade_terminal, infra, patch_files
+from agent.bench.grading import INFRA_ERROR, Grade, frozen, grade_swe, grade_terminal, infra, patch_files
 from agent.bench.repos import RepoCache, working_tree_diff
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.trajectory import TrajectoryWriter
@@ -170,10 +170,11 @@ def _grade(
         times["agent"] = time.monotonic() - t0
         if outcome.infra_error:
             return infra(outcome.infra_error), outcome, patch
-        if isinstance(task, SWETask):
-            patch = working_tree_diff(env.app_dir, task.base_commit)
-        elif (env.app_dir / ".git").exists():
-            patch = working_tree_diff(env.app_dir, "HEAD", agents_git=True)  # the agent's own .git
+        with frozen(env):  # nothing the agent left running moves files under the host's git
+            if isinstance(task, SWETask):
+                patch = working_tree_diff(env.app_dir, task.base_commit)
+            elif (env.app_dir / ".git").exists():
+                patch = working_tree_diff(env.app_dir, "HEAD", agents_git=True)  # the agent's own .git
         (trial_dir / "patch.diff").write_text(patch, encoding="utf-8")
         t1 = time.monotonic()
         if isinstance(task, TerminalTask):
