@@ -154,7 +154,8 @@ def test_an_rl_session_sees_what_a_bench_trial_sees(outside_tmp):
     env.isolate([run, outside_tmp / "out"], [*tasks, *held])
     cmd = (f"ls -A {run}/sessions > /logs/agent/ls.txt 2>&1; cat {earlier}/test_output.txt > /logs/agent/prev.txt; "
            f"cat {eval_file} {tasks_file} > /logs/agent/tasks.txt; ls -A {outside_tmp}/cache > /logs/agent/cache.txt; "
-           "git log --all --format=%s > /logs/agent/log.txt 2>&1; echo ok > /logs/agent/done.txt")  # fmt: skip
+           "git log --all --format=%s > /logs/agent/log.txt 2>&1; git status --short > /logs/agent/st.txt 2>&1; "
+           "echo ok > /logs/agent/done.txt")  # fmt: skip
     workdir = run / "sessions" / "g0-s1"
     r = run_trial(tasks[0], make_agent(f"cmd:{cmd}"), workdir, env.trial_config(workdir))
     logs = workdir / "work" / "logs" / "agent"
@@ -163,5 +164,7 @@ def test_an_rl_session_sees_what_a_bench_trial_sees(outside_tmp):
     assert "g0-s0" not in (logs / "ls.txt").read_text()
     assert (logs / "tasks.txt").read_text() == "" and (logs / "cache.txt").read_text() == ""
     assert "upstream fix" not in (logs / "log.txt").read_text()
+    # the clone is the trial's own, base history only: git works inside (the cache it was cloned from is hidden)
+    assert (logs / "log.txt").read_text() == "init\n" and (logs / "st.txt").read_text() == ""
     ok = run_trial(tasks[0], make_agent("oracle"), run / "sessions" / "g1-s0", env.trial_config(run / "sessions" / "x"))
     assert ok.status == "resolved", ok.reason  # the grading still works behind the hidden set
