@@ -99,6 +99,21 @@ def _readers(tmp: Path):
     def mini(path):
         return load_sequences([path.rename(path.with_name("x.traj.json"))], tok, DataOptions(allow_foreign=True))
 
+    def atif(path):
+        """A Harbor trial's trajectory.json whose steps are the lines (or one line as the steps themselves)."""
+        steps = []
+        for line in path.read_text(encoding="utf-8", errors="surrogateescape").splitlines():
+            try:
+                steps.append(json.loads(line))
+            except (ValueError, RecursionError):
+                steps.append(line)
+        p = path.with_name("trajectory.json")
+        p.write_text(json.dumps({"schema_version": "ATIF-v1.2", "steps": steps[0] if len(steps) == 1 else steps}))
+        return load_sequences([p], tok, DataOptions(allow_foreign=True))
+
+    def json_file(path):
+        return load_sequences([path.rename(path.with_name("trial.json"))], tok, DataOptions(allow_foreign=True))
+
     def run_folder(path):
         run = path.parent / "run"
         run.mkdir(exist_ok=True)
@@ -114,7 +129,7 @@ def _readers(tmp: Path):
         return read_prompt_rows(path, tok)
 
     return {"glm5_trajectory": glm5_trajectory, "chat_jsonl": chat, "mini_swe_agent": mini, "run_folder": run_folder,
-            "swe_tasks": load_swe_tasks, "prompt_rows": prompts}  # fmt: skip
+            "swe_tasks": load_swe_tasks, "prompt_rows": prompts, "atif": atif, "json_file": json_file}  # fmt: skip
 
 
 def _clear_errors():
@@ -125,7 +140,8 @@ def _clear_errors():
     return (ValueError, TaskError, RunFolderError, BadRecord)
 
 
-READERS = ["glm5_trajectory", "chat_jsonl", "mini_swe_agent", "run_folder", "swe_tasks", "prompt_rows"]
+READERS = ["glm5_trajectory", "chat_jsonl", "mini_swe_agent", "atif", "json_file", "run_folder", "swe_tasks",
+           "prompt_rows"]
 
 
 def _check(reader: str, tmp: Path, lines: list[str]) -> None:
