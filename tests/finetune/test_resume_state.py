@@ -86,3 +86,19 @@ def test_our_own_state_still_resumes(tmp_path):
     assert run.saved_sequences() == {"ids": [[1, 2, 3]]}
     state = run.start({"ids": [[1, 2, 3]]})
     assert state["step"] == 2 and torch.equal(state["params"]["w"], torch.ones(2))
+
+
+def test_a_planted_dcp_checkpoint_runs_nothing(tmp_path):
+    # DCP's .metadata is read with pickle by PyTorch: a dcp-STEP/ folder someone else wrote is refused first
+    import pickle
+
+    from finetune.dist_checkpoint import load_resume
+
+    marker = tmp_path / "pwned"
+    folder = tmp_path / "dcp-99"
+    folder.mkdir()
+    (folder / ".metadata").write_bytes(pickle.dumps(_Boom(marker)))
+    (folder / "meta.json").write_text(json.dumps({"step": 99, "params": [], "optim_keys": {}, "param_groups": []}))
+    with pytest.raises(ValueError, match="not written by glm5 on this machine"):
+        load_resume(tmp_path, [])
+    assert not marker.exists()
