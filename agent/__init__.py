@@ -13,8 +13,8 @@ trajectories, hooks, MCP, TUI and headless runs.
     rewind.py       the last N turns undone: code and conversation (/undo, /rewind)
     environment.py  Environment: the repository, path resolution, commands (process groups, timeouts, background
                     jobs, long output to a file)
-    sandbox.py      bubblewrap wrapping (binds, read-only .git / .glm5, no capabilities, limits), probed once; a
-                    clear warning where it cannot run
+    sandbox.py      bubblewrap wrapping (an allowlist view: system folders, toolchains, the repository; binds,
+                    read-only .git / .glm5, no capabilities, limits), probed once; a clear warning where it cannot run
     permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules on parsed commands; deny
                     wins; narrowest_rule for "always allow"
     shell.py        a conservative bash parser: simple commands, redirections, what cannot be judged statically
@@ -30,6 +30,7 @@ trajectories, hooks, MCP, TUI and headless runs.
                     prompt: for small models); `[agent] profile`, `glm5 code --profile`, `--agent-profile`
     hooks.py        PreToolUse, PostToolUse, UserPromptSubmit, Stop, SessionStart, PreCompact commands
     trajectory.py   the JSONL session record (schema glm5-trajectory/1), writer and reader
+    provenance.py   this machine's keyed chain on every trajectory record; marks on run folders (what was recorded here)
     session.py      where sessions live; --continue / --resume lookup
     redact.py       secrets out of everything written to a trajectory
     settings.py     TOML settings, GLM5_* environment, flags; named providers; save_rule

@@ -64,10 +64,26 @@ def instruction_files(root: Path, cwd: Path) -> list[Path]:
     return found
 
 
+def _read_instruction(root: Path, f: Path) -> bytes | None:
+    """A repository's instruction file read through the descriptor whose type was checked, walked from the root
+    with no link followed: a command that swaps AGENTS.md for a link after instruction_files looked at it gets
+    nothing read (the check and the read were two lookups before). The user's global file is read as it is."""
+    from agent.bench.host_files import read_beneath
+
+    root = root.resolve()
+    try:
+        rel = f.relative_to(root)
+    except ValueError:
+        return f.read_bytes()[: MAX_FILE_BYTES + 1] if f.is_file() else None
+    return read_beneath(root, rel, MAX_FILE_BYTES + 1)
+
+
 def instructions_text(root: Path, cwd: Path) -> str:
     parts = []
     for f in instruction_files(root, cwd):
-        data = f.read_bytes()
+        data = _read_instruction(root, f)
+        if data is None:
+            continue
         text = data[:MAX_FILE_BYTES].decode("utf-8", errors="replace")
         if len(data) > MAX_FILE_BYTES:
             text += f"\n[... cut at {MAX_FILE_BYTES} bytes]"

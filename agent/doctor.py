@@ -46,7 +46,7 @@ def run_checks(repo: Path | None = None) -> list[Check]:
         if reason is None:
             out += _sandbox_checks(root)
         else:
-            for name in ("filesystem outside read-only", "network off", ".git and .glm5 read-only",
+            for name in ("filesystem outside read-only", "home and the rest of the disk hidden", "network off", ".git and .glm5 read-only",
                          "host kernel settings read-only", "host daemon sockets hidden", "no capabilities"):  # fmt: skip
                 out.append(Check(name, None, "not checked: the sandbox cannot run here"))
         out.append(_git_check(root))
@@ -74,6 +74,7 @@ def _sandbox_checks(root: Path) -> list[Check]:
     outside.unlink(missing_ok=True)
     out.append(Check("filesystem outside read-only", not wrote, f"a command {'COULD' if wrote else 'could not'} "
                      "write outside the repository"))  # fmt: skip
+    out.append(_hidden_check(env))
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -104,6 +105,25 @@ def _sandbox_checks(root: Path) -> list[Check]:
     caps = m.group(1) if m else ""
     out.append(Check("no capabilities", caps.strip("0") == "" if caps else None, f"CapEff {caps or 'unknown'}"))
     return out
+
+
+def _hidden_check(env) -> Check:
+    """The view is an allowlist: a file in the home folder or elsewhere on the disk (not a toolchain, not the
+    repository) is not there."""
+    places = [d for d in ("/var/tmp", os.path.expanduser("~")) if os.access(d, os.W_OK)]
+    if not places:
+        return Check("home and the rest of the disk hidden", None, "not checked: no folder to plant a file in")
+    planted = [Path(d) / f".glm5-doctor-{uuid.uuid4().hex}" for d in places]
+    try:
+        for p in planted:
+            p.write_text("glm5-doctor-secret\n")
+        r = env.execute("; ".join(f"cat {p} 2>/dev/null" for p in planted))
+    finally:
+        for p in planted:
+            p.unlink(missing_ok=True)
+    seen = "glm5-doctor-secret" in r.output
+    return Check("home and the rest of the disk hidden", not seen, f"a command {'COULD' if seen else 'could not'} "
+                 f"read a file planted in {' and '.join(places)}")  # fmt: skip
 
 
 def _git_check(root: Path) -> Check:

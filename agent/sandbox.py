@@ -1,6 +1,8 @@
 """The OS sandbox for commands: bubblewrap on Linux.
 
-Inside: the whole filesystem read-only, the repository and the session's scratch folder writable, a private /tmp,
+Inside: an allowlist, not the host's disk: the system folders (/usr, /etc, ...) and the toolchains commands need
+(this Python, PATH entries, folders the user adds with `[sandbox] read_only` or GLM5_SANDBOX_READ_ONLY) read-only,
+an empty home folder, the repository and the session's scratch folder writable, a private /tmp,
 network off unless allowed, no capabilities (as root, CAP_SYS_ADMIN would let a command remount `/` writable),
 the process dies with the agent. Protected inside the writable repository, read-only: `.git` (and the real git
 directory and common directory it points to: a command that could write git's config could make the host's git
@@ -139,7 +141,13 @@ class Sandbox:
         root = Path(root)
         # found now, not at start, and never in a folder commands write (an active .venv/bin in the repository)
         exe = host_path.which("bwrap") or "/usr/bin/bwrap"
-        out = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        # An allowlist over an empty root, not the host's `/` with a few things masked: the system folders
+        # read-only, the toolchains commands need (this Python, PATH, what the user configured), the
+        # repository and scratch below; the home directory is an empty folder and the rest of the disk absent.
+        out = [exe, *system_view(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        home = os.path.expanduser("~")
+        if home not in ("/", "") and not any(Path(home).is_relative_to(d) for d in SYSTEM_DIRS):
+            out += ["--dir", home]
         # The new /proc still reaches the host kernel's knobs, and uid 0 may write them without capabilities
         # (kernel sysctls, /proc/sysrq-trigger): read-only.
         # Daemons' sockets live under /run (docker.sock is root on the host, dbus, containerd, podman): a read-only
@@ -150,8 +158,10 @@ class Sandbox:
             out += ["--ro-bind", "/dev/null", "/proc/sysrq-trigger"]
         # Bind after the tmpfs so a repository or scratch folder under /tmp stays visible and writable.
         # Toolchains under /tmp (a virtual environment, PATH entries) stay visible, read-only, over the private /tmp.
-        for tool_dir in _tmp_tool_dirs():
+        for tool_dir in toolchain_dirs():
             out += ["--ro-bind-try", tool_dir, tool_dir]
+        for p in _etc_secrets():  # visible under /etc, readable to a root user: masked
+            out += ["--tmpfs", p] if os.path.isdir(p) else ["--ro-bind", "/dev/null", p]
         for p in map(Path, hide):  # before the binds below, which may lie inside a hidden folder
             if p.is_dir() and not p.is_symlink():
                 out += ["--tmpfs", str(p)]
@@ -204,11 +214,69 @@ def _credential_paths() -> list[str]:
     return out
 
 
-def _tmp_tool_dirs() -> list[str]:
-    """Folders under /tmp that commands need to find programs: this Python's prefixes and PATH entries."""
-    candidates = {sys.prefix, sys.base_prefix, *os.environ.get("PATH", "").split(os.pathsep)}
+# What every command sees read-only: the OS's own folders (top-level links such as /bin -> usr/bin kept as links).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix", "/sys")
+ETC_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
+               "/etc/ssl/private", "/etc/security/opasswd")  # fmt: skip
+HOME_SHARED = (".local", ".config", ".cache", ".share")  # home folders holding more than one tool: entries only
+READ_ONLY_ENV = "GLM5_SANDBOX_READ_ONLY"  # more read-only folders, os.pathsep-separated (the user's environment)
+
+
+def system_view() -> list[str]:
+    """bwrap arguments for the system folders: read-only binds, and links for the top-level entries that are
+    links (a merged /usr)."""
+    out: list[str] = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            out += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            out += ["--ro-bind", d, d]
+    return out
+
+
+def _etc_secrets() -> list[str]:
+    keys = [str(p) for p in Path("/etc/ssh").glob("ssh_host_*key")] if os.path.isdir("/etc/ssh") else []
+    return [p for p in (*ETC_SECRETS, *keys) if os.path.lexists(p) and not os.path.islink(p)]
+
+
+def configured_read_only() -> list[str]:
+    """Folders the user added to the view: `[sandbox] read_only = [...]` in their own config file (never a
+    repository's) and GLM5_SANDBOX_READ_ONLY."""
+    out = [p for p in os.environ.get(READ_ONLY_ENV, "").split(os.pathsep) if p]
+    try:
+        import tomllib
+
+        from agent.settings import config_dir
+
+        f = config_dir() / "config.toml"
+        if f.is_file():
+            extra = (tomllib.loads(f.read_text(encoding="utf-8")).get("sandbox") or {}).get("read_only") or []
+            out += [str(p) for p in extra if isinstance(p, str)] if isinstance(extra, list) else []
+    except (OSError, ValueError, ImportError):
+        pass
+    return out
+
+
+def toolchain_dirs() -> list[str]:
+    """What commands need to find and run programs, read-only: this Python's prefixes, its user site, the PATH
+    entries, and the folders the user configured. Never `/`, the home folder itself or one above it (that would
+    be the whole home), nor a credential folder."""
+    import site
+
+    home = Path(os.path.expanduser("~")).resolve()
+    candidates = [sys.prefix, sys.base_prefix, site.getusersitepackages(), *os.environ.get("PATH", "").split(os.pathsep),
+                  *configured_read_only()]  # fmt: skip
+    creds = [Path(p).resolve() for p in _credential_paths()]
     out = set()
     for c in candidates:
-        if c and os.path.isabs(c) and Path(c).resolve().is_relative_to("/tmp") and Path(c).is_dir():
-            out.add(str(Path(c).resolve()))
+        if not c or not os.path.isabs(c) or not os.path.isdir(c):
+            continue
+        p = Path(c).resolve()
+        if p.name in ("bin", "sbin", "shims") and p.parent.name not in HOME_SHARED and p.parent != home:
+            p = p.parent  # the toolchain's root: ~/.pyenv for ~/.pyenv/shims (the shims run ~/.pyenv/libexec)
+        if p == Path("/") or p == home or home.is_relative_to(p) or any(p.is_relative_to(x) for x in creds):
+            continue  # (credential files inside a toolchain's root are masked after the binds)
+        if any(p.is_relative_to(d) for d in SYSTEM_DIRS if not os.path.islink(d)):
+            continue  # already in the view
+        out.add(str(p))
     return sorted(out)

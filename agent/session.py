@@ -15,6 +15,7 @@ from typing import Any
 
 import agent
 from agent import own_files
+from agent.provenance import is_ours
 from agent.trajectory import SCHEMA, Trajectory, TrajectoryWriter
 
 
@@ -58,6 +59,7 @@ class SessionInfo:
     created: float
     title: str
     n_records: int
+    ours: bool = True  # recorded by glm5 on this machine (agent/provenance.py)
 
 
 def list_sessions(folder: Path, root: Path | None = None) -> list[SessionInfo]:
@@ -79,7 +81,8 @@ def list_sessions(folder: Path, root: Path | None = None) -> list[SessionInfo]:
             ),
             "",
         )
-        out.append(SessionInfo(p.stem, p, t.header.get("ts", 0), (first_user or "")[:80], len(t.records)))
+        out.append(SessionInfo(p.stem, p, t.header.get("ts", 0), str(first_user or "")[:80], len(t.records),
+                               is_ours(t.records)))  # fmt: skip
     return out
 
 
@@ -88,8 +91,12 @@ def find_session(folder: Path, session_id: str | None, root: Path | None = None)
     sessions = list_sessions(folder, root if session_id is None else None)
     if not sessions:
         raise FileNotFoundError(f"no sessions in {folder}")
-    if session_id is None:
-        return sessions[0].path
+    if session_id is None:  # the latest: only one this machine recorded (a repository can commit sessions)
+        ours = [s for s in sessions if s.ours]
+        if not ours:
+            raise FileNotFoundError(f"no session recorded on this machine in {folder} (the ones there came from "
+                                    "elsewhere: name one with --resume ID to continue it anyway)")  # fmt: skip
+        return ours[0].path
     hits = [s for s in sessions if s.id == session_id] or [s for s in sessions if s.id.startswith(session_id)]
     known = ", ".join(s.id for s in sessions[:5])
     if not hits:

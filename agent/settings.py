@@ -175,17 +175,38 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 STRICTNESS = {"auto": 0, "accept-edits": 1, "ask": 2, "plan": 3}
-_SAFE_PROVIDER_KEYS = ("model", "context_window", "input_cost_per_mtok", "output_cost_per_mtok")
+# an untrusted repository may not pick the model or its prices (the cost limit is counted in them)
+_SAFE_PROVIDER_KEYS = ("context_window",)
 _LIMIT_KEYS = ("memory_mb", "cpu_s", "file_mb")
+AGENT_LIMITS = {"max_steps": 200, "max_tokens": None, "max_cost_usd": None, "max_wall_s": None}  # None: no limit
 
 
-def narrow(repo: dict[str, Any], user_mode: str, saved_rules: list[str] = ()) -> tuple[dict[str, Any], list[str]]:
-    """The part of an untrusted repository's settings that only narrows, and the keys left out."""
+def _narrow_agent(v: dict[str, Any], user: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """[agent] of an untrusted repository: its limits only where they are at or below the user's."""
+    out, ignored = {}, []
+    for ak, av in v.items():
+        if ak not in AGENT_LIMITS:
+            out[ak] = av
+            continue
+        cap = user.get(ak, AGENT_LIMITS[ak])
+        ok = isinstance(av, int | float) and not isinstance(av, bool) and av >= 0
+        if ok and (cap is None or (isinstance(cap, int | float) and av <= cap)):
+            out[ak] = av
+        else:
+            ignored.append(f"agent.{ak}")
+    return out, ignored
+
+
+def narrow(repo: dict[str, Any], user_mode: str, saved_rules: list[str] = (),
+           user: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """The part of an untrusted repository's settings that only narrows, and the keys left out. `user`: the
+    user's own settings so far (their [agent] limits are the caps)."""
     out: dict[str, Any] = {}
     ignored: list[str] = []
     for k, v in repo.items():
-        if k == "agent":
-            out[k] = v
+        if k == "agent" and isinstance(v, dict):
+            out[k], left = _narrow_agent(v, (user or {}).get("agent") or {})
+            ignored += left
         elif k == "providers" and isinstance(v, dict):
             for name, p in v.items():
                 if not isinstance(p, dict):
@@ -247,7 +268,7 @@ def load_settings(
                 continue
             repo_data = _read_toml(f)
             if not trusted:
-                repo_data, left_out = narrow(repo_data, user_mode, trust.user_rules(root))
+                repo_data, left_out = narrow(repo_data, user_mode, trust.user_rules(root), data)
                 ignored += [f"{f.name}: {k}" for k in left_out]
             data = _merge(data, repo_data)
             sources.append(str(f))

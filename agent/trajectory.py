@@ -47,6 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agent.provenance import last_mac, seal
 from agent.redact import Redactor
 
 SCHEMA = "glm5-trajectory/1"
@@ -61,14 +62,19 @@ class TrajectoryWriter:
         self.redact = redactor or Redactor()
         self._lock = threading.Lock()  # the TUI may close the session while its worker thread still writes
         self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held for the session's life
+        # every record is sealed into this machine's chain (agent/provenance.py), continuing an existing file's
+        self._prev = last_mac(read_records(self.path)) if self.path.stat().st_size else ""
 
     def write(self, type_: str, **fields: Any) -> dict[str, Any]:
         record = {"type": type_, "ts": round(time.time(), 3), **fields}
         record = self.redact(record)
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        record = json.loads(json.dumps(record, ensure_ascii=False, default=str))  # as a reader will see it
         with self._lock:
             if self._f.closed:
                 return record
+            record["mac"] = seal(self._prev, record)
+            self._prev = record["mac"]
+            line = json.dumps(record, ensure_ascii=False) + "\n"
             self._f.write(line)
             self._f.flush()
             os.fsync(self._f.fileno())
@@ -90,7 +96,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                 continue
             try:
                 out.append(json.loads(line))
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # torn, or a line built to crash a parser (nesting, huge numbers)
                 continue
     return out
 

@@ -22,7 +22,8 @@ Module map:
                      summed over heads, the model frozen), then sparse training with the indexers' loss detached
 - qat.py             INT4 quantization-aware training: fake-quant linears through model.quant_int4's quantizer,
                      straight-through gradients; the INT4 checkpoint written with the trained scheme
-- run_dir.py         a resumable run's folder (.OUT.partial -> OUT, settings, data, checkpoints)
+- run_dir.py         a resumable run's folder (.OUT.partial -> OUT, settings, data, checkpoints), marked by this machine
+- resume_state.py    state.pt read without running code (weights_only) and checked before a run resumes from it
 - distributed.py     torchrun + FSDP2: the process group, fully_shard per decoder layer + a loss root, each
                      rank's rows of the global batch with a summed gradient (the one-process curve), rank 0 writes
 - dist_checkpoint.py DCP checkpoints in the run folder (dcp-STEP/), read back as the loop's state at any world

@@ -57,6 +57,8 @@ def save_dcp(work: Path, state: dict, named, dist=None) -> Path:
             "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in osd["param_groups"]],
             "optim_keys": {n: {k: _kind(v) for k, v in st.items()} for n, st in optim.items()},
             "world_size": dist.world_size if dist else 1,
+            # DCP's .metadata is a pickle: it is loaded only under this machine's mark (agent/provenance.py)
+            "metadata_mark": _metadata_mark(folder),
         }
         (folder / (META + ".tmp")).write_text(json.dumps(meta))
         (folder / (META + ".tmp")).replace(folder / META)
@@ -83,13 +85,30 @@ def _kind(v) -> str:
     return "scalar" if isinstance(v, torch.Tensor) and v.dim() == 0 else "param"
 
 
+def _metadata_mark(folder: Path) -> str:
+    from agent.provenance import mark
+
+    return mark((folder / ".metadata").read_bytes())
+
+
 def latest_dcp(work: Path) -> tuple[Path, dict] | None:
-    """The newest complete DCP checkpoint in WORK and its meta, or None."""
+    """The newest complete DCP checkpoint in WORK and its meta, or None. One whose .metadata (a pickle PyTorch
+    loads) does not carry this machine's mark is refused: a folder someone else wrote would run code."""
+    from agent.provenance import has_mark
+
     found = []
     for folder in Path(work).glob("dcp-*"):
         if (folder / META).is_file():
-            meta = json.loads((folder / META).read_text())
-            found.append((meta["step"], folder, meta))
+            try:
+                meta = json.loads((folder / META).read_text())
+                step = int(meta["step"])
+            except (ValueError, KeyError, TypeError, RecursionError):
+                raise ValueError(f"{folder / META} is not a checkpoint's meta this program wrote") from None
+            data = (folder / ".metadata").read_bytes() if (folder / ".metadata").is_file() else b""
+            if not has_mark(data, str(meta.get("metadata_mark") or "")):
+                raise ValueError(f"{folder} was not written by glm5 on this machine (no valid mark on its "
+                                 ".metadata, a pickle): it is not loaded")  # fmt: skip
+            found.append((step, folder, meta))
     if not found:
         return None
     _, folder, meta = max(found, key=lambda x: x[0])
@@ -156,7 +175,11 @@ def load_resume(work: Path, named, dist=None) -> dict | None:
     """The newest checkpoint in WORK (state.pt or DCP), in this run's layout; None when there is none."""
     work = Path(work)
     pt = work / STATE_PT
-    plain = torch.load(pt, weights_only=False) if pt.is_file() else None
+    plain = None
+    if pt.is_file():  # loaded without running code and checked (finetune/resume_state.py)
+        from finetune.resume_state import check_training_state, load_state
+
+        plain = check_training_state(load_state(pt), pt)
     found = latest_dcp(work)
     if found is not None and (plain is None or found[1]["step"] >= plain["step"]):
         return load_dcp(*found, named, dist)

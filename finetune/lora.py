@@ -11,6 +11,7 @@ LoRA goes on the main layers only: the MTP layer drafts for whatever the main mo
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,14 +157,23 @@ def load_adapter(model, path: Path):
     """Load an adapter that `save_adapter` (or peft) wrote into a plain model. -> the model, with LoRA.
     Warns (AdapterBaseMismatch) when the model is not the base the adapter recorded."""
     import peft
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(path)
     if not (path / "adapter_config.json").is_file():
         raise ValueError(f"{path} has no adapter_config.json: not a peft adapter")
-    check_base(model, path)
-    model = peft.inject_adapter_in_model(peft.LoraConfig.from_pretrained(str(path)), model)
-    result = peft.set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
+    try:  # an adapter folder is outside data: what does not parse as one is a clear error, not a traceback
+        cfg = json.loads((path / "adapter_config.json").read_text(encoding="utf-8", errors="replace"))
+        if not isinstance(cfg, dict) or cfg.get("peft_type") not in ("LORA", None):
+            raise ValueError("adapter_config.json is not a LoRA adapter's config")
+        check_base(model, path)
+        config = peft.LoraConfig.from_pretrained(str(path))
+        tensors = load_file(str(path / "adapter_model.safetensors"))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OSError, SafetensorError) as e:
+        raise ValueError(f"{path} is not an adapter glm5 can load: {type(e).__name__}: {str(e)[:200]}") from None
+    model = peft.inject_adapter_in_model(config, model)
+    result = peft.set_peft_model_state_dict(model, tensors)
     missing = [k for k in result.missing_keys if "lora_" in k]
     if missing or result.unexpected_keys:
         raise ValueError(

@@ -14,6 +14,9 @@ import os
 import shutil
 from pathlib import Path
 
+MARK = "provenance.mark"  # this machine's keyed mark of MARKED (agent/provenance.py)
+MARKED = ("run.json", "sequences.json")
+
 
 class RunError(ValueError):
     """A run that cannot start; `hint` says what to do."""
@@ -24,7 +27,7 @@ class RunError(ValueError):
 
 
 class RunDir:
-    FILES = ("run.json", "sequences.json", "state.pt")
+    FILES = ("run.json", "sequences.json", "state.pt", MARK)
 
     def __init__(self, out: Path, settings: dict, added: dict | None = None):
         """`added`: settings (dotted paths into `settings`, e.g. "config.negative_weight") that a run folder written
@@ -39,6 +42,7 @@ class RunDir:
         self.work = out.with_name(f".{out.name}.partial")
         self.resuming = (self.work / "run.json").is_file()
         if self.resuming:
+            self._check_mark()
             saved = _with_added(json.loads((self.work / "run.json").read_text()), added or {})
             if saved != _jsonable(settings):
                 differ = ", ".join(_differences(saved, _jsonable(settings))[:6])
@@ -46,6 +50,24 @@ class RunDir:
                     f"{self.work} holds an interrupted run with other settings ({differ})",
                     "rerun it with the same options to resume it, or delete that directory",
                 )
+
+    def _marked_bytes(self) -> bytes:
+        parts = [(self.work / n).read_bytes() if (self.work / n).is_file() else b"" for n in MARKED]
+        return b"\0".join(parts)
+
+    def _check_mark(self) -> None:
+        """A folder this machine did not start (planted where --out points, copied from elsewhere) is not
+        resumed: its settings and data would be trained on as if the user had chosen them."""
+        from agent.provenance import has_mark
+
+        mark_file = self.work / MARK
+        try:
+            ok = mark_file.is_file() and has_mark(self._marked_bytes(), mark_file.read_text()[:200])
+        except OSError:
+            ok = False
+        if not ok:
+            raise RunError(f"{self.work} holds a run this machine did not start (no valid provenance mark on its "
+                           "settings and data)", f"delete {self.work} to start over")  # fmt: skip
 
     def saved_sequences(self) -> dict | None:
         """The data an interrupted run trained on (so a resumed run does not read or generate it again)."""
@@ -55,15 +77,23 @@ class RunDir:
     def start(self, data: dict, load: bool = True) -> dict | None:
         """From here on the run can be resumed: its settings and data are written. -> the last checkpoint
         (state.pt; None with `load=False`, for a caller that reads DCP checkpoints too: dist_checkpoint.py)."""
-        import torch
-
         self.work.mkdir(parents=True, exist_ok=True)
         write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
         write_atomic(self.work / "sequences.json", json.dumps(data))
+        from agent.provenance import mark
+
+        write_atomic(self.work / MARK, mark(self._marked_bytes()))
         state_path = self.work / "state.pt"
         if not load:
             return None
-        return torch.load(state_path, weights_only=False) if self.resuming and state_path.is_file() else None
+        if not (self.resuming and state_path.is_file()):
+            return None
+        from finetune.resume_state import StateError, check_training_state, load_state
+
+        try:  # the folder may not be this user's doing: nothing in it runs, and its shape is checked
+            return check_training_state(load_state(state_path), state_path)
+        except StateError as e:
+            raise RunError(str(e), f"delete {self.work} to start over") from None
 
     def save(self, state: dict) -> None:
         """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one. A torchrun run's

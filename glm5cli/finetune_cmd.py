@@ -441,6 +441,12 @@ def sft(
     ),
     min_reward: float | None = typer.Option(None, help="Keep only trials with at least this reward."),
     strict: bool = typer.Option(False, help="Fail on the first bad record instead of skipping and reporting it."),
+    allow_foreign: bool = typer.Option(
+        False,
+        "--allow-foreign",
+        help="Train on glm5 trajectories this machine did not record too (a repository's committed "
+        ".glm5/sessions, another machine's bench run). Default: skipped, each named.",
+    ),
     pack: bool = typer.Option(
         False,
         help="Pack short sequences into rows of --max-len tokens (each attends only to itself and counts its "
@@ -519,7 +525,7 @@ def sft(
     from finetune.data.trajectories import DataOptions
 
     opts = DataOptions(include_denied, include_format_errors, include_failed_calls, only_resolved, min_reward, strict,
-                       max_len)  # fmt: skip
+                       max_len, allow_foreign)  # fmt: skip
     settings = {"model": str(model.resolve()), "data": [str(p.resolve()) for p in data], "steps": steps}
     settings |= {"lr": lr, "rank": rank, "alpha": alpha, "batch_size": batch_size, "max_len": max_len, "seed": seed}
     settings |= {"data_options": opts.__dict__, "pack": pack, "micro_batch": micro_batch}
@@ -536,7 +542,7 @@ def sft(
         fail("--qat is not supported under torchrun yet: run it as one process", code=EXIT_USAGE)
     if qat_scheme is not None:
         settings |= {"qat": qat, "qat_group_size": qat_group_size}
-    run = _Run(out, settings | {"merge": merge})
+    run = _Run(out, settings | {"merge": merge}, added={"data_options.allow_foreign": False})
 
     from finetune.lora import LoraSettings, add_lora
     from finetune.sft import SFTConfig, train_sft

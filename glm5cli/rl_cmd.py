@@ -19,6 +19,7 @@ ENVS = ("completion", "swe", "terminal", "scripted")
 def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:
     """The tasks file -> [{"ids", "reward", "name"}]; a bad line or reward is a usage error naming FILE:LINE.
     `makers`: the registered rewards by type."""
+    from finetune.rl.rewards import data_spec_problem
     from glm5cli.finetune_cmd import _prompt_rows
 
     tasks = []
@@ -26,6 +27,9 @@ def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) 
         spec = row.get("reward", default_reward)
         if spec is None:
             fail(f'{where}: no "reward" (and no --reward default)', code=EXIT_USAGE)
+        problem = data_spec_problem(spec, default_reward) if "reward" in row else None
+        if problem:  # the row is data: it may narrow what --reward chose, never widen it
+            fail(f"{where}: {problem}", code=EXIT_USAGE)
         if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
             fail(f'{where}: "reward" must be an object with a "type" (one of: {", ".join(makers)})', code=EXIT_USAGE)
         if spec["type"] not in makers:
@@ -336,6 +340,8 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     # The agentic run keeps its own state.pt in the work folder (finetune/rl/run.py), without _Run's "step" (its
     # resume line failed on it: a killed run could not be rerun); the resume line is printed below.
     run._dir.start({"tasks": len(tasks)})
+    if hasattr(rl_env, "isolate"):  # a session sees neither this run's folders nor any task file's gold
+        rl_env.isolate([run.work, out], [*tasks, *(held or [])])
     evaluate = None
     if held is not None:
         from finetune.rl.evaluate import HeldOut

@@ -256,9 +256,11 @@ class GLM5Config:
         if not file.is_file():
             raise ConfigError(f"no config.json at {path}")
         try:
-            raw = json.loads(file.read_text())
+            raw = json.loads(file.read_text(errors="replace"))
         except json.JSONDecodeError as e:
             raise ConfigError(f"{file} is not valid JSON: {e}") from None
+        except (ValueError, RecursionError) as e:  # nesting past the stack, a number past the digit limit
+            raise ConfigError(f"{file} is not readable JSON ({type(e).__name__})") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{file} does not hold a JSON object")
         return cls.from_dict(raw, source=str(file))

@@ -16,7 +16,9 @@
     job.py          what the CLI commands do between parsing and showing
     log_parsers.py  per-test statuses from pytest, unittest, go test, cargo, jest, mocha, JUnit XML logs
     agents.py       Glm5Agent (the `glm5 code -p` session in the trial's sandbox), OracleAgent, NopAgent, CmdAgent
-    trial.py        run_trial: one attempt end to end -> TrialResult and the trial folder (also used by RL)
+    trial.py        run_trial: one attempt end to end -> TrialResult and the trial folder (also used by RL);
+                    run_hidden / hidden_from_trials: what a trial (or an RL session) must not see
+    host_files.py   the host's reads and writes in folders a trial can change: from a directory fd, no link followed
     grading.py      grade_swe (apply, test_patch, run, parse, the SWE-bench rule), grade_terminal (reward file)
 
 Life of a run: job.load_tasks -> runner.run_bench (config.json claimed; finished trials skipped) -> per task and

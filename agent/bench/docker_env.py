@@ -12,6 +12,7 @@ import hashlib
 import secrets
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 from agent.bench.environments import APP, EnvSpec, ExecResult, InfraError
@@ -103,6 +104,20 @@ class DockerEnvironment:
              env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:  # fmt: skip
         argv = self.wrap(["bash", "-c", command], cwd, env)
         return run_argv(argv, scrubbed_env(), timeout_s, stdin, self.state / "tmp")
+
+    @contextmanager
+    def frozen(self):
+        """Every process of the container paused (cgroup freezer) while the host works on /app or /logs: unlike
+        the local environment, where nothing outlives a command, a process the agent or a test left running here
+        could otherwise swap a file for a link under the host's git."""
+        if self.container is None:
+            yield
+            return
+        _docker("pause", self.container, timeout=120)
+        try:
+            yield
+        finally:
+            _docker("unpause", self.container, timeout=120)
 
     def copy_in(self, src: Path, dest: str) -> None:
         self.exec(f"mkdir -p {dest}", cwd="/")

@@ -21,11 +21,13 @@ import json
 import re
 import shlex
 import subprocess
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.bench.environments import APP, VERIFIER_LOGS, Environment, ExecResult, InfraError
+from agent.bench.host_files import read_beneath, unlink_beneath
 from agent.bench.log_parsers import ERROR, FAILED, PASSED, SKIPPED, SUITE_RAN, XFAIL, parser_for
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.git_safe import GitError, git
@@ -136,30 +138,46 @@ APPLY_STEPS = ("git apply", "git apply --3way", "patch --fuzz")
 
 def _apply_test_patch(task: SWETask, env: Environment) -> str | None:
     """Put test_patch in: the files it touches go back to base_commit first (the prediction may have edited the
-    tests). None when it applied, else git's log."""
+    tests). None when it applied, else git's log. The patch file lives in a host folder no trial sees, and what
+    the prediction left at a test file's path is removed itself (a link is never followed)."""
     if not task.test_patch.strip():
         return None
     for f in patch_files(task.test_patch):
         if _host_git(env.app_dir, "cat-file", "-e", f"{task.base_commit}:{f}")[0] == 0:
             _host_git(env.app_dir, "checkout", "-q", task.base_commit, "--", f)
-        elif (env.app_dir / f).resolve().is_relative_to(env.app_dir.resolve()):
-            (env.app_dir / f).unlink(missing_ok=True)
-    host = env.app_dir.parent / "tmp" / "test.patch"
-    host.write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
-    rc, log = _host_git(env.app_dir, "apply", "-v", str(host))
+        else:
+            try:
+                unlink_beneath(env.app_dir, f)
+            except OSError:
+                pass  # not a path inside /app: git apply refuses it below
+    with tempfile.TemporaryDirectory(prefix="glm5-grade-") as private:
+        host = Path(private) / "test.patch"
+        host.write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
+        rc, log = _host_git(env.app_dir, "apply", "-v", str(host))
     return None if rc == 0 else log
 
 
 def _suite_runs_without_prediction(task: SWETask, env: Environment, timeout_s: float) -> tuple[bool, str]:
     """Back to base_commit (tracked files restored, new files removed; ignored build output kept), test_patch
     in, the tests run once: (whether any test ran, the log)."""
-    _host_git(env.app_dir, "checkout", "-q", "-f", task.base_commit, "--", ".")
-    _host_git(env.app_dir, "clean", "-fdq")
-    if _apply_test_patch(task, env) is not None:
+    with frozen(env):
+        _host_git(env.app_dir, "checkout", "-q", "-f", task.base_commit, "--", ".")
+        _host_git(env.app_dir, "clean", "-fdq")
+        applied = _apply_test_patch(task, env) is None
+    if not applied:
         return False, "(without the prediction, test_patch did not apply)"
     res, cmd = run_tests(env, task, timeout_s)
     statuses, _ = read_statuses(res.output, res.returncode, task.log_parser, cmd)
     return bool(statuses), f"$ {cmd}  # without the prediction\n{res.output}\n[exit code {res.returncode}]"
+
+
+def frozen(env: Environment):
+    """While the host touches /app or /logs, nothing inside runs (DockerEnvironment.frozen pauses its
+    container; in the local environment nothing outlives a command, so there is nothing to pause)."""
+    from contextlib import nullcontext
+
+    f = getattr(env, "frozen", None)
+    return f() if callable(f) else nullcontext()
 
 
 def _host_git(app: Path, *args: str) -> tuple[int, str]:
@@ -174,12 +192,18 @@ def apply_patch(env: Environment, text: str, name: str, inside: str = VERIFIER_L
     """Apply `text` to /app trying each of APPLY_STEPS in turn; (the method that worked or None, log).
 
     git runs host-side through git_safe (the checkout's .git is read-only inside); `patch` runs inside the
-    environment, where a hostile path in the diff can reach nothing but /app.
+    environment, where a hostile path in the diff can reach nothing but /app. The host's copy of the diff is in a
+    folder no trial sees (the scratch folder is the trial's: a link planted there was written through).
     """
-    host = env.app_dir.parent / "tmp" / name
-    host.parent.mkdir(parents=True, exist_ok=True)
-    host.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    env.copy_in(host, f"{inside}/{name}")
+    with tempfile.TemporaryDirectory(prefix="glm5-grade-") as private:
+        host = Path(private) / name
+        host.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        env.copy_in(host, f"{inside}/{name}")
+        return _apply_steps(env, host, name, inside)
+
+
+def _apply_steps(env: Environment, host: Path, name: str, inside: str) -> tuple[str | None, str]:
+    """APPLY_STEPS in turn: git on the host's copy `host`, `patch` on the environment's copy at inside/name."""
     log = []
     for method in APPLY_STEPS:
         if method == "patch --fuzz":
@@ -217,7 +241,8 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
             return g
     else:
         method = None
-    failed = _apply_test_patch(task, env)
+    with frozen(env):
+        failed = _apply_test_patch(task, env)
     if failed is not None:
         return infra("test_patch does not apply (the task is broken)", "\n".join([*out, failed]))
     grade = None
@@ -266,19 +291,11 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
 
 
 def _verifier_file(path: Path) -> str | None:
-    """A file the verifier wrote, read on the host: only a regular file (a link the agent planted could name any
-    host file, one the sandbox hides), at most 1 MB; None when there is none."""
-    import os
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        return f.read(2**20).decode("utf-8", errors="replace")
+    """A file the verifier wrote, read on the host: only a regular file reached without a link (one the agent
+    planted, at the file or at /logs/verifier itself, could name any host file, one the sandbox hides), at most
+    1 MB; None when there is none."""
+    data = read_beneath(path.parent.parent, Path(path.parent.name) / path.name, 2**20)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def clear_verifier_dir(verifier_dir: Path) -> None:
@@ -328,18 +345,21 @@ def _ctrf(verifier_dir: Path) -> dict[str, str]:
 def grade_terminal(task: TerminalTask, env: Environment, verifier_dir: Path) -> Grade:
     """Copy the tests in, run the verifier, read its reward. `verifier_dir` is the host side of /logs/verifier."""
     try:
-        clear_verifier_dir(verifier_dir)  # what the agent left there is not the verifier's verdict
+        with frozen(env):
+            clear_verifier_dir(verifier_dir)  # what the agent left there is not the verifier's verdict
         env.copy_in(task.tests_dir, "/tests")
     except (OSError, InfraError) as e:
         return infra(f"could not copy the tests in: {e}")
     res = env.exec("bash /tests/test.sh", cwd=task.workdir, timeout_s=task.verifier_timeout_s, env=task.verifier_env)
     log = f"$ bash /tests/test.sh\n{res.output}\n[exit code {res.returncode}{', timed out' if res.timed_out else ''}]"
-    reward, named, problem = read_reward(verifier_dir)
+    with frozen(env):
+        reward, named, problem = read_reward(verifier_dir)
+        tests = _ctrf(verifier_dir)
     if reward is None:
         why = f"the verifier timed out after {task.verifier_timeout_s:g}s" if res.timed_out else problem
         return infra(why, log)
     g = Grade(RESOLVED if reward >= 1.0 else UNRESOLVED, reward >= 1.0, reward, rewards=named, log=log)
-    g.tests = _ctrf(verifier_dir)
+    g.tests = tests
     g.fail_to_pass["failure"] = [t for t, s in g.tests.items() if s in (FAILED, ERROR)]
     g.fail_to_pass["success"] = [t for t, s in g.tests.items() if s == PASSED]
     g.test_returncode = res.returncode

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from agent.bench.environments import APP, LOGS, SOLUTION, TESTS, EnvSpec, ExecResult, InfraError
+from agent.bench.host_files import write_beneath
 from agent.child_env import scrubbed_env
 from agent.sandbox import Sandbox, SandboxLimits
 
@@ -141,13 +142,37 @@ class LocalEnvironment:
                 return p
         raise ValueError(f"{inside} is not under {', '.join(MOUNTS)}")
 
+    def _mount_of(self, inside: str) -> tuple[Path, str]:
+        """(the host folder of the mount holding `inside`, the rest of the path) without resolving anything."""
+        wd = self.spec.workdir
+        if wd not in (APP, "", "/") and (inside == wd or inside.startswith(wd.rstrip("/") + "/")):
+            inside = APP + inside[len(wd.rstrip("/")) :]
+        for mount in (TESTS, SOLUTION, APP, LOGS):
+            if inside == mount or inside.startswith(mount + "/"):
+                return self.hosts[mount], inside[len(mount) :].strip("/")
+        raise ValueError(f"{inside} is not under {', '.join(MOUNTS)}")
+
     def copy_in(self, src: Path, dest: str) -> None:
-        target = self.host_path(dest)
-        if Path(src).is_dir():
-            shutil.copytree(src, target, dirs_exist_ok=True, symlinks=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, target)
+        """Copy a host file or folder to `dest`. /app and /logs are the trial's to change: there each file is
+        written from a descriptor of the mount's folder, never through a link a command left (host_files);
+        /tests and /solution are the host's alone (read-only inside)."""
+        root, rest = self._mount_of(dest)
+        src = Path(src)
+        if root in (self.hosts[TESTS], self.hosts[SOLUTION]):
+            target = self.host_path(dest)
+            if src.is_dir():
+                shutil.copytree(src, target, dirs_exist_ok=True, symlinks=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, target)
+            return
+        files = [(src, Path(rest))] if not src.is_dir() else [
+            (p, Path(rest) / p.relative_to(src)) for p in sorted(src.rglob("*")) if p.is_file() and not p.is_symlink()
+        ]  # fmt: skip
+        for s, rel in files:
+            if str(rel) in ("", "."):
+                raise ValueError(f"{dest} is a mount, not a file")
+            write_beneath(root, rel, s.read_bytes(), mode=s.stat().st_mode & 0o777)
 
     def copy_out(self, src: str, dest: Path) -> None:
         source = self.host_path(src)

@@ -9,6 +9,7 @@ every graded attempt resolved, an <error> when infra errors left no attempt grad
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -88,16 +89,16 @@ def build_report(folders: list[Path]) -> dict[str, Any]:
 def junit_xml(report: dict[str, Any]) -> str:
     s = report["summary"]
     kind = report.get("kind") or "bench"
-    suite = ET.Element("testsuite", name=f"glm5 bench {kind}", tests=str(len(report["tasks"])))
+    suite = ET.Element("testsuite", name=_x(f"glm5 bench {kind}"), tests=str(len(report["tasks"])))
     props = ET.SubElement(suite, "properties")  # first: the JUnit schema wants it before the test cases
     for key in dict.fromkeys(("resolved_rate", "pass@1", f"pass@{report['k']}", "infra_errors", "cost_usd")):
-        ET.SubElement(props, "property", name=key, value=str(s.get(key)))
+        ET.SubElement(props, "property", name=key, value=_x(s.get(key)))
     failures = errors = skipped = 0
     total_time = 0.0
     for tid, t in report["tasks"].items():
         secs = sum(float(a.get("seconds") or 0) for a in t["attempts"])
         total_time += secs
-        case = ET.SubElement(suite, "testcase", classname=f"glm5.bench.{kind}", name=tid, time=f"{secs:.3f}")
+        case = ET.SubElement(suite, "testcase", classname=_x(f"glm5.bench.{kind}"), name=_x(tid), time=f"{secs:.3f}")
         graded = [a for a in t["attempts"] if a["status"] != "infra_error"]
         if t["status"] == "unresolved":
             failures += 1
@@ -106,21 +107,21 @@ def junit_xml(report: dict[str, Any]) -> str:
             msg = f"unresolved ({t['resolved']}/{t['graded']} attempts resolved)"
             if failing:
                 msg += "; failing: " + ", ".join(failing[:20])
-            el = ET.SubElement(case, "failure", message=msg, type="unresolved")
-            el.text = "\n".join(reasons)
+            el = ET.SubElement(case, "failure", message=_x(msg), type="unresolved")
+            el.text = _x("\n".join(reasons))
         elif t["status"] == "infra_error":
             errors += 1
             why = t["attempts"][-1].get("reason") or ""
-            el = ET.SubElement(case, "error", message=f"infrastructure error: {why}", type="infra_error")
-            el.text = "\n".join(a.get("reason") or "" for a in t["attempts"])
+            el = ET.SubElement(case, "error", message=_x(f"infrastructure error: {why}"), type="infra_error")
+            el.text = _x("\n".join(a.get("reason") or "" for a in t["attempts"]))
         elif t["status"] == "not_run":
             skipped += 1
             ET.SubElement(case, "skipped", message="not run (another shard, or the run was interrupted)")
         out = ET.SubElement(case, "system-out")
-        out.text = "\n".join(
+        out.text = _x("\n".join(
             f"attempt {a['attempt']}: {a['status']} reward={a.get('reward')} {a.get('trial_dir') or ''}"
             for a in t["attempts"]
-        )
+        ))  # fmt: skip
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
@@ -130,6 +131,31 @@ def junit_xml(report: dict[str, Any]) -> str:
     suites.append(suite)
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+_XML_BAD = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+
+
+def _x(value: Any) -> str:
+    """Text a task or a trial supplied, fit for XML 1.0: characters XML cannot hold (NUL, escape codes) become
+    U+FFFD, so one task cannot make junit.xml unreadable to CI (ElementTree escapes <, & and quotes itself)."""
+    return _XML_BAD.sub("\ufffd", str(value))
+
+
+def _md(value: Any, limit: int = 160) -> str:
+    """Text a task or a trial supplied, inert in GitHub markdown: one line, markdown's punctuation escaped, and
+    < & as entities (an HTML comment would hide the rest of summary.md; a link or an image would reach out)."""
+    text = " ".join(str(value).split())[:limit]
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _code(value: Any) -> str:
+    """A task id: a code span when it holds only what ids are made of, else escaped text (_md), so that nothing
+    a task names can open HTML, a link or a new line in summary.md."""
+    text = str(value)
+    return f"`{text}`" if re.fullmatch(r"[A-Za-z0-9_.:@+/=-]{1,120}", text) else _md(text)
 
 
 def _pct(x: float | None) -> str:
@@ -142,8 +168,8 @@ def markdown(report: dict[str, Any]) -> str:
     agent = report.get("agent") or {}
     ci = s.get("resolved_rate_ci95")
     lines = [
-        f"## glm5 bench {report.get('kind')}: {agent.get('agent')}"
-        + (f" ({agent['model']})" if agent.get("model") else ""),
+        f"## glm5 bench {_md(report.get('kind'))}: {_md(agent.get('agent'))}"
+        + (f" ({_md(agent['model'])})" if agent.get("model") else ""),
         "",
         "| metric | value |",
         "|---|---|",
@@ -167,16 +193,16 @@ def markdown(report: dict[str, Any]) -> str:
     if changed:
         lines += ["_Resolved with the tests' configuration changed by the prediction (graded as the SWE-bench harness "
                   "grades it; such a file can also rewrite what the tests report): "
-                  + ", ".join(f"`{tid}` ({', '.join(files)})" for tid, files in changed[:50]) + "_", ""]  # fmt: skip
+                  + ", ".join(f"{_code(tid)} ({_md(', '.join(files))})" for tid, files in changed[:50]) + "_", ""]  # fmt: skip
     bad = [(tid, t) for tid, t in report["tasks"].items() if t["status"] != "resolved"]
     if bad:
         lines += ["| task | status | why |", "|---|---|---|"]
         for tid, t in bad[:200]:
             why = next((a.get("reason") for a in reversed(t["attempts"]) if a.get("reason")), "") or ""
-            lines.append(f"| `{tid}` | {t['status']} | {why.replace('|', '/')[:160]} |")
+            lines.append(f"| {_code(tid)} | {_md(t['status'])} | {_md(why)} |")
         lines.append("")
     if not report.get("complete"):
-        lines.append(f"_Incomplete: shards present {', '.join(report['shards'])}; {s['not_run']} task(s) not run._\n")
+        lines.append(f"_Incomplete: shards present {_md(', '.join(report['shards']))}; {s['not_run']} task(s) not run._\n")
     return "\n".join(lines)
 
 
@@ -205,12 +231,15 @@ def model_calls(trial_dir: str | None) -> list[str] | None:
     if not trial_dir or not path.is_file():
         return None
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line) if line.strip() else {}
-        if rec.get("type") == "model_call":
-            msg = ((rec.get("response") or {}).get("choices") or [{}])[0].get("message") or {}
-            calls = [c.get("function") for c in msg.get("tool_calls") or []]
-            out.append(json.dumps([msg.get("content"), calls], sort_keys=True))
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line) if line.strip() else {}
+            if isinstance(rec, dict) and rec.get("type") == "model_call":
+                msg = ((rec.get("response") or {}).get("choices") or [{}])[0].get("message") or {}
+                calls = [c.get("function") for c in msg.get("tool_calls") or []]
+                out.append(json.dumps([msg.get("content"), calls], sort_keys=True, default=str))
+        except (ValueError, RecursionError, AttributeError, TypeError, IndexError, KeyError):
+            out.append("(unreadable line)")  # compared as it is: a torn or hostile line is not a crash
     return out
 
 

@@ -3,8 +3,8 @@
 A task's `repo` is a local path (relative to the tasks file), a git URL, or `owner/name`, looked up under
 `--repos DIR` as DIR/owner/name, DIR/owner__name or DIR/name (offline CI) before github.com. Each source is
 mirrored once into the run's cache (`git clone --bare`: reads the source, writes nothing there); a trial gets
-`git clone --shared` of the mirror checked out at base_commit (milliseconds: objects are borrowed, not copied),
-so a trial's `.git` is its own and the mirror stays read-only to it.
+`git clone --shared` of the mirror checked out at base_commit, then made its own (only_history_of_head): no ref
+but HEAD, the objects HEAD reaches copied in, no borrowing from the mirror, so the upstream fix is not in it.
 
 Every git call is host-side git through agent/git_safe.py: a repository (or an agent that wrote into one)
 cannot make it run a hook, filter or fsmonitor. GitPython is not used: it runs git with the repository's own
@@ -84,10 +84,24 @@ class RepoCache:
         try:
             git(dest.parent, "clone", "--shared", "--no-checkout", "--quiet", str(mirror), str(dest), timeout=600)
             git(dest, "checkout", "--quiet", "--detach", commit, timeout=600)
+            only_history_of_head(dest)
         except GitError as e:
             raise InfraError(f"could not check out {commit} of {repo}: {e}") from None
         except subprocess.TimeoutExpired:
             raise InfraError(f"checking out {commit} of {repo} timed out") from None
+
+
+def only_history_of_head(dest: Path) -> None:
+    """Make a trial's clone its own, holding nothing after base_commit: every ref (branches, tags, the remote's:
+    later history, the upstream fix among it) and reflog goes, the objects HEAD reaches are copied in and the
+    borrowing from the cache's mirror ends (`git clone --dissociate` does the same). `git log --all` inside shows
+    the base commit's history and no more, and git works there though the cache is hidden from the trial."""
+    refs = git(dest, "for-each-ref", "--format=%(refname)", timeout=120).stdout.split()
+    for ref in refs:
+        git(dest, "update-ref", "--no-deref", "-d", ref, timeout=60)
+    git(dest, "reflog", "expire", "--expire=now", "--all", timeout=120)
+    git(dest, "repack", "-a", "-d", "-q", timeout=3600)
+    (dest / ".git" / "objects" / "info" / "alternates").unlink(missing_ok=True)
 
 
 def working_tree_diff(app: Path, base_commit: str, agents_git: bool = False) -> str:

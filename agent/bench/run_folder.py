@@ -104,13 +104,24 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     out = []
     if not Path(path).exists():
         return out
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                r = json.loads(line)
+            except (ValueError, RecursionError):  # torn, or built to crash a parser (nesting, huge numbers)
                 continue
+            if _is_result(r):
+                out.append(r)
     return out
+
+
+def _is_result(r: Any) -> bool:
+    """A line the run's readers can use: a dict with an instance id, an attempt number and a status."""
+    try:
+        return (isinstance(r, dict) and isinstance(r.get("instance_id"), str) and isinstance(r.get("status"), str)
+                and 0 <= int(r.get("attempt")) < 10**6)  # fmt: skip
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def final_results(lines: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:

@@ -26,7 +26,7 @@ from agent.bench.agents import AgentLimits, BenchAgent
 from agent.bench.repos import RepoCache
 from agent.bench.run_folder import RunFolder, final_results, tries
 from agent.bench.tasks import SWETask, TerminalTask
-from agent.bench.trial import TrialConfig, TrialResult, run_trial
+from agent.bench.trial import TrialConfig, TrialResult, run_hidden, run_trial
 
 Task = SWETask | TerminalTask
 
@@ -132,7 +132,7 @@ def run_bench(kind: str, all_tasks: list[Task], agent: BenchAgent, out: Path, o:
         config = TrialConfig(env=o.env, cache_dir=folder.path / "cache",
                              repos=RepoCache(folder.path / "cache", o.repos_dir, o.base_dir), limits=o.limits,
                              test_timeout_s=o.test_timeout_s, flaky_reruns=o.flaky_reruns,
-                             keep_workdirs=o.keep_workdirs, hide=(folder.path,))  # fmt: skip
+                             keep_workdirs=o.keep_workdirs, hide=run_hidden([folder.path], all_tasks))  # fmt: skip
 
         def work(item: tuple[Task, int, int]) -> TrialResult:
             task, attempt, last = item

@@ -28,7 +28,7 @@ from typing import Any
 
 from agent.bench.agents import AgentLimits, BenchAgent
 from agent.bench.environments import EnvSpec, InfraError, make_environment
-from agent.bench.grading import INFRA_ERROR, Grade, grade_swe, grade_terminal, infra, patch_files
+from agent.bench.grading import INFRA_ERROR, Grade, frozen, grade_swe, grade_terminal, infra, patch_files
 from agent.bench.repos import RepoCache, working_tree_diff
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.trajectory import TrajectoryWriter
@@ -46,6 +46,8 @@ class TrialConfig:
     flaky_reruns: int = 0
     keep_workdirs: bool = False
     hide: tuple[Path, ...] = ()  # hidden from every trial besides its task's own files (the run folder)
+    # a task file may ask for the network (task.toml allow_internet); only the user turns it on (issue 40)
+    task_network: bool = field(default_factory=lambda: os.environ.get("GLM5_BENCH_TASK_NETWORK") == "1")
 
 
 @dataclass
@@ -97,18 +99,39 @@ def _copy_environment(src: Path, dest: Path) -> None:
         dest.mkdir(parents=True)
 
 
-def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tuple[Path, ...]:
-    """What a trial's commands must not read: the run's folders (config.hide), the file the task came from (a
-    JSONL holds every task's gold patch; a suite's instance file sits with the others, so their folder), and a
-    terminal task's own folder (its solution and tests; /app is a copy of its environment), and the built-in
-    suites' data, whichever file the task was read from (a copy of a built-in row still has its gold there)."""
-    # the built-in suites ship beside this package (plugins/ is not imported from agent/: imports run one way)
-    out = [*config.hide, Path(__file__).resolve().parents[2] / "plugins" / "bench_suites"]
+def task_files(task: SWETask | TerminalTask) -> list[Path]:
+    """Where a task's answers are on the host: the file it came from (a JSONL holds every task's gold patch; a
+    suite's instance file sits with the others, so their folder), or a terminal task's own folder (its solution
+    and tests; /app is a copy of its environment)."""
     if isinstance(task, TerminalTask):
-        out.append(task.path)
-    elif task.source:
+        return [task.path]
+    if task.source:
         src = Path(re.sub(r":(\d+|item \d+|row \d+)$", "", task.source))
-        out.append(src.parent if src.suffix == ".toml" else src)
+        return [src.parent if src.suffix == ".toml" else src]
+    return []
+
+
+def run_hidden(run_dirs: list[Path], tasks: list) -> tuple[Path, ...]:
+    """TrialConfig.hide for a run, `glm5 bench` and `glm5 finetune rl --env swe|terminal` alike: its folders
+    (other trials or sessions, their hidden test output, state) and the files of every task it reads (training
+    and held-out ones: each holds gold patches)."""
+    out = [Path(d) for d in run_dirs]
+    for t in tasks:
+        out += task_files(t)
+    return tuple(dict.fromkeys(p.resolve() for p in out))
+
+
+def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tuple[Path, ...]:
+    """What a trial's commands must not read, the one list for the bench and RL: the run's (config.hide,
+    run_hidden), the repository cache (its mirrors hold the later history, the upstream fix among it), this
+    task's files, and the built-in suites' data, whichever file the task was read from (a copy of a built-in row
+    still has its gold there)."""
+    # the built-in suites ship beside this package (plugins/ is not imported from agent/: imports run one way)
+    out = [*config.hide, Path(config.cache_dir), Path(__file__).resolve().parents[2] / "plugins" / "bench_suites"]
+    if config.repos is not None:
+        out.append(config.repos.dir)
+    out += task_files(task)
+    Path(config.cache_dir).mkdir(parents=True, exist_ok=True)  # made now, so hidden before the first clone
     return tuple(dict.fromkeys(p.resolve() for p in out if p.exists()))
 
 
@@ -121,9 +144,13 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
                        cache_dir=config.cache_dir, image=task.extra.get("image"),
                        memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
+    # the task's file may narrow the user's limits, never widen them: its memory under the user's cap, its
+    # network only where the user allowed tasks the network
+    caps = [m for m in (task.memory_mb, config.limits.memory_mb) if m]
+    memory = min(caps) if caps else None
     return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
                    image=task.docker_image, dockerfile_dir=context,
-                   memory_mb=task.memory_mb or config.limits.memory_mb, cpus=task.cpus, network=task.allow_internet,
+                   memory_mb=memory, cpus=task.cpus, network=task.allow_internet and config.task_network,
                    cache_dir=config.cache_dir, protect_git=False, workdir=task.workdir, hidden=hidden)  # fmt: skip
 
 
@@ -143,10 +170,11 @@ def _grade(
         times["agent"] = time.monotonic() - t0
         if outcome.infra_error:
             return infra(outcome.infra_error), outcome, patch
-        if isinstance(task, SWETask):
-            patch = working_tree_diff(env.app_dir, task.base_commit)
-        elif (env.app_dir / ".git").exists():
-            patch = working_tree_diff(env.app_dir, "HEAD", agents_git=True)  # the agent's own .git
+        with frozen(env):  # nothing the agent left running moves files under the host's git
+            if isinstance(task, SWETask):
+                patch = working_tree_diff(env.app_dir, task.base_commit)
+            elif (env.app_dir / ".git").exists():
+                patch = working_tree_diff(env.app_dir, "HEAD", agents_git=True)  # the agent's own .git
         (trial_dir / "patch.diff").write_text(patch, encoding="utf-8")
         t1 = time.monotonic()
         if isinstance(task, TerminalTask):
@@ -182,6 +210,10 @@ def run_trial(task: SWETask | TerminalTask, agent: BenchAgent, trial_dir: Path, 
         (trial_dir / "error.txt").write_text(traceback.format_exc())
         grade = infra(f"internal error: {type(e).__name__}: {e} (see error.txt)")
     stats = outcome.stats if outcome else {}
+    if isinstance(task, TerminalTask) and task.allow_internet and not config.task_network:
+        grade.reason = (grade.reason + "; " if grade.reason else "") + (
+            "the task asked for the network (task.toml allow_internet), which stayed off: only the user turns it on "
+            "(GLM5_BENCH_TASK_NETWORK=1)")
     result = TrialResult(
         instance_id=task.task_id, attempt=attempt, status=grade.status, resolved=grade.resolved,
         reward=float(grade.reward), tests=grade.tests, agent=agent.name,

@@ -44,9 +44,21 @@ def read_atif(path: Path, d: dict, report: DataReport, opts: DataOptions) -> lis
     if opts.min_reward is not None and not (reward is not None and reward >= opts.min_reward):
         report.filtered[f"Harbor trials with reward below {opts.min_reward} or unknown"] += 1
         return []
+    try:
+        return _atif_sessions(path, d, report)
+    except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as e:  # a trial file is outside data
+        report.skip(f"{path}:1", f"not a readable ATIF trajectory ({type(e).__name__}: {str(e)[:120]})")
+        return []
+
+
+def _atif_sessions(path: Path, d: dict, report: DataReport) -> list[Session]:
     msgs: list[dict] = []
     calls: list[Call] = []
-    for i, step in enumerate(d.get("steps") or []):
+    steps = d.get("steps")
+    if not isinstance(steps, list):
+        report.skip(f"{path}:1", '"steps" is not a list')
+        return []
+    for i, step in enumerate(steps):
         where = f"{path}:step {step.get('step_id', i + 1) if isinstance(step, dict) else i + 1}"
         if not isinstance(step, dict) or step.get("source") not in ("system", "user", "agent"):
             report.skip(where, "a step needs a source: system, user or agent")

@@ -57,6 +57,9 @@ def read_chat_jsonl(path: Path, report: DataReport, opts: DataOptions) -> list[S
             except json.JSONDecodeError as e:
                 report.skip(where, f"not JSON ({e.msg})")
                 continue
+            except (ValueError, RecursionError) as e:  # nesting past the stack, a number past the digit limit
+                report.skip(where, f"unreadable JSON ({type(e).__name__})")
+                continue
             if not isinstance(row, dict):
                 report.skip(where, 'expected {"messages": [...], "tools": [...]}')
                 continue
@@ -74,6 +77,9 @@ def read_mini_swe_agent(path: Path, report: DataReport, opts: DataOptions) -> li
         d = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except json.JSONDecodeError as e:
         report.skip(f"{path}:{e.lineno}", f"not JSON ({e.msg})")
+        return []
+    except (ValueError, RecursionError) as e:
+        report.skip(f"{path}:1", f"unreadable JSON ({type(e).__name__})")
         return []
     if not isinstance(d, dict) or not isinstance(d.get("messages"), list):
         report.skip(f"{path}:1", "not a mini-swe-agent trajectory (no `messages`)")

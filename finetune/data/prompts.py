@@ -25,6 +25,8 @@ def read_prompt_rows(path: Path, tokenizer) -> list[tuple[list[int], dict, str]]
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{where}: not JSON ({e.msg})") from None
+            except (ValueError, RecursionError) as e:  # nesting past the stack, a number past the digit limit
+                raise ValueError(f"{where}: unreadable JSON ({type(e).__name__})") from None
             if isinstance(row, dict) and isinstance(row.get("prompt"), str) and row["prompt"]:
                 text = row["prompt"]
             elif isinstance(row, dict) and isinstance(row.get("messages"), list) and row["messages"]:

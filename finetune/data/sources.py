@@ -62,6 +62,9 @@ def read_sessions(path: Path, report: DataReport, opts: DataOptions) -> list[Ses
     except json.JSONDecodeError as e:
         report.skip(f"{path}:{e.lineno}", f"not JSON ({e.msg})")
         return []
+    except (ValueError, RecursionError) as e:
+        report.skip(f"{path}:1", f"unreadable JSON ({type(e).__name__})")
+        return []
     if is_atif(d):
         return read_atif(path, d, report, opts)
     if isinstance(d, dict) and "messages" in d and "info" in d:
@@ -76,7 +79,7 @@ def _first_line(path: Path) -> dict | None:
             if line.strip():
                 try:
                     d = json.loads(line)
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):
                     return None
                 return d if isinstance(d, dict) else None
     return None

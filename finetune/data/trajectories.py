@@ -43,6 +43,7 @@ class DataOptions:
     min_reward: float | None = None
     strict: bool = False
     max_len: int = 8192
+    allow_foreign: bool = False  # glm5 trajectories not recorded on this machine (agent/provenance.py) too
 
 
 def trajectory_files(paths: Iterable[Path]) -> list[Path]:
@@ -115,11 +116,42 @@ def _records(path: Path, report: DataReport) -> list[tuple[int, dict]]:
             except json.JSONDecodeError as e:
                 report.skip(f"{path}:{n}", f"not JSON ({e.msg})")
                 continue
+            except (ValueError, RecursionError) as e:  # a number too long to convert, nesting past the stack
+                report.skip(f"{path}:{n}", f"unreadable JSON ({type(e).__name__}: {str(e)[:80]})")
+                continue
             if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
                 report.skip(f"{path}:{n}", "not a trajectory record (no `type`)")
                 continue
             out.append((n, rec))
     return out
+
+
+def _step(r: dict) -> int | None:
+    s = r.get("step")
+    return s if isinstance(s, int) and not isinstance(s, bool) else None
+
+
+def _strictness(decision: str) -> int:
+    return 3 if decision in DENIED else 2 if decision == FORMAT_ERROR else 1 if decision == FAILED else 0
+
+
+def _provenance(path: Path, records: list[tuple[int, dict]], report: DataReport,
+                opts: DataOptions) -> list[tuple[int, dict]]:  # fmt: skip
+    """The records this machine wrote (agent/provenance.py): a file it did not write is skipped, lines appended
+    to one of ours are cut; both named. `allow_foreign` (--allow-foreign) keeps them all."""
+    from agent.provenance import verified_prefix
+
+    if opts.allow_foreign:
+        return records
+    n = verified_prefix([r for _, r in records])
+    if n == 0:
+        report.skip(f"{path}:{records[0][0]}", "not recorded by glm5 on this machine (no valid provenance mark): "
+                    "skipped; pass --allow-foreign to train on sessions from elsewhere")  # fmt: skip
+        report.filtered["trajectories not recorded here"] += 1
+    elif n < len(records):
+        report.skip(f"{path}:{records[n][0]}", "this line and the ones after it were not written by glm5 on this "
+                    "machine (provenance chain broken): left out; --allow-foreign keeps them")  # fmt: skip
+    return records[:n]
 
 
 def _valid_message(m) -> str | None:
@@ -139,11 +171,19 @@ def read_glm5_trajectory(path: Path, report: DataReport, opts: DataOptions) -> S
     if not records or records[0][1].get("type") != "session":
         report.skip(f"{path}:{records[0][0] if records else 1}", "not a glm5 trajectory: no `session` header first")
         return None
+    records = _provenance(path, records, report, opts)
+    if not records:
+        return None
     header = records[0][1]
-    decisions: dict[str, str] = {}
+    # A call's decision belongs to that call: (the model call's step, the id). Ids are the model's to choose and
+    # can repeat, and a later `allow` under a reused id must not turn an earlier denied call into training data;
+    # two records for one key keep the strictest.
+    decisions: dict[tuple, str] = {}
     for _, r in records:
         if r["type"] == "tool" and isinstance(r.get("call_id"), str):
-            decisions[r["call_id"]] = FAILED if r.get("failed") == "call" else str(r.get("decision", ""))
+            d = FAILED if r.get("failed") == "call" else str(r.get("decision", ""))
+            key = (_step(r), r["call_id"])
+            decisions[key] = max(decisions.get(key, d), d, key=_strictness)
     msgs: list[dict] = []
     bad: set[int] = set()  # id() of messages that cannot be rendered (reported once, at their line)
     calls: list[Call] = []
@@ -165,8 +205,8 @@ def read_glm5_trajectory(path: Path, report: DataReport, opts: DataOptions) -> S
                 call = _call(r, msgs, where, decisions, bad, report, opts)
                 if call is not None:
                     calls.append(call)
-        except (KeyError, TypeError, ValueError) as e:
-            report.skip(where, f"bad `{t}` record ({type(e).__name__}: {e})")
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RecursionError) as e:
+            report.skip(where, f"bad `{t}` record ({type(e).__name__}: {str(e)[:120]})")
     return Session(calls, list(header.get("tools") or []), str(path))
 
 
@@ -187,7 +227,7 @@ def _call(r, msgs, where, decisions, bad, report: DataReport, opts: DataOptions)
         return None
     trained = True
     for tc in message.get("tool_calls") or []:
-        decision = decisions.get(tc.get("id", "") if isinstance(tc, dict) else "", "")
+        decision = decisions.get((_step(r), tc.get("id", "") if isinstance(tc, dict) else ""), "")
         if decision in DENIED and not opts.include_denied:
             trained = False
             report.filtered[f"turns with a {decision} tool call (context, not trained)"] += 1

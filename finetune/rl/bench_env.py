@@ -44,12 +44,10 @@ class BenchSession:
         self.result = None
 
     def run(self, model) -> None:
-        from agent.bench.agents import AgentLimits
-        from agent.bench.trial import TrialConfig, run_trial
+        from agent.bench.trial import run_trial
 
-        cfg = TrialConfig(env=self.bench.environment, cache_dir=self.bench.cache_dir, repos=self.bench.repos,
-                          limits=AgentLimits(max_turns=self.bench.max_turns))  # fmt: skip
-        self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns), self.workdir, cfg)
+        self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns), self.workdir,
+                                self.bench.trial_config(self.workdir))  # fmt: skip
 
     def grade(self) -> Grade:
         r = self.result
@@ -88,6 +86,26 @@ class BenchEnv:
         self.environment, self.cache_dir = environment, Path(cache_dir).resolve()
         # One cache for every session: its per-repository locks keep concurrent sessions from cloning at once.
         self.repos = RepoCache(self.cache_dir)
+        self.hide: tuple[Path, ...] = ()  # set by isolate(): the run's folders and task files
+
+    def isolate(self, run_dirs: list[Path], tasks: list) -> None:
+        """Hide the run's folders (other sessions, their graded output, the trainer's state) and every task file
+        it reads (training and held-out) from each session, as `glm5 bench` hides its run folder from a trial:
+        the same list (agent.bench.trial.run_hidden), the same view. The repository cache is hidden by
+        hidden_from_trials for both."""
+        from agent.bench.trial import run_hidden
+
+        self.hide = run_hidden(run_dirs, tasks)
+
+    def trial_config(self, workdir: Path):
+        """The bench's TrialConfig for the session in `workdir`: this env's sandbox kind, cache, turns and hidden
+        set, which holds the folder of every session beside it even when isolate() was not called."""
+        from agent.bench.agents import AgentLimits
+        from agent.bench.trial import TrialConfig
+
+        hide = tuple(dict.fromkeys((*self.hide, Path(workdir).resolve().parent)))
+        return TrialConfig(env=self.environment, cache_dir=self.cache_dir, repos=self.repos,
+                           limits=AgentLimits(max_turns=self.max_turns), hide=hide)  # fmt: skip
 
     def reset(self, task, workdir: Path, sample: int = 0) -> BenchSession:
         return BenchSession(self, task, workdir)

@@ -89,6 +89,40 @@ def parse_reward_spec(spec: Any) -> RewardSpec:
     return RewardSpec(rules, rm, judge, tuple(plugins), spec)
 
 
+# What only the user's flags and config may say: a row of a tasks, reward or suite file is data, and data may
+# narrow (a shorter timeout, less memory) but never switch the sandbox or the network, pick an endpoint or name a
+# credential (a row naming a judge URL and an api_key_env would send that secret wherever it likes).
+USER_ONLY = ("sandbox", "network", "base_url", "url", "endpoint", "api_key_env", "api_key", "headers", "env",
+             "judge", "cwd")  # fmt: skip
+NARROW_ONLY = {"timeout": 60, "memory_mb": 4096}  # a row may lower these below the user's (or these defaults)
+
+
+def data_spec_problem(spec: Any, user_spec: dict | None) -> str | None:
+    """Why a reward spec read from data (a task row) asks for more than the user chose, or None. `user_spec`: the
+    user's own (--reward), whose limits a row may lower but not raise."""
+    stack, seen = [spec], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > 10_000:
+            return "the reward spec is too large"
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in USER_ONLY:
+                    return (f'the row\'s reward sets "{k}": only --reward (the user\'s own flag) may turn the sandbox or '
+                            "the network on or off, choose an endpoint, a folder or a credential; the row is refused")
+                stack.append(v)
+        elif isinstance(node, list):
+            stack.extend(node)
+    for key, default in NARROW_ONLY.items():
+        cap = (user_spec or {}).get(key, default) if isinstance(user_spec, dict) else default
+        mine = spec.get(key) if isinstance(spec, dict) else None
+        if mine is not None and isinstance(cap, int | float) and isinstance(mine, int | float) and mine > cap:
+            return (f'the row\'s reward raises "{key}" to {mine} over {cap} (only --reward may raise it: '
+                    "a row may only lower it); the row is refused")  # fmt: skip
+    return None
+
+
 class HybridReward:
     """Scores a session from its parts. `score(task_text, result_text, rules_reward)` -> (reward or None, detail)."""
 

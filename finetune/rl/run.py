@@ -101,7 +101,11 @@ def run_rl(
     work.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(model, cfg)
     state_path = work / "state.pt"
-    state = torch.load(state_path, weights_only=False) if state_path.is_file() else None
+    state = None
+    if state_path.is_file():  # a folder someone else may have left: loaded without running code, checked
+        from finetune.resume_state import check_rl_state, load_state
+
+        state = check_rl_state(load_state(state_path), state_path)
     history: list[dict] = []
     consumed: set[int] = set()
     dropped: set[int] = set()

@@ -94,3 +94,21 @@ def test_compaction_of_a_conversation_too_long_to_summarize(repo, fake_model):
     assert "q1" in [m.get("content") for m in first] and "q1" not in [m.get("content") for m in second]
     assert second[0]["role"] == "system" and second[1]["role"] == "user"
     assert "summary of the newer half" in s.agent.messages[1]["content"]
+
+
+def test_an_instruction_file_swapped_for_a_link_after_the_check_is_not_read(repo, isolated_config, monkeypatch):
+    # issue 40, item 7: instruction_files checked AGENTS.md, then read_bytes opened it again by name; a command
+    # swapping it for a link in between sent the link's target (a credential) to the model
+    import agent.context as context
+
+    secret = repo.parent / "secret.txt"
+    secret.write_text("AWS_SECRET=xyz")
+    (repo / "AGENTS.md").write_text("root rule")
+    checked = context.instruction_files(repo, repo)
+    (repo / "AGENTS.md").unlink()
+    (repo / "AGENTS.md").symlink_to(secret)  # the swap, after the check
+    monkeypatch.setattr(context, "instruction_files", lambda root, cwd: checked)
+    assert "AWS_SECRET" not in context.instructions_text(repo, repo)
+    (repo / "AGENTS.md").unlink()
+    (repo / "AGENTS.md").write_text("root rule")
+    assert "root rule" in context.instructions_text(repo, repo)

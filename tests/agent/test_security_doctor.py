@@ -16,6 +16,7 @@ def test_doctor_json(repo):
     data = json.loads(r.stdout)
     names = [c["name"] for c in data["checks"]]
     assert "host git runs no repository programs" in names and "network off" in names
+    assert "home and the rest of the disk hidden" in names
     assert r.exit_code == (0 if data["ok"] else 1)
     if probe(False) is None:  # here every protection must be active
         assert data["ok"], data

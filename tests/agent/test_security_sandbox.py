@@ -107,3 +107,39 @@ def test_host_daemon_sockets_are_out_of_reach(repo, tmp_path):
     finally:
         srv.close()
         path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def outside():
+    """A folder outside /tmp and the home folder (the sandbox's /tmp is its own: nothing under tmp_path shows)."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="glm5-view-", dir="/var/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_view_is_an_allowlist_home_and_the_rest_of_the_disk_hidden(repo, tmp_path, outside, monkeypatch):
+    # issue 40, item 6: the masked list was a short denylist over the whole disk: a setup read a credential file
+    # outside it (here ~/.secret-token and a file in another folder), and a trial found the gold beside the task
+    home = outside / "home"
+    home.mkdir()
+    (home / ".secret-token").write_text("TOKEN-123\n")
+    (outside / "gold.patch").write_text("GOLD-DIFF\n")
+    monkeypatch.setenv("HOME", str(home))
+    env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+    out = env.execute(f"echo inside; cat {home}/.secret-token {outside}/gold.patch; ls -A {home}; "
+                      "python3 -c 'print(6*7)'; git --version; ls /usr/bin | head -1").output  # fmt: skip
+    assert "inside" in out and "TOKEN-123" not in out and "GOLD-DIFF" not in out
+    assert "42" in out and "git version" in out  # the toolchains and system folders are there, read-only
+
+
+def test_the_user_adds_read_only_folders_to_the_view(repo, tmp_path, outside, monkeypatch):
+    tools = outside / "toolchain"
+    tools.mkdir()
+    (tools / "tool.txt").write_text("TOOL\n")
+    monkeypatch.setenv("GLM5_SANDBOX_READ_ONLY", str(tools))
+    env = Environment(repo, sandbox=Sandbox(True), scratch_dir=tmp_path / "scratch")
+    out = env.execute(f"cat {tools}/tool.txt; echo x > {tools}/new.txt").output
+    assert "TOOL" in out and not (tools / "new.txt").exists()

@@ -98,13 +98,30 @@ def test_narrowing_settings_apply_untrusted(repo, isolated_config):
         '[providers.local]\nmodel = "repo-model"\n'
     )
     s = load_settings(repo)
-    assert not s.trusted and s.ignored == ()
+    assert not s.trusted and s.ignored == ("settings.toml: providers.local.model",)  # the model is the user's
     assert s.mode == "plan" and s.deny == ("bash(git push)",) and s.ask == ("edit(src/**)",)
-    assert s.allow == ("bash(make)",) and s.limits.max_steps == 7 and s.provider.model == "repo-model"
+    assert s.allow == ("bash(make)",) and s.limits.max_steps == 7 and s.provider.model == "glm-5"
     # a looser mode than the user's does not apply
     (repo / ".glm5" / "settings.toml").write_text('[permissions]\nmode = "auto"\n')
     s = load_settings(repo)
     assert s.mode == "accept-edits" and s.ignored == ("settings.toml: permissions.mode",)
+
+
+def test_an_untrusted_repository_cannot_raise_limits_prices_or_the_model(repo, isolated_config):
+    # issue 40, item 7: [agent] passed whole, and providers' model and prices applied, while untrusted
+    (isolated_config / "config.toml").write_text("[agent]\nmax_steps = 50\nmax_cost_usd = 2.0\n")
+    (repo / ".glm5").mkdir()
+    (repo / ".glm5" / "settings.toml").write_text(
+        "[agent]\nmax_steps = 100000\nmax_cost_usd = 1000.0\nmax_wall_s = 99999\nmax_tokens = 10\n"
+        '[providers.local]\nmodel = "pricey"\ninput_cost_per_mtok = 0.0\noutput_cost_per_mtok = 0.0\n'
+    )
+    s = load_settings(repo)
+    assert s.limits.max_steps == 50 and s.limits.max_cost_usd == 2.0 and s.provider.model == "glm-5"
+    assert s.limits.max_wall_s == 99999 and s.limits.max_tokens == 10  # where the user set no limit, any narrows
+    assert {"settings.toml: agent.max_steps", "settings.toml: agent.max_cost_usd",
+            "settings.toml: providers.local.model", "settings.toml: providers.local.input_cost_per_mtok"} <= set(
+        s.ignored)  # fmt: skip
+    assert load_settings(repo, trusted=True).limits.max_steps == 100000  # trusted: the repository's own, whole
 
 
 def test_agents_md_cannot_widen_permissions(repo, fake_model):

@@ -18,8 +18,9 @@ def test_precedence_and_providers(tmp_path, isolated_config, monkeypatch):
     (repo / ".glm5" / "settings.toml").write_text(
         '[providers.mine]\nmodel = "repo-model"\n[permissions]\ndeny = ["bash(rm)"]\n'
     )
-    s = load_settings(repo)
+    s = load_settings(repo, trusted=True)  # a trusted repository may pick the model (an untrusted one may not)
     assert (s.provider.base_url, s.provider.model, s.mode) == ("http://global/v1", "repo-model", "accept-edits")
+    assert load_settings(repo).provider.model == "g"
     assert s.deny == ("bash(git push)", "bash(rm)")  # lists add up: a repo cannot drop a global deny
     assert s.provider.cost({"prompt_tokens": 1_000_000, "completion_tokens": 0}) == 2.0
     monkeypatch.setenv("GLM5_MODEL", "env-model")

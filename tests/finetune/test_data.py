@@ -148,12 +148,14 @@ def test_bad_records_are_skipped_and_named_by_line_or_fail_with_strict(tmp_path)
     )
     lines.insert(2, "{not json")
     path.write_text("\n".join(lines) + "\n")
-    seqs, report = _load([path])
+    seqs, report = _load([path], allow_foreign=True)  # lines written by hand: not this machine's (provenance)
     assert len(report.skipped) == 2, report.skipped
     assert report.skipped[0].startswith(f"{path}:3: not JSON")
     assert report.skipped[1].startswith(f"{path}:5: bad message")
     with pytest.raises(BadRecord, match=r"s\.jsonl:3: not JSON"):
-        _load([path], strict=True)
+        _load([path], strict=True, allow_foreign=True)
+    _, report = _load([path])  # by default the hand-written line and the ones after it are left out, and named
+    assert any(s.startswith(f"{path}:5: this line and the ones after it") for s in report.skipped), report.skipped
 
 
 def _trial(run, task, resolved, reward, make):
@@ -242,3 +244,27 @@ def test_openai_chat_jsonl_mini_swe_agent_and_harbor_atif(tmp_path):
     assert "run" in text and "finished" in text and "a.py" not in text and "<tool_call>bash" in text
     seqs, report = _load([trial / "agent" / "trajectory.json"], min_reward=0.5)
     assert not seqs and report.filtered
+
+
+def test_a_denied_call_stays_denied_when_a_later_call_reuses_its_id(tmp_path):
+    # issue 40, item 7: decisions were keyed by the call id alone, which the model chooses: a later allowed call
+    # with the same id made the earlier denied one training data
+    w = TrajectoryWriter(tmp_path / "r.jsonl")
+    w.write("session", id="s", schema="glm5-trajectory/1", tools=TOOLS)
+    convo = [{"role": "user", "content": "fix the bug"}]
+    w.write("message", index=0, message=convo[0])
+    for i, decision in enumerate(("denied", "allow", None)):
+        reply = _call(i, ("rm -rf", "look", "done")[i], tool=decision is not None)
+        if decision is not None:
+            reply["tool_calls"][0]["id"] = "same"
+        w.write("model_call", step=i, n_messages=len(convo),
+                response={"choices": [{"message": reply, "finish_reason": "tool_calls" if decision else "stop"}]})  # fmt: skip
+        convo.append(reply)
+        w.write("message", index=len(convo) - 1, message=reply)
+        if decision is not None:
+            w.write("tool", step=i, call_id="same", name="bash", decision=decision, result="r")
+            convo.append({"role": "tool", "tool_call_id": "same", "content": "r"})
+            w.write("message", index=len(convo) - 1, message=convo[-1])
+    w.close()
+    _, report = _load([tmp_path / "r.jsonl"])
+    assert report.filtered["turns with a denied tool call (context, not trained)"] == 1, report.filtered

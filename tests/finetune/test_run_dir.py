@@ -90,6 +90,9 @@ def test_a_folder_from_before_a_setting_existed_resumes_when_it_keeps_that_setti
     old = {"model": "m", "config": {"steps": 8, "lr": 2e-4}}
     (tmp_path / ".rl.partial").mkdir()
     (tmp_path / ".rl.partial" / "run.json").write_text(json.dumps(old))
+    from agent.provenance import mark  # as this machine marked it (a folder it did not start is not resumed)
+
+    (tmp_path / ".rl.partial" / "provenance.mark").write_text(mark(json.dumps(old).encode() + b"\0"))
     added = {"config.negative_weight": 1.0}
     assert RunDir(out, {"model": "m", "config": {"steps": 8, "lr": 2e-4, "negative_weight": 1.0}}, added).resuming
     with pytest.raises(RunError, match=r"config.negative_weight: 1.0 then, 0.0 now"):

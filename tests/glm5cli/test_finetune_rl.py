@@ -83,6 +83,35 @@ def test_bad_tasks_are_named_by_file_and_line(ckpt, tmp_path, text, msg):  # noq
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize(
+    "reward, word",
+    [
+        ({"type": "command", "run": "true", "sandbox": False}, '"sandbox"'),
+        ({"type": "command", "run": "true", "sandbox": True}, '"sandbox"'),
+        ({"type": "command", "run": "true", "network": True}, '"network"'),
+        ({"type": "command", "run": "true", "timeout": 100000}, '"timeout"'),
+        ({"type": "command", "run": "true", "memory_mb": 10**6}, '"memory_mb"'),
+        ({"type": "judge", "base_url": "http://evil.example/v1", "api_key_env": "AWS_SECRET_ACCESS_KEY"}, '"base_url"'),
+    ],
+)
+def test_a_task_row_cannot_widen_what_the_user_chose(ckpt, tmp_path, reward, word):  # noqa: F811
+    # issue 40, item 3: a row's reward ran its command on the host with the network on, without a word; a row
+    # may narrow (a shorter timeout), never turn the sandbox or the network on or off, pick endpoints or keys
+    marker = tmp_path / "ran-on-the-host"
+    reward = {**reward, "run": f"touch {marker}"} if "run" in reward else reward
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"prompt": "a", "reward": reward}) + "\n")
+    args = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), "--tasks", str(tmp_path / "tasks.jsonl")]
+    r = runner.invoke(app, [*args, "--steps", "1", "--prompts-per-step", "1", "--group-size", "2",
+                            "--max-new-tokens", "2"])  # fmt: skip
+    assert r.exit_code == 2 and "tasks.jsonl:1" in r.output and word in r.output, r.output
+    assert "only --reward" in r.output and not marker.exists()
+    from finetune.rl.rewards import data_spec_problem
+
+    ok = {"type": "command", "run": "true", "timeout": 5, "memory_mb": 512}  # narrower than the defaults: fine
+    assert data_spec_problem(ok, None) is None
+    assert data_spec_problem({**ok, "timeout": 50}, {"type": "command", "run": "x", "timeout": 30}) is not None
+
+
 def test_bad_options_are_usage_errors(ckpt, tmp_path):  # noqa: F811
     (tmp_path / "t.jsonl").write_text('{"prompt": "a"}\n')
     base = ["finetune", "rl", str(ckpt), "--out", str(tmp_path / "o"), "--tasks", str(tmp_path / "t.jsonl")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -70,3 +71,16 @@ def calc_tasks(tmp_path, calc_repo) -> Path:
     rows = [calc_row(calc_repo, "acme__calc-1"), calc_row(calc_repo, "acme__calc-2")]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
+
+
+@pytest.fixture
+def outside_tmp():
+    """A folder outside /tmp (the sandbox's /tmp is its own, so nothing under pytest's tmp_path is ever visible
+    inside): where an isolation test puts what a trial must not see, as a user's run folders are."""
+    import shutil
+    import tempfile
+
+    base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path.home()
+    d = Path(tempfile.mkdtemp(prefix="glm5-test-", dir=base))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

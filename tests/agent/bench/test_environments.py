@@ -48,3 +48,24 @@ def test_docker_runs_commands_in_app(tmp_path):
         assert r.returncode == 0 and r.output.startswith("/app") and (env.app_dir / "x").read_text() == "hi\n"
     finally:
         env.stop()
+
+
+def test_docker_pauses_the_container_while_the_host_works_on_its_files(tmp_path, monkeypatch):
+    # issue 40, item 1: a docker container lives between commands, so a process a prediction or an agent left
+    # running could swap a file for a link under the host's git; the host works with the container paused.
+    # The docker CLI is outside glm5: a stand-in on PATH that records its arguments and succeeds, as docker does.
+    from agent.bench.grading import frozen
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls.txt"
+    (bindir / "docker").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bindir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    env = DockerEnvironment(EnvSpec(tmp_path / "t"))
+    env.container = "glm5-bench-x"
+    with frozen(env):
+        assert calls.read_text().splitlines() == ["pause glm5-bench-x"]
+    assert calls.read_text().splitlines() == ["pause glm5-bench-x", "unpause glm5-bench-x"]
+    with frozen(LocalEnvironment(EnvSpec(tmp_path / "l"))):  # nothing outlives a local command: nothing to pause
+        pass

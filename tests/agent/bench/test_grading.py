@@ -109,3 +109,57 @@ def test_flaky_test_is_rerun_and_named(tmp_path, calc_repo):
     assert g.resolved is True and g.flaky_tests == ["test_mul.py::test_mul"], g.log
     _, first = grade(tmp_path, calc_repo, patch, name="first")  # the default: the first run is the grade
     assert first.resolved is False and first.flaky_tests == []
+
+
+# -- the host never writes through a path a trial could change (issue 40, item 1) -------------------------------
+
+
+def _link_planting_conftest(names: list[str], scratch, victim, then: str) -> str:
+    """A conftest.py that replaces each of `names` in every writable folder it can reach (the trial's scratch
+    folder, /logs/verifier) by a link to `victim`, then `then`."""
+    return (
+        "import os\n"
+        f"for d in ({str(scratch)!r}, '/logs/verifier', '/logs'):\n"
+        f"    for n in {names!r}:\n"
+        "        p = os.path.join(d, n)\n"
+        "        try:\n"
+        "            if os.path.lexists(p):\n"
+        "                os.unlink(p)\n"
+        f"            os.symlink({str(victim)!r}, p)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        f"{then}\n"
+    )
+
+
+def test_a_prediction_cannot_make_the_grader_write_a_host_file(tmp_path, calc_repo):
+    # the prediction's conftest.py, run inside the sandbox, replaces the grader's files in the trial's scratch
+    # folder with links to a host file and stops the suite; the grader then reruns without the prediction and
+    # (before the fix) wrote test_patch through the link onto the host file
+    victim = tmp_path / "victim.pth"
+    victim.write_text("untouched\n")
+    scratch = tmp_path / "g" / "tmp"  # the grading environment's scratch folder, writable inside
+    conftest = _link_planting_conftest(["test.patch", "prediction.diff"], scratch, victim, "os._exit(0)")
+    patch = diff_between(calc_repo, {"conftest.py": conftest})
+    _, g = grade(tmp_path, calc_repo, patch)
+    assert victim.read_text() == "untouched\n" and not victim.is_symlink()
+    assert g.status == UNRESOLVED and "run without it" in g.reason, g.reason
+
+
+def test_a_task_setup_cannot_make_the_grader_write_a_host_file(tmp_path, calc_repo):
+    # the setup runs in the grading environment before the prediction is applied: links it plants where the
+    # grader puts its files are not followed by the host
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    plant = " ".join(
+        f"rm -f {d}/{n}; ln -s {victim} {d}/{n};"
+        for d in (tmp_path / "s" / "tmp", "/logs/verifier") for n in ("prediction.diff", "test.patch")
+    )  # fmt: skip
+    task = swe_task_from_row(calc_row(calc_repo, setup=f"mkdir -p /logs/verifier; {plant} true"), "t:1")
+    cache = RepoCache(tmp_path / "cache")
+    env = LocalEnvironment(EnvSpec(tmp_path / "s", app_source=lambda d: cache.checkout(task.repo, task.base_commit, d),
+                                   setup=task.setup, setup_key="calc@1", cache_dir=tmp_path / "cache"))  # fmt: skip
+    env.start()
+    g = grade_swe(task, calc_row(calc_repo)["patch"], env, timeout_s=60)
+    assert victim.read_text() == "untouched\n"
+    assert g.status == RESOLVED, g.log

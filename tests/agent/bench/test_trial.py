@@ -334,3 +334,25 @@ def test_host_git_never_follows_a_terminal_agents_git_elsewhere(tmp_path):
     r = run_trial(task, make_agent(f"cmd:{cmd}"), tmp_path / "b", config(tmp_path))
     patch = (tmp_path / "b" / "patch.diff").read_text()
     assert "HIDDEN-CREDS" not in patch and "+mine" in patch
+
+
+def test_a_task_file_narrows_but_never_widens_the_users_limits(tmp_path, monkeypatch):
+    # issue 40, item 3: task.toml's allow_internet turned the network on and its memory_mb raised the user's cap
+    from agent.bench.trial import env_spec
+
+    monkeypatch.delenv("GLM5_BENCH_TASK_NETWORK", raising=False)
+    t = tmp_path / "net"
+    (t / "tests").mkdir(parents=True)
+    (t / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
+    (t / "instruction.md").write_text("x\n")
+    (t / "task.toml").write_text("[environment]\nallow_internet = true\nmemory_mb = 100000\n")
+    task = load_terminal_task(t)
+    spec = env_spec(task, tmp_path / "w", config(tmp_path, limits=AgentLimits(memory_mb=2048)))
+    assert spec.network is False and spec.memory_mb == 2048
+    (t / "task.toml").write_text("[environment]\nallow_internet = true\nmemory_mb = 512\n")
+    task = load_terminal_task(t)
+    assert env_spec(task, tmp_path / "w", config(tmp_path, limits=AgentLimits(memory_mb=2048))).memory_mb == 512
+    monkeypatch.setenv("GLM5_BENCH_TASK_NETWORK", "1")  # the user's own choice
+    assert env_spec(task, tmp_path / "w", config(tmp_path)).network is True
+    r = run_trial(task, make_agent("nop"), tmp_path / "n", config(tmp_path, task_network=False))
+    assert "stayed off" in r.reason

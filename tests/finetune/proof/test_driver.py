@@ -299,7 +299,7 @@ def test_the_cli_prints_the_plan_and_refuses_bad_settings(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_path):
+def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_path, monkeypatch):
     from finetune.data.sources import load_sequences
     from finetune.data.trajectories import DataOptions
     from finetune.proof.expert import slips_for
@@ -315,6 +315,7 @@ def test_the_first_steps_for_real_family_expert_through_the_bench_corpus(tmp_pat
     assert "enable_thinking = false" in toml  # served as trained: `<|assistant|></think>`
     report = json.loads((run / "expert" / "report.json").read_text())
     assert report["summary"]["resolved"] == 1  # the expert solved its train task through the real agent loop
+    monkeypatch.setenv("GLM5_CONFIG_DIR", str(run / "config"))  # the run's commands' config: its provenance key
     seqs, data = load_sequences([run / "expert"], _shipped(), DataOptions(only_resolved=True))
     assert len(seqs) == 1 and seqs[0].targets > 50  # what `finetune sft --data RUN/expert` trains on
     # this task is one the expert slips on (expert_slips 0.5): its failed edits went through the real agent

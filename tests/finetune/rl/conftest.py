@@ -8,6 +8,7 @@ from finetune.sft import LoraSettings, add_lora
 from model import GLM5ForCausalLM
 from model.config import preset
 from model.tokenizer import Tokenizer
+from tests.agent.bench.conftest import outside_tmp  # noqa: F401 (fixture)
 
 torch.set_num_threads(1)
 

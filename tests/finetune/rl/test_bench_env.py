@@ -116,3 +116,55 @@ def test_partial_credit_is_the_fraction_of_fail_to_pass_tests_the_bench_saw_pass
     plain.result = TrialResult.from_dict(json.loads((Path(r.detail["trial_dir"]) / "report.json").read_text()))
     g = plain.grade()
     assert (g.reward, g.solved, g.status) == (0.0, False, OK)
+
+
+def test_an_rl_session_sees_what_a_bench_trial_sees(outside_tmp):
+    # issue 40, item 2: a session could list the other sessions, read an earlier one's graded test output, the
+    # held-out tasks file, and the repository cache's later history (the upstream fix) through `git log --all`
+    import subprocess
+
+    from agent.bench.agents import make_agent
+    from agent.bench.trial import run_trial
+    from agent.sandbox import probe
+    from tests.agent.bench.conftest import CALC_FIX, TEST_MUL, calc_row, sh
+
+    if probe(False) is not None:
+        pytest.skip("bubblewrap cannot run here")
+    repo = outside_tmp / "src" / "calc"
+    repo.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    sh(repo, "config", "user.email", "t@example.com")
+    sh(repo, "config", "user.name", "Test")
+    (repo / "calc.py").write_text(CALC_FIX.replace("a + b", "a - b"))
+    (repo / "test_mul.py").write_text(TEST_MUL)
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "init")
+    row = calc_row(repo)
+    (repo / "calc.py").write_text(CALC_FIX)
+    sh(repo, "commit", "-qam", "upstream fix of add")  # later history: the answer
+    tasks_file, eval_file = outside_tmp / "train.jsonl", outside_tmp / "held.jsonl"
+    tasks_file.write_text(json.dumps(row) + "\n")
+    eval_file.write_text(json.dumps({**row, "instance_id": "acme__calc-9"}) + "\n")
+    tasks, held = load_bench_tasks("swe", tasks_file, []), load_bench_tasks("swe", eval_file, [])
+    run = outside_tmp / ".out.partial"
+    earlier = run / "sessions" / "g0-s0"
+    earlier.mkdir(parents=True)
+    (earlier / "test_output.txt").write_text("HIDDEN TEST OUTPUT\n")
+    env = BenchEnv("swe", max_turns=1, cache_dir=outside_tmp / "cache")
+    env.isolate([run, outside_tmp / "out"], [*tasks, *held])
+    cmd = (f"ls -A {run}/sessions > /logs/agent/ls.txt 2>&1; cat {earlier}/test_output.txt > /logs/agent/prev.txt; "
+           f"cat {eval_file} {tasks_file} > /logs/agent/tasks.txt; ls -A {outside_tmp}/cache > /logs/agent/cache.txt; "
+           "git log --all --format=%s > /logs/agent/log.txt 2>&1; git status --short > /logs/agent/st.txt 2>&1; "
+           "echo ok > /logs/agent/done.txt")  # fmt: skip
+    workdir = run / "sessions" / "g0-s1"
+    r = run_trial(tasks[0], make_agent(f"cmd:{cmd}"), workdir, env.trial_config(workdir))
+    logs = workdir / "work" / "logs" / "agent"
+    assert (logs / "done.txt").read_text() == "ok\n", r.reason
+    assert "HIDDEN" not in (logs / "prev.txt").read_text()
+    assert "g0-s0" not in (logs / "ls.txt").read_text()
+    assert (logs / "tasks.txt").read_text() == "" and (logs / "cache.txt").read_text() == ""
+    assert "upstream fix" not in (logs / "log.txt").read_text()
+    # the clone is the trial's own, base history only: git works inside (the cache it was cloned from is hidden)
+    assert (logs / "log.txt").read_text() == "init\n" and (logs / "st.txt").read_text() == ""
+    ok = run_trial(tasks[0], make_agent("oracle"), run / "sessions" / "g1-s0", env.trial_config(run / "sessions" / "x"))
+    assert ok.status == "resolved", ok.reason  # the grading still works behind the hidden set
