@@ -59,6 +59,26 @@ def check_training_state(state: dict, path: Path) -> dict:
     return state
 
 
+def check_dsa_state(state: dict, path: Path) -> dict:
+    """The DSA warm-up's state: a training state tagged with its stage ("warmup", "sparse"; the sparse stage's
+    carries the MTP layer's indexer), or, between the stages, the warmed-up indexer ("warmup_done")."""
+    import torch
+
+    def tensors(v: Any) -> bool:
+        return isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items())
+
+    stage = state.get("stage")
+    _need(stage in ("warmup", "warmup_done", "sparse"), path, '"stage" must be warmup, warmup_done or sparse')
+    _need(tensors(state.get("mtp_indexer", {})), path, '"mtp_indexer" must map names to tensors')
+    kl = state.get("warmup_kl", [])
+    _need(isinstance(kl, list) and all(isinstance(x, int | float) for x in kl), path, '"warmup_kl" must be numbers')
+    if stage != "warmup_done":
+        return check_training_state(state, path)
+    _need(_int_in(state.get("step"), 0, MAX_STEP), path, f'"step" must be a whole number 0..{MAX_STEP}')
+    _need(tensors(state.get("indexer")), path, '"indexer" must map names to tensors')
+    return state
+
+
 def check_rl_state(state: dict, path: Path) -> dict:
     """finetune.rl.run's state: trainer (a dict), history (rows), consumed / dropped (group numbers), evals."""
     import torch

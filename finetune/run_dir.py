@@ -74,9 +74,10 @@ class RunDir:
         path = self.work / "sequences.json"
         return json.loads(path.read_text()) if self.resuming and path.is_file() else None
 
-    def start(self, data: dict, load: bool = True) -> dict | None:
+    def start(self, data: dict, load: bool = True, check=None) -> dict | None:
         """From here on the run can be resumed: its settings and data are written. -> the last checkpoint
-        (state.pt; None with `load=False`, for a caller that reads DCP checkpoints too: dist_checkpoint.py)."""
+        (state.pt; None with `load=False`, for a caller that reads DCP checkpoints too: dist_checkpoint.py),
+        checked by `check(state, path)` (the training loop's shape by default)."""
         self.work.mkdir(parents=True, exist_ok=True)
         write_atomic(self.work / "run.json", json.dumps(self.settings, indent=1))
         write_atomic(self.work / "sequences.json", json.dumps(data))
@@ -91,7 +92,7 @@ class RunDir:
         from finetune.resume_state import StateError, check_training_state, load_state
 
         try:  # the folder may not be this user's doing: nothing in it runs, and its shape is checked
-            return check_training_state(load_state(state_path), state_path)
+            return (check or check_training_state)(load_state(state_path), state_path)
         except StateError as e:
             raise RunError(str(e), f"delete {self.work} to start over") from None
 

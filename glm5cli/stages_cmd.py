@@ -83,7 +83,11 @@ def dsa_warmup(
     net = ft._load_for_training(model, "run the warm-up on the full-precision checkpoint, then quantize the result")
     if not indexer_layers(net):
         fail(f"{model} has no DSA indexer (no layer with its own indexer): nothing to warm up")
-    state = run.start({"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report})
+    from finetune.resume_state import check_dsa_state
+
+    state = run.start(
+        {"sequences": [[s, [int(x) for x in m]] for s, m in seqs], "report": report}, check=check_dsa_state
+    )
     stage = state["stage"] if state else "warmup"
     if state:
         err_console.print(f"resuming {run.work} at the {stage} stage, step {state['step']}")
