@@ -11,6 +11,8 @@ import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.distill_cmd import distill as distill_command
+from glm5cli.plan_cmd import plan_cmd as plan_command
+from glm5cli.plan_cmd import preflight
 from glm5cli.rl_cmd import rl as rl_command
 from glm5cli.stages_cmd import apply_qat, dsa_warmup, qat_settings, write_qat_checkpoints
 
@@ -536,6 +538,7 @@ def sft(
         fail("--qat is not supported under torchrun yet: run it as one process", code=EXIT_USAGE)
     if qat_scheme is not None:
         settings |= {"qat": qat, "qat_group_size": qat_group_size}
+    preflight(model, "full" if full else "sft", max_len, micro_batch or batch_size, rank)  # GPUs only: the plan
     run = _Run(out, settings | {"merge": merge})
 
     from finetune.lora import LoraSettings, add_lora
@@ -674,3 +677,4 @@ def _show_data(report: dict, json_out: bool) -> None:
 app.command("rl")(rl_command)  # `glm5 finetune rl` lives in rl_cmd.py
 app.command("distill")(distill_command)  # `glm5 finetune distill` lives in distill_cmd.py
 app.command("dsa-warmup")(dsa_warmup)  # GLM-5's DSA adaptation stage lives in stages_cmd.py
+app.command("plan")(plan_command)  # `glm5 finetune plan` lives in plan_cmd.py

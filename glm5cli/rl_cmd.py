@@ -300,6 +300,9 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     from glm5cli.finetune_cmd import _checkpoint_tokenizer, _load_for_training, _progress, _Run, _write_adapter
 
     tok = _checkpoint_tokenizer(model)
+    from glm5cli.plan_cmd import preflight
+
+    preflight(model, "rl", cfg.max_new_tokens, rank=rank)  # GPUs only: a lower bound (a session is longer)
     rl_env, tasks, described = _environment(env, tasks_file, task_dirs, cfg, reward)
     settings = {"model": str(model.resolve()), "env": env, **described, "config": dataclasses.asdict(cfg)}
     settings |= {"rank": rank, "alpha": alpha, "merge": merge, "max_model_len": max_model_len, "rollout_url": urls}
