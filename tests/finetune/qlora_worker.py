@@ -53,9 +53,9 @@ def train(ckpt: str, steps: int, dist):
     return [h.lm for h in hist], base, lora
 
 
-def address_space_now() -> int:
+def address_space_now(field: str = "VmSize") -> int:
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
 
 
 def main() -> None:
@@ -69,13 +69,24 @@ def main() -> None:
     torch.set_num_threads(1)
     dist = Distributed.from_env()
     dist.init()
-    limit = None
+    import peft  # noqa: F401  (its imports are the process's baseline, not the model's)
+
+    limit, dense_load, baseline = None, None, address_space_now()
     if a.budget_mb:
-        limit = address_space_now() + int(a.budget_mb * 2**20)
+        limit = baseline + int(a.budget_mb * 2**20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     losses, base, lora = train(a.ckpt, a.steps, dist)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    mine = {"losses": losses, "base_bytes": base, "adapter_bytes": lora, "peak_rss": peak, "as_limit": limit}
+    if a.budget_mb:  # what every rank did before: the whole model, dequantised to fp32
+        from model import GLM5ForCausalLM
+
+        try:
+            GLM5ForCausalLM.from_pretrained(a.ckpt, dtype=torch.float32)
+            dense_load = "loaded"
+        except (MemoryError, RuntimeError) as e:
+            dense_load = f"failed: {type(e).__name__}"
+    mine = {"losses": losses, "base_bytes": base, "adapter_bytes": lora, "peak_rss": peak, "as_limit": limit,
+            "dense_load": dense_load, "address_space_used": address_space_now("VmPeak") - baseline}  # fmt: skip
     import torch.distributed as td
 
     everyone = [None] * dist.world_size
