@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model.config import GLM5Config, count_parameters, human_bytes, memory_bytes
+from model.config import GLM5Config, count_parameters, human_bytes
 
 METHODS = ("sft", "rl", "distill", "full")
 BASES = ("bf16", "fp8", "int4")
@@ -55,6 +55,8 @@ class Layout:
     offload_optimizer: bool = False
     teacher: str = "base"  # distill: "base" (the student's base, LoRA off: free), "sharded", or "served"
     act_bytes: int = 2  # bf16 activations on GPU (4 on CPU: fp32)
+    dense_bytes: int = 2  # the base's tensors that are not quantised (embeddings, norms, ...): bf16 (CPU: fp32)
+    int4_group: int = 128  # INT4: input columns per scale
     reserve: float = 0.10  # kept back for the allocator, NCCL buffers, the CUDA context
     gpus_per_node: int = 8
 
@@ -122,10 +124,15 @@ def _layer_params(cfg: GLM5Config) -> tuple[int, int]:
     return attn + mlp, max(linears + [h * cfg.intermediate_size])
 
 
-def _stored_per_param(cfg: GLM5Config, base: str) -> float:
-    """Bytes per parameter of the base as stored (memory_bytes' split: quantised linears, the rest bf16)."""
+def stored_bytes(cfg: GLM5Config, lay: Layout) -> int:
+    """The whole base as held in memory: the quantisable linears (model.config.count_parameters') at FP8 (+ an fp32
+    scale per 128 x 128 block), INT4 (+ a bf16 scale per group) or bf16, everything else at `dense_bytes`."""
     p = count_parameters(cfg)
-    return memory_bytes(cfg)[base] / (p["total"] + p["mtp"])
+    quant = p["quantizable"] + p["mtp_quantizable"]
+    rest = p["total"] + p["mtp"] - quant
+    q = {"fp8": quant + 4 * -(-quant // (128 * 128)), "int4": quant // 2 + 2 * -(-quant // lay.int4_group),
+         "bf16": 2 * quant}[lay.base]  # fmt: skip
+    return q + lay.dense_bytes * rest
 
 
 def _token_elems(cfg: GLM5Config) -> int:
@@ -159,11 +166,11 @@ def _plan(cfg: GLM5Config, layout: Layout) -> Plan:
     lay, g = layout, layout.gpus
     p = count_parameters(cfg)
     n_all = p["total"] + p["mtp"]
-    stored = memory_bytes(cfg)[lay.base] if lay.method != "full" else 4 * n_all
+    stored = stored_bytes(cfg, lay) if lay.method != "full" else 4 * n_all
     teachers = 2 if lay.method == "distill" and lay.teacher == "sharded" else 1
     trained = n_all if lay.method == "full" else lora_parameters(cfg, lay.lora_rank)
     largest_layer, largest_linear = _layer_params(cfg)
-    per_param = 4.0 if lay.method == "full" else _stored_per_param(cfg, lay.base)
+    per_param = 4.0 if lay.method == "full" else stored / n_all
     full = lay.method == "full"
     rows = {"weights": teachers * stored // g}
     if not full:

@@ -102,12 +102,19 @@ def run_worker(ckpt: Path, out: Path, *extra: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("base", ["fp8", "int4"])
 def test_two_gloo_ranks_give_one_process_losses_holding_half_the_weights_each(ckpts, base, tmp_path):
+    from finetune.plan import Layout, plan
+    from model.config import GLM5Config
+
     result = run_worker(ckpts[base], tmp_path / "r.json", "--reference", "--steps", "3")
     ref = result["reference"]
+    # `glm5 finetune plan`'s arithmetic for this layout (CPU: the unquantised tensors fp32; INT4 groups of 32)
+    rows = plan(GLM5Config.from_pretrained(ckpts[base]), Layout(gpus=2, base=base, lora_rank=4, dense_bytes=4,
+                                                                int4_group=32)).rows  # fmt: skip
     for rank in result["ranks"]:
         assert rank["losses"] == pytest.approx(ref["losses"], rel=1e-5)  # the same curve, 3 steps of AdamW
         assert 0.45 < rank["base_bytes"] / ref["base_bytes"] < 0.55
-        assert rank["adapter_bytes"] == ref["adapter_bytes"] // 2
+        assert rank["adapter_bytes"] == ref["adapter_bytes"] // 2 == rows["adapter"]
+        assert rank["base_bytes"] == pytest.approx(rows["weights"], rel=0.05)  # INT4: its scales are fp32 here
 
 
 @pytest.mark.slow
