@@ -111,3 +111,28 @@ def test_a_routed_server_names_the_session_in_every_request():
     s = gen.RoutedServer("http://127.0.0.1:1", "glm5-1-2-abc")
     assert s._http.headers[gen.ROUTING_HEADER] == "glm5-1-2-abc"
     s.close()
+
+
+def test_finetune_rl_trainer_slime_writes_prompt_data_and_a_launch_script(tiny_checkpoint, tmp_path):  # noqa: F811
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from glm5cli.app import app
+
+    [jsonl] = SWESuite().materialize(tmp_path / "suite")
+    out = tmp_path / "slime-run"
+    r = CliRunner().invoke(app, ["finetune", "rl", str(tiny_checkpoint), "--env", "swe", "--tasks", str(jsonl),
+                                 "--trainer", "slime", "--out", str(out), "--group-size", "4", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
+    assert rows and all(row["metadata"][TASK_KEY]["env"] == "swe" for row in rows)
+    script = (out / "run-glm5-slime.sh").read_text()
+    for flag in ("--custom-generate-function-path finetune.slime.generate.generate", "--n-samples-per-prompt 4",
+                 "--router-policy consistent_hashing", "--metadata-key metadata", str(out.resolve() / "prompts.jsonl"),
+                 "glm5-744B-A40B.sh", "--expert-model-parallel-size 32"):  # fmt: skip
+        assert flag in script, flag
+    assert subprocess.run(["bash", "-n", str(out / "run-glm5-slime.sh")]).returncode == 0
+    again = CliRunner().invoke(app, ["finetune", "rl", str(tiny_checkpoint), "--env", "completion", "--tasks",
+                                     str(jsonl), "--trainer", "slime", "--out", str(tmp_path / "o2")])  # fmt: skip
+    assert again.exit_code == 2 and "--env swe" in again.output
