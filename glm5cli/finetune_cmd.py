@@ -499,6 +499,12 @@ def sft(
         "layer in the forward; the model is built on the meta device and each process reads only its shards "
         "(under torchrun: 1/N of the checkpoint each); each decoder layer is recomputed in the backward.",
     ),
+    export_slime: bool = typer.Option(
+        False,
+        "--export-slime",
+        help="Train nothing: write the token ids and target masks built from --data to OUT/sft.jsonl, for slime's "
+        "SFT with --rollout-function-path finetune.slime.sft.generate_rollout (finetune/slime/sft.py).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Supervised fine-tuning (LoRA, or --full) on what an agent recorded.
@@ -549,6 +555,10 @@ def sft(
     if qlora:
         qlora_run.check_flags(model, full, qat, merge, train_mtp)
         settings |= {"qlora": True}
+    if export_slime:  # the data only, for slime (glm5cli/slime_cmd.py)
+        from glm5cli.slime_cmd import export_sft
+
+        return export_sft(out, *_load_data(data, tok, opts), json_out)
     preflight(model, "full" if full else "sft", max_len, micro_batch or batch_size, rank)  # GPUs only: the plan
     run = _Run(out, settings | {"merge": merge})
 

@@ -46,3 +46,25 @@ def write_slime_run(model: Path, out: Path, env: str, tasks_file: Path | None, t
         return
     console.print(f"wrote {len(rows)} tasks to {summary['prompt_data']} and the launch script {summary['launch']}")
     console.print("run it on the Ray head node of the cluster: SLIME_DIR=/path/to/slime " + summary["launch"])
+
+
+def export_sft(out: Path, seqs: list, report: dict, json_out: bool) -> None:
+    """`finetune sft --export-slime OUT`: OUT/sft.jsonl from the sequences glm5's SFT would train on."""
+    from finetune.slime.sft import write_sft_data
+
+    if out.exists():
+        fail(f"{out} exists: give a new directory", code=EXIT_USAGE)
+    if not seqs:
+        fail("no responses to export: the data holds no model turns to learn from")
+    tmp = out.with_name(f".{out.name}.partial")
+    tmp.mkdir(parents=True, exist_ok=False)
+    n = write_sft_data(seqs, tmp / "sft.jsonl")
+    tmp.rename(out)
+    summary = {"out": str(out / "sft.jsonl"), "sequences": n, "target_tokens": sum(sum(m) for _, m in seqs),
+               "data": report}  # fmt: skip
+    if json_out:
+        print_json(summary)
+        return
+    console.print(f"wrote {n} sequences ({summary['target_tokens']:,} target tokens) to {summary['out']}")
+    console.print("slime: --rollout-function-path finetune.slime.sft.generate_rollout --prompt-data "
+                  f"{summary['out']} --input-key prompt --metadata-key metadata --loss-type sft_loss")  # fmt: skip

@@ -136,3 +136,33 @@ def test_finetune_rl_trainer_slime_writes_prompt_data_and_a_launch_script(tiny_c
     again = CliRunner().invoke(app, ["finetune", "rl", str(tiny_checkpoint), "--env", "completion", "--tasks",
                                      str(jsonl), "--trainer", "slime", "--out", str(tmp_path / "o2")])  # fmt: skip
     assert again.exit_code == 2 and "--env swe" in again.output
+
+
+def test_sft_export_gives_slime_the_ids_and_masks_glm5s_sft_trains_on(tiny_checkpoint, tmp_path):  # noqa: F811
+    from typer.testing import CliRunner
+
+    from finetune.data.trajectories import DataOptions
+    from finetune.slime.sft import generate_rollout
+    from glm5cli.app import app
+    from glm5cli.finetune_cmd import _load_data
+    from serve.engine.llm import load_tokenizer
+    from tests.glm5cli.test_finetune_sft import _sessions
+
+    _sessions(tmp_path / "sessions")
+    out = tmp_path / "export"
+    r = CliRunner().invoke(app, ["finetune", "sft", str(tiny_checkpoint), "--data", str(tmp_path / "sessions"),
+                                 "--out", str(out), "--export-slime"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
+    want, _ = _load_data([tmp_path / "sessions"], load_tokenizer(tiny_checkpoint), DataOptions(max_len=2048))
+    assert len(rows) == len(want) == 3
+
+    class Buffer:  # slime's data source: get_samples(n) -> groups of one Sample each, as slime's Dataset made them
+        def get_samples(self, n):
+            return [[Sample(prompt=row["prompt"], metadata=row["metadata"])] for row in rows[:n]]
+
+    groups = generate_rollout(types.SimpleNamespace(rollout_batch_size=3), 0, Buffer())
+    for [s], (ids, mask) in zip(groups, want, strict=True):
+        assert s.tokens == ids
+        assert s.loss_mask == [int(m) for m in mask[-s.response_length :]] and s.loss_mask[0] == 1
+        assert sum(s.loss_mask) == sum(mask)  # every target of glm5's SFT, none more
