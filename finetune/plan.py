@@ -209,8 +209,6 @@ def _advice(cfg: GLM5Config, lay: Layout, p: Plan) -> str:
         tips.append(f"--seq-len {seq}")
     if lay.base == "bf16" and lay.method != "full" and _plan(cfg, replace(lay, base="fp8")).fits:
         tips.append("the FP8 base (--base fp8)")
-    if not lay.offload_optimizer and _plan(cfg, replace(lay, offload_optimizer=True)).fits:
-        tips.append("--offload-optimizer")
     tips.append("or `glm5 finetune rl --trainer slime` (Megatron: tensor, expert and context parallel)")
     big = sorted(p.rows.items(), key=lambda kv: -kv[1])[:2]
     return (f"needs {human_bytes(p.total)} per GPU, {human_bytes(p.usable)} usable of {human_bytes(int(lay.gpu_mem))} "

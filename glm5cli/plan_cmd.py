@@ -36,7 +36,9 @@ def plan_cmd(
     seq_len: int = typer.Option(4096, "--seq-len", min=1, help="Tokens per row."),
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Rows per forward/backward."),
     rank: int = typer.Option(16, "--rank", min=1, help="LoRA rank."),
-    offload_optimizer: bool = typer.Option(False, "--offload-optimizer", help="AdamW state in host memory."),
+    offload_optimizer: bool = typer.Option(
+        False, "--offload-optimizer", help="AdamW state in host memory (the arithmetic only: no trainer offloads yet)."
+    ),
     teacher: str = typer.Option(
         "base", "--teacher", help="distill: base (the student's base, LoRA off), sharded (a second copy) or served."
     ),

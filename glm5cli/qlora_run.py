@@ -53,7 +53,10 @@ def write_adapter(model: Path, net, work: Path, merge: bool, dist) -> None:
         save_adapter(net, work / "adapter", base=str(model.resolve()), fingerprint="-", state=state)
         rec_file = work / "adapter" / BASE_FILE
         rec = json.loads(rec_file.read_text())
-        rec |= {"weights_fingerprint": None, "trained_over": base_format(GLM5Config.from_pretrained(model))}
+        fmt = base_format(GLM5Config.from_pretrained(model))
+        rec |= {"weights_fingerprint": None, "trained_over": fmt}
+        if fmt == "int4":  # `glm5 serve --lora` warns when it is served without --quant int4
+            rec["quant"] = "int4"
         rec_file.write_text(json.dumps(rec, indent=1))
         if merge:
             from finetune.lora import load_adapter, merge_lora
