@@ -101,9 +101,9 @@ def checkpoint_name(param: str) -> str:
 
 
 def load_lora_sharded(path, settings: LoraSettings = LoraSettings(), dist=None, seed: int = 0,
-                      checkpointing: bool = True, dtype: torch.dtype | None = None):  # fmt: skip
+                      checkpointing: bool = True, dtype: torch.dtype | None = None, device: str | None = None):  # fmt: skip
     """Steps 1-5 of the module docstring -> (model, named trainable parameters). `dist`: finetune.distributed's
-    Distributed (joined), or None for one process (no FSDP: the same modules, whole)."""
+    Distributed (joined), or None for one process (no FSDP: the same modules, whole, on `device`, default CPU)."""
     from torch.distributed._composable import checkpoint
 
     from finetune.distributed import _untie_experts
@@ -111,7 +111,7 @@ def load_lora_sharded(path, settings: LoraSettings = LoraSettings(), dist=None, 
 
     path = Path(path)
     cfg = without_absent_mtp(GLM5Config.from_pretrained(path), path)
-    device = dist.device if dist is not None else torch.device("cpu")
+    device = dist.device if dist is not None else torch.device(device or "cpu")
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     where = weight_files(path)
     with torch.device("meta"):

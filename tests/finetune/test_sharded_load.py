@@ -129,3 +129,18 @@ def test_a_rank_limited_below_the_full_models_size_still_trains(tmp_path):
     for rank in result["ranks"]:
         assert len(rank["losses"]) == 2 and all(x == x for x in rank["losses"])
         assert rank["dense_load"].startswith("failed")  # the whole model in fp32 does not fit the same limit
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_fp8_base_computes_in_bf16_close_to_the_cpu_fp32_loss(ckpts):
+    """The GPU layout: the frozen FP8 base stays FP8 on the device, the rest bf16, the adapter fp32."""
+    cuda, _ = load_lora_sharded(ckpts["fp8"], LoraSettings(rank=4), seed=1, device="cuda")
+    cpu, _ = load_lora_sharded(ckpts["fp8"], LoraSettings(rank=4), seed=1)
+    assert {p.dtype for n, p in cuda.named_parameters() if "lora_" in n} == {torch.float32}
+    assert cuda.model.embed_tokens.weight.dtype == torch.bfloat16
+    ids, mask = _batch()
+    got = sft_loss(cuda, ids.cuda(), mask.cuda())
+    got.loss.backward()
+    assert got.lm == pytest.approx(sft_loss(cpu, ids, mask).lm, rel=2e-2)
+    assert torch.cuda.max_memory_allocated() < 64 * 2**20  # a tiny model: nothing whole beyond it
