@@ -54,10 +54,12 @@ def main() -> None:
             results[base] = {
                 "one_process": one[0],
                 "ranks": two,
-                "losses_equal": all(abs(x - y) <= 1e-5 * abs(y) for r in two
-                                    for x, y in zip(r["losses"], one[0]["losses"], strict=True)),  # fmt: skip
-                "loss_rel_diff_per_step": [max(abs(r["losses"][k] - y) / abs(y) for r in two)
-                                           for k, y in enumerate(one[0]["losses"])],  # fmt: skip
+                "losses_equal": all(
+                    abs(x - y) <= 1e-5 * abs(y) for r in two for x, y in zip(r["losses"], one[0]["losses"], strict=True)
+                ),  # fmt: skip
+                "loss_rel_diff_per_step": [
+                    max(abs(r["losses"][k] - y) / abs(y) for r in two) for k, y in enumerate(one[0]["losses"])
+                ],  # fmt: skip
                 "base_bytes_rank_over_one": [r["base_bytes"] / one[0]["base_bytes"] for r in two],
                 "plan_weights_per_rank": rows["weights"],
                 "plan_adapter_per_rank": rows["adapter"],

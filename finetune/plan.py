@@ -33,8 +33,16 @@ from model.config import GLM5Config, count_parameters, human_bytes
 
 METHODS = ("sft", "rl", "distill", "full")
 BASES = ("bf16", "fp8", "int4")
-LORA_TARGETS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj",
-                "down_proj")  # fmt: skip  (finetune/lora.py's DEFAULT_TARGETS)
+LORA_TARGETS = (
+    "q_a_proj",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_b_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)  # fmt: skip  (finetune/lora.py's DEFAULT_TARGETS)
 
 
 class PlanError(ValueError):

@@ -130,7 +130,9 @@ def load_lora_sharded(path, settings: LoraSettings = LoraSettings(), dist=None, 
             m.allocate("meta")
     if any(t.is_meta for t in lora_init.values()):
         bad = [n for n, t in lora_init.items() if t.is_meta]
-        raise CheckpointError(f"LoRA target(s) not frozen base modules (the adapter followed them to meta): {_names(bad)}")
+        raise CheckpointError(
+            f"LoRA target(s) not frozen base modules (the adapter followed them to meta): {_names(bad)}"
+        )
     if checkpointing:
         for layer in model.model.layers:
             checkpoint(layer)

@@ -66,7 +66,9 @@ def run_session(args, sample, sampling_params: dict, sample_type) -> list:
 
     ref = (sample.metadata or {}).get(TASK_KEY)
     if not isinstance(ref, dict):
-        raise ValueError(f"prompt row has no metadata.{TASK_KEY}: write the data with `glm5 finetune rl --trainer slime`")
+        raise ValueError(
+            f"prompt row has no metadata.{TASK_KEY}: write the data with `glm5 finetune rl --trainer slime`"
+        )
     task = load_task(ref)
     session = sample.session_id or f"glm5-{sample.group_index}-{sample.index}-{uuid.uuid4().hex[:8]}"
     sample.session_id = session

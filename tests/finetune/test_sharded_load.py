@@ -90,8 +90,9 @@ def test_a_tensor_of_the_wrong_shape_or_a_missing_one_is_named(ckpts, tmp_path):
 
 
 def run_worker(ckpt: Path, out: Path, *extra: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2",
-               MALLOC_MMAP_THRESHOLD_="131072")  # fmt: skip  (large blocks back to the OS when freed: see below)
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_="131072"
+    )  # fmt: skip  (large blocks back to the OS when freed: see below)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={find_free_port()}"]
     cmd += [str(ROOT / "tests/finetune/qlora_worker.py"), str(ckpt), str(out), *extra]
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)

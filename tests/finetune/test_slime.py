@@ -96,7 +96,8 @@ def test_the_hook_runs_a_bench_session_and_returns_slimes_samples(router, tiny_c
         assert sampled == [t for c in calls for t in c.output_ids]  # exactly the ids the router sampled
         assert sum(s.loss_mask) == sum(len(c.output_ids) for c in calls)
         assert [lp for lp, m in zip(s.rollout_log_probs, s.loss_mask, strict=True) if m] == pytest.approx(
-            [x for c in calls for x in c.logprobs])
+            [x for c in calls for x in c.logprobs]
+        )
         assert s.weight_versions and all(v.isdigit() for v in s.weight_versions)
     assert out[0].tokens[: rollout.calls[0].offset] == rollout.calls[0].prompt_ids  # the prompt as the router saw it
 
