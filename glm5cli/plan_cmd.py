@@ -106,7 +106,12 @@ def preflight(model: Path, method: str, seq_len: int, micro_batch: int = 1, rank
         if not torch.cuda.is_available():
             return
         devices = (int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.get_device_properties(0).total_memory)
-    cfg = GLM5Config.from_pretrained(model)
+    from model.config import ConfigError
+
+    try:
+        cfg = GLM5Config.from_pretrained(model)
+    except (ConfigError, OSError) as e:
+        fail(str(e), code=EXIT_USAGE)
     base = stored_precision(cfg) if method != "full" else "bf16"
     layout = Layout(gpus=devices[0], gpu_mem=devices[1], method=method, base=base, seq_len=seq_len,
                     micro_batch=micro_batch, lora_rank=rank)  # fmt: skip
