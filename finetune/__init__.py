@@ -26,6 +26,15 @@ Module map:
 - resume_state.py    state.pt read without running code (weights_only) and checked before a run resumes from it
 - distributed.py     torchrun + FSDP2: the process group, fully_shard per decoder layer + a loss root, each
                      rank's rows of the global batch with a summed gradient (the one-process curve), rank 0 writes
+- plan.py            `glm5 finetune plan`: per-GPU memory of a layout (weights, adapter, gradients, optimizer, FSDP
+                     gathers, activations) for the real sizes, the advice when it does not fit; the training
+                     commands' check before they load
+- qlora.py           frozen base linears kept FP8 / INT4 / bf16 and dequantised per linear in forward and backward,
+                     the modules peft's LoRA wraps for --qlora
+- sharded_load.py    --qlora's load: the model on meta, Frozen* swaps, LoRA, checkpointing per layer, FSDP2, and each
+                     rank reading only its rows of each tensor from the safetensors files
+- slime/             glm5 inside slime: the custom generate-function hook (a glm5 agent session in the bench's
+                     environment), task and SFT data conversion, the GLM-5 launch script (see slime/__init__.py)
 - dist_checkpoint.py DCP checkpoints in the run folder (dcp-STEP/), read back as the loop's state at any world
                      size; a plain process reads them too, and a torchrun run reads a plain one's state.pt
 - data/              training data in: glm5 trajectories, bench runs, OpenAI chat JSONL, mini-swe-agent, Harbor
@@ -41,5 +50,7 @@ The life of `glm5 finetune sft`: data/sources.py reads every file into (ids, tar
 sft.train_sft runs train_loop.train on sft_loss (padded or packed batches, micro-batched), checkpointing into the
 run folder -> lora.save_adapter writes OUT/adapter (or OUT becomes a checkpoint) -> run_dir renames it to OUT.
 Under `torchrun --nproc-per-node N -m glm5cli finetune sft`, distributed.py shards the model after LoRA (or
-prepare_full), each rank trains on its rows, dist_checkpoint.py checkpoints, and rank 0 writes OUT.
+prepare_full), each rank trains on its rows, dist_checkpoint.py checkpoints, and rank 0 writes OUT. With --qlora,
+sharded_load.py builds the sharded model from the checkpoint instead (no rank loads it whole) and OUT/adapter
+is the only output.
 """

@@ -93,13 +93,19 @@ class Distributed:
         """FSDP2 over `model` in place: `fully_shard` on every decoder layer (the MTP layer included), then a
         root around the model (embeddings, final norm, lm_head: _LossRoot). -> `named` with the sharded parameters (DTensors) that replaced
         the originals, looked up by name; buffers (the routers' bias) stay whole on every rank."""
-        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-
         _untie_experts(model)
         model.to(self.device)
+        return self.wrap(model, named)
+
+    def wrap(self, model, named: list[tuple[str, torch.Tensor]], cast: bool = True) -> list[tuple[str, torch.Tensor]]:
+        """`shard`'s FSDP2 part, for a model already on its device or still on meta (finetune/sharded_load.py
+        materialises it after). `cast` False: no bf16 cast of the parameters on CUDA (a frozen FP8 / INT4 base is
+        gathered as stored and dequantised by its modules; the adapter computes in fp32)."""
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
         mp = MixedPrecisionPolicy()
         if self.device.type == "cuda":
-            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if cast else None, reduce_dtype=torch.float32)
         for layer in model.model.layers:
             fully_shard(layer, mp_policy=mp)
         self.root = fully_shard(_LossRoot(model), mp_policy=mp)

@@ -55,6 +55,9 @@ def add_lora(model, settings: LoraSettings = LoraSettings(), seed: int = 0):
         lora_dropout=settings.dropout,
         target_modules=rf"model\.layers\.({layers})\..*\b({names})",
     )
+    from finetune.qlora import FROZEN_TYPES  # a frozen FP8 / INT4 / bf16 base (finetune/sharded_load.py)
+
+    cfg._register_custom_module({t: peft.tuners.lora.layer.Linear for t in FROZEN_TYPES})
     for p in model.parameters():
         p.requires_grad_(False)
     with torch.random.fork_rng(devices=[]):

@@ -125,6 +125,10 @@ def distill(
     except ValueError as e:
         fail(str(e), code=EXIT_USAGE)
 
+    from glm5cli.plan_cmd import preflight
+
+    longest = max((len(p.ids) for p in chosen), default=0) + max_new_tokens
+    preflight(student, "full" if full else "distill", longest, rank=rank)  # GPUs only: the plan's check
     t0 = time.monotonic()
     net = _load_for_training(student, "distil into the full-precision checkpoint")
     limit = net.config.max_position_embeddings

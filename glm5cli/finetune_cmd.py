@@ -9,8 +9,11 @@ from pathlib import Path
 
 import typer
 
+from glm5cli import qlora_run
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.distill_cmd import distill as distill_command
+from glm5cli.plan_cmd import plan_cmd as plan_command
+from glm5cli.plan_cmd import preflight
 from glm5cli.rl_cmd import rl as rl_command
 from glm5cli.stages_cmd import apply_qat, dsa_warmup, qat_settings, write_qat_checkpoints
 
@@ -495,6 +498,19 @@ def sft(
         "`glm5 finetune dsa-warmup` trains the indexers, as GLM-5 went from dense training to DSA.",
     ),
     merge: bool = _MERGE,
+    qlora: bool = typer.Option(
+        False,
+        "--qlora",
+        help="LoRA over the base frozen as stored (FP8 as GLM-5-FP8 ships, glm5's INT4, or bf16), dequantised per "
+        "layer in the forward; the model is built on the meta device and each process reads only its shards "
+        "(under torchrun: 1/N of the checkpoint each); each decoder layer is recomputed in the backward.",
+    ),
+    export_slime: bool = typer.Option(
+        False,
+        "--export-slime",
+        help="Train nothing: write the token ids and target masks built from --data to OUT/sft.jsonl, for slime's "
+        "SFT with --rollout-function-path finetune.slime.sft.generate_rollout (finetune/slime/sft.py).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Supervised fine-tuning (LoRA, or --full) on what an agent recorded.
@@ -542,6 +558,14 @@ def sft(
         fail("--qat is not supported under torchrun yet: run it as one process", code=EXIT_USAGE)
     if qat_scheme is not None:
         settings |= {"qat": qat, "qat_group_size": qat_group_size}
+    if qlora:
+        qlora_run.check_flags(model, full, qat, merge, train_mtp)
+        settings |= {"qlora": True}
+    if export_slime:  # the data only, for slime (glm5cli/slime_cmd.py)
+        from glm5cli.slime_cmd import export_sft
+
+        return export_sft(out, *_load_data(data, tok, opts), json_out)
+    preflight(model, "full" if full else "sft", max_len, micro_batch or batch_size, rank)  # GPUs only: the plan
     run = _Run(out, settings | {"merge": merge}, added={"data_options.allow_foreign": False})
 
     from finetune.lora import LoraSettings, add_lora
@@ -558,17 +582,20 @@ def sft(
     if dist is not None:
         dist.barrier()  # every rank has read the run folder before rank 0 writes to it
     t0 = time.monotonic()
-    net = _load_for_training(model, "fine-tune the full-precision checkpoint")
-    if full:
+    if qlora:  # the base frozen as stored, never whole in one process (glm5cli/qlora_run.py)
+        net, named = qlora_run.load(model, rank, alpha, seed, dist)
+    elif full:
         from finetune.full import FullSettings, prepare_full
 
+        net = _load_for_training(model, "fine-tune the full-precision checkpoint")
         named = prepare_full(net, FullSettings(train_mtp=train_mtp, router_bias_rate=router_bias_rate))
     else:
+        net = _load_for_training(model, "fine-tune the full-precision checkpoint")
         net = add_lora(net, LoraSettings(rank=rank, alpha=alpha), seed=seed)
         named = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
     qat_linears = apply_qat(net, qat_scheme) if qat_scheme is not None else 0
     fingerprint = None
-    if dist is not None:
+    if dist is not None and not qlora:
         if not full:
             from finetune.lora import weights_fingerprint
 
@@ -592,11 +619,16 @@ def sft(
         all_keys(net) if dense_attention else nullcontext(),
     ):
         hist = train_sft(net, seqs, cfg, **run.loop_args(state, save_every, bar, named, dist), **extra)
-    if dist is not None:
+    if qlora:
+        qlora_run.write_adapter(model, net, run.work, merge, dist)
+    elif dist is not None:
         _write_sharded(model, net, run.work, full, merge, dist, fingerprint)
+    if dist is not None:
         dist.close()
         if not main:
             return
+    elif qlora:
+        pass  # written above, by the one process
     elif qat_scheme is not None:
         write_qat_checkpoints(model, net, run.work, qat_scheme, lora=not full)
     elif full:
@@ -680,3 +712,4 @@ def _show_data(report: dict, json_out: bool) -> None:
 app.command("rl")(rl_command)  # `glm5 finetune rl` lives in rl_cmd.py
 app.command("distill")(distill_command)  # `glm5 finetune distill` lives in distill_cmd.py
 app.command("dsa-warmup")(dsa_warmup)  # GLM-5's DSA adaptation stage lives in stages_cmd.py
+app.command("plan")(plan_command)  # `glm5 finetune plan` lives in plan_cmd.py

@@ -189,6 +189,13 @@ def rl(
         "further than a small adapter did.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+    trainer: str = typer.Option(
+        "glm5",
+        "--trainer",
+        help="glm5: train here. slime: write OUT/prompts.jsonl and OUT/run-glm5-slime.sh, which run this RL on "
+        "slime (Megatron + sglang, GLM-5's own trainer) at GLM-5's scale with glm5's agent, sandbox and grading "
+        "as the rollout (--env swe / terminal).",
+    ),
 ) -> None:
     """Reinforcement learning with GLM-5's objectives, on single completions or on whole agent sessions.
 
@@ -212,6 +219,13 @@ def rl(
     """
     if env not in ENVS:
         fail(f"--env must be one of {', '.join(ENVS)}, not {env!r}", code=EXIT_USAGE)
+    if trainer not in ("glm5", "slime"):
+        fail(f"--trainer must be glm5 or slime, not {trainer!r}", code=EXIT_USAGE)
+    if trainer == "slime":  # glm5cli/slime_cmd.py
+        from glm5cli.slime_cmd import write_slime_run
+
+        return write_slime_run(model, out, env, tasks_file, task_dirs or [], steps, prompts_per_step, group_size,
+                               max_new_tokens, max_turns, temperature, lr, json_out)  # fmt: skip
     if env == "completion":
         if quant is not None:
             fail("--quant is for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
@@ -304,6 +318,9 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     from glm5cli.finetune_cmd import _checkpoint_tokenizer, _load_for_training, _progress, _Run, _write_adapter
 
     tok = _checkpoint_tokenizer(model)
+    from glm5cli.plan_cmd import preflight
+
+    preflight(model, "rl", cfg.max_new_tokens, rank=rank)  # GPUs only: a lower bound (a session is longer)
     rl_env, tasks, described = _environment(env, tasks_file, task_dirs, cfg, reward)
     settings = {"model": str(model.resolve()), "env": env, **described, "config": dataclasses.asdict(cfg)}
     settings |= {"rank": rank, "alpha": alpha, "merge": merge, "max_model_len": max_model_len, "rollout_url": urls}
