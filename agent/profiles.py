@@ -1,8 +1,8 @@
 """Agent profiles: which tools the model is offered and which system prompt it gets.
 
     full     every registered tool (built-ins, MCP, plugins) and context.SYSTEM_PROMPT: the default
-    compact  read, edit, bash and glob with one-sentence schemas (required arguments only), and a four-line
-             prompt: for a small model served on little compute
+    compact  read, edit, bash, glob and the terminal tools (open, send, read, close) with one-sentence schemas
+             (required arguments only), and a four-line prompt: for a small model served on little compute
 
 Why `compact` exists: the full prefix (prompt + seven tool schemas) is 1,681 tokens, while a small model writes
 ~150 tokens in a typical repair session; every turn re-reads the prefix, and training on recorded sessions pays
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 PROFILES = ("full", "compact")
-COMPACT_TOOLS = ("read", "edit", "bash", "glob")
+COMPACT_TOOLS = ("read", "edit", "bash", "glob", "terminal_open", "terminal_send", "terminal_read", "terminal_close")
 
 COMPACT_PROMPT = """\
 You are glm5, a coding agent. Working folder: {cwd}.
