@@ -103,7 +103,8 @@ def build_session(
     pm = plugin_manager or PluginManager()
     pm.register_tools(registry, pctx)
     registry.restrict(
-        profiles.tool_names(settings.profile, registry.names()), profiles.schema_rewrite(settings.profile)
+        profiles.tool_names(settings.profile, registry.names(), getattr(settings, "terminal", None)),
+        profiles.schema_rewrite(settings.profile),
     )
     warnings += pm.load_errors + pctx.warnings
 

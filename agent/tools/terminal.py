@@ -33,7 +33,8 @@ MAX_WAIT_S = 600.0
 _SHELL_KEYS = {"Enter", "BSpace", "C-c", "C-u", "C-d", "C-l", "Space", "C-m", "C-j"}
 
 SESSION = {"type": "string", "description": "The session's name (letters, digits, _ - .), e.g. main."}
-WAIT_FOR = {"type": "string", "description": "A regex: return as soon as it shows on the screen or in new output."}
+WAIT_FOR = {"type": "string", "description": "A regex (multiline; lines without trailing spaces): return as soon as "
+            "it shows on the screen or in the new output."}  # fmt: skip
 TIMEOUT = {"type": "number", "description": "Most seconds to wait (default 10, max 600)."}
 READ_MODE = {"type": "string", "enum": ["screen", "new"],
              "description": "screen: the screen as shown; new: the lines printed since the last read."}  # fmt: skip
