@@ -5,9 +5,10 @@
     Terminals        the named sessions of one agent session: limits on count, output and idle time; all closed
                      with the agent session (Environment.close)
 
-Why ptyprocess' sibling approach (os.openpty + subprocess) and pyte, not tmux: a session must start inside the
+Why the kernel's pty (os.openpty + subprocess) and pyte, not tmux or ptyprocess: a session must start inside the
 command sandbox exactly as a `bash` command does (Environment.wrap_argv: bubblewrap, the scrubbed environment, the
-rlimits), and tmux keeps its own server process and socket that outlive the client and answer every screen read
+rlimits); ptyprocess forks with the pty already the controlling terminal of the outer process, which bubblewrap's
+--new-session then drops and which a program without capabilities cannot take back; tmux keeps its own server process and socket that outlive the client and answer every screen read
 with a process spawn (a capture-pane round trip costs a fork and exec; reading pyte's in-memory screen costs
 microseconds). pyte is a maintained pure-Python VT100/xterm emulator (used by Textual's terminal widgets and by
 asciinema tools); it parses every escape sequence so that no hand-written ANSI stripping decides what the model
