@@ -112,7 +112,7 @@ class TerminalSession:
         self.screen.reply = self._reply
         self.master, slave = os.openpty()
         _set_size(slave, cols, rows)
-        env = {**env, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows), "PS1": "$ "}
+        env = {**env, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
         setsid = host_path.which("setsid") or "/usr/bin/setsid"
         try:
             # the program's own session, with the pty as its controlling terminal (see the module docstring)

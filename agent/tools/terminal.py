@@ -27,7 +27,8 @@ from typing import Any
 from agent.terminal import KEYS, TerminalError, is_shell
 from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult, require
 
-DEFAULT_SHELL = ["bash", "--noprofile", "--norc", "-i"]
+# the prompt set here, not in the environment: the sandbox's rlimit wrapper is a non-interactive bash, which drops PS1
+DEFAULT_SHELL = ["env", "PS1=$ ", "bash", "--noprofile", "--norc", "-i"]
 MAX_WAIT_S = 600.0
 # keys a shell's line editor takes without making the line unknowable
 _SHELL_KEYS = {"Enter", "BSpace", "C-c", "C-u", "C-d", "C-l", "Space", "C-m", "C-j"}

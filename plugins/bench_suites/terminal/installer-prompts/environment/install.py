@@ -36,9 +36,9 @@ def main() -> int:
     if ask("Write the configuration to /app/app.conf? [y/N]: ").lower() not in ("y", "yes"):
         print("nothing written")
         return 1
-    token = hashlib.sha256(f"orchard|{name}|{db}|{port}".encode()).hexdigest()[:16]
-    Path("/app/app.conf").write_text(f"name = {name}\ndatabase = {db}\nport = {port}\ntoken = {token}\n")
-    print(f"wrote /app/app.conf (token {token})")
+    install_id = hashlib.sha256(f"orchard|{name}|{db}|{port}".encode()).hexdigest()[:16]
+    Path("/app/app.conf").write_text(f"name = {name}\ndatabase = {db}\nport = {port}\ninstall_id = {install_id}\n")
+    print(f"wrote /app/app.conf (install id {install_id})")
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 CONF = Path("/app/app.conf")
 INSTALLER_SHA256 = "@SHA256:install.py@"
-EXPECTED = ["name = orchard-api", "database = postgres", "port = 5433", "token = 8bc3e9f72bc3309f"]
+EXPECTED = ["name = orchard-api", "database = postgres", "port = 5433", "install_id = 8bc3e9f72bc3309f"]
 CHECKS = []
 
 
