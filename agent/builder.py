@@ -176,5 +176,6 @@ def build_session(
                                        env.shown_date)  # fmt: skip
         agent.add_message({"role": "system", "content": system})
     session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
-    session.closers = [*pctx.closers, writer.close, getattr(client, "close", lambda: None)]
+    # env.close: background jobs and terminal sessions end with the session, however it ends
+    session.closers = [env.close, *pctx.closers, writer.close, getattr(client, "close", lambda: None)]
     return session

@@ -5,16 +5,17 @@
     Terminals        the named sessions of one agent session: limits on count, output and idle time; all closed
                      with the agent session (Environment.close)
 
-Why the kernel's pty (os.openpty + subprocess) and pyte, not tmux or ptyprocess: a session must start inside the
-command sandbox exactly as a `bash` command does (Environment.wrap_argv: bubblewrap, the scrubbed environment, the
-rlimits); ptyprocess forks with the pty already the controlling terminal of the outer process, which bubblewrap's
---new-session then drops and which a program without capabilities cannot take back; tmux keeps its own server process and socket that outlive the client and answer every screen read
-with a process spawn (a capture-pane round trip costs a fork and exec; reading pyte's in-memory screen costs
-microseconds). pyte is a maintained pure-Python VT100/xterm emulator (used by Textual's terminal widgets and by
-asciinema tools); it parses every escape sequence so that no hand-written ANSI stripping decides what the model
-sees. The pty itself is the kernel's: `setsid -c` (util-linux) inside the sandbox makes it the program's
-controlling terminal (bubblewrap's --new-session drops the one it had, which is what keeps a sandboxed program
-from typing into the *user's* terminal; this pty is the session's own, so it may own it).
+Why the kernel's pty (os.openpty + subprocess) and pyte, not tmux or ptyprocess: a session must start inside
+the command sandbox exactly as a `bash` command does (Environment.wrap_argv: bubblewrap, the scrubbed environment,
+the rlimits). ptyprocess forks with the pty already the controlling terminal of the outer process, which
+bubblewrap's --new-session drops and a program without capabilities cannot take back. tmux keeps a server and a
+socket that outlive the client, and each screen read is a `capture-pane` process (a fork and exec per poll;
+reading pyte's in-memory screen costs microseconds: benchmarks/bench_terminal.py). pyte is a maintained
+pure-Python VT100/xterm emulator (the one textual-terminal draws with); it parses every escape sequence, so no
+hand-written ANSI stripping decides what the model sees, and it answers a program's queries (cursor position,
+device attributes) through `write_process_input`. The pty itself is the kernel's: `setsid -c` (util-linux) inside
+the sandbox makes it the program's controlling terminal (bubblewrap's --new-session drops the one it had, which is
+what keeps a sandboxed program from typing into the *user's* terminal; this pty is the session's own).
 
 No orphans: inside the sandbox every process of a session lives in bubblewrap's pid namespace, which dies with
 glm5 (--die-with-parent is PR_SET_PDEATHSIG); without the sandbox the program gets PR_SET_PDEATHSIG itself
@@ -223,25 +224,41 @@ class TerminalSession:
 
     # -- waiting and reading ---------------------------------------------------------------------------------
 
-    def wait(self, quiet_s: float = 0.3, pattern: str | None = None, timeout_s: float = 10.0) -> str:
+    def wait(self, quiet_s: float = 0.3, pattern: str | None = None, timeout_s: float = 10.0,
+             interrupt: threading.Event | None = None, first_output: bool = False) -> str:  # fmt: skip
         """Until the output has been quiet for `quiet_s` (after at least one poll), `pattern` (a regex) shows on
-        the screen or in the new lines, the program exits, or `timeout_s` passes. Returns which."""
+        the screen or in the new lines, the program exits, `interrupt` is set (the user's Esc) or `timeout_s`
+        passes. Returns which. `first_output`: quiet counts only once the program has printed something (a
+        program just started under a busy machine may take longer than `quiet_s` to show its prompt). The
+        pattern is searched outside the lock (the reader keeps reading), and only
+        when there is new output."""
         rx = re.compile(pattern, re.M) if pattern else None
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        with self.lock:
-            while True:
-                now = time.monotonic()
-                if rx is not None and rx.search(self._new_text() + "\n" + self._screen_text()):
-                    return "pattern"
-                if self.returncode is not None or (self.proc.poll() is not None and not self._reader.is_alive()):
-                    return "exited"
-                if rx is None and now - max(self.last_output, t0) >= quiet_s:
-                    return "quiet"
-                if now >= deadline:
-                    return "timeout"
-                step = deadline - now if rx is not None else min(deadline - now, quiet_s)
-                self.lock.wait(timeout=max(0.005, min(step, 0.25 if rx is not None else step)))
+        searched = -1
+        while True:
+            with self.lock:
+                text = None
+                if rx is not None and self.n_bytes != searched:
+                    searched, text = self.n_bytes, self._new_text() + "\n" + self._screen_text()
+                ended = self.returncode is not None
+                last_output = self.last_output
+                printed = self.n_bytes > 0
+            if text is not None and rx.search(text):
+                return "pattern"
+            now = time.monotonic()
+            if ended or (self.proc.poll() is not None and not self._reader.is_alive()):
+                return "exited"
+            if interrupt is not None and interrupt.is_set():
+                return "interrupted"
+            if rx is None and (printed or not first_output) and now - max(last_output, t0) >= quiet_s:
+                return "quiet"
+            if now >= deadline:
+                return "timeout"
+            step = min(deadline - now, 0.1 if rx is not None or interrupt is not None else quiet_s)
+            with self.lock:
+                if self.n_bytes == searched or rx is None:
+                    self.lock.wait(timeout=max(0.005, step))
 
     def _screen_text(self) -> str:
         rows = [self.screen.row_text(y) for y in range(self.screen.lines)]
@@ -256,8 +273,11 @@ class TerminalSession:
         s = self.screen.n_scrolled - n0
         seen_scrolled = min(s, row0)
         fresh = max(0, s - seen_scrolled)
-        lines = list(self.screen.scrolled)[-fresh:] if fresh else []
-        lines = lines[-min(len(lines), self.screen.scrolled.maxlen or len(lines)) :]
+        kept = min(fresh, len(self.screen.scrolled))
+        lines = list(self.screen.scrolled)[-kept:] if kept else []
+        if fresh > kept:  # the scrollback holds the last `scrollback_lines` lines only
+            lines.insert(0, f"[... {fresh - kept} earlier lines were not kept (the scrollback holds "
+                            f"{self.screen.scrolled.maxlen}) ...]")  # fmt: skip
         start = max(0, row0 - s)
         lines += [self.screen.row_text(y) for y in range(start, self.screen.cursor.y + 1)]
         while lines and not lines[-1]:
@@ -370,6 +390,9 @@ class Terminals:
         if len(live) >= self.limits.max_sessions:
             raise TerminalError(f"{len(live)} sessions are open (the limit is {self.limits.max_sessions}); "
                                 f"close one first: {', '.join(s.name for s in live)}")  # fmt: skip
+        ended = sorted((s for s in self.sessions.values() if not s.alive), key=lambda s: s.last_used)
+        for s in ended[: max(0, len(self.sessions) - self.limits.max_sessions + 1)]:
+            self.close(s.name)  # an ended session's last screen stays readable until more sessions need room
         cols, rows = self.check_size(cols, rows)
         session = TerminalSession(name, argv, self.cwd, self.env, cols, rows, self.limits, self.sandboxed, self.wrap)
         self.sessions[name] = session

@@ -24,6 +24,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from agent.environment import CommandResult
 from agent.terminal import KEYS, TerminalError, is_shell
 from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult, require
 
@@ -128,7 +129,8 @@ def _read_mode(args: dict[str, Any], default: str) -> str:
     return mode
 
 
-def _wait_and_read(session, args: dict[str, Any], default_timeout: float, default_read: str) -> ToolResult:
+def _wait_and_read(session, args: dict[str, Any], default_timeout: float, default_read: str, env: Any) -> ToolResult:
+    """Wait as `args` say, then read; long output is cut as `bash`'s is (head and tail, the whole in a file)."""
     pattern = args.get("wait_for")
     if pattern is not None:
         if not isinstance(pattern, str):
@@ -138,11 +140,18 @@ def _wait_and_read(session, args: dict[str, Any], default_timeout: float, defaul
         except re.error as e:
             raise ToolError(f"wait_for is not a valid regex: {e}") from None
     timeout = _timeout(args, default_timeout)
-    how = session.wait(pattern=pattern, timeout_s=timeout) if (pattern or timeout > 0) else "now"
+    interrupt = getattr(env, "interrupt", None)
+    first = bool(args.get("_first_output"))
+    how = session.wait(pattern=pattern, timeout_s=timeout, interrupt=interrupt, first_output=first) \
+        if (pattern or timeout > 0) else "now"  # fmt: skip
     text = session.read(_read_mode(args, default_read))
     if how == "timeout" and pattern:
         text += f"\n[wait_for {pattern!r} did not show within {timeout:g}s]"
-    return ToolResult(text, data={"session": session.name, "waited": how, "alive": session.alive})
+    if how == "interrupted":
+        text += "\n[the wait was interrupted by the user; the session still runs]"
+    res = env.cut(CommandResult(text, 0)) if hasattr(env, "cut") else CommandResult(text, 0)
+    data = {"session": session.name, "waited": how, "alive": session.alive, "full_output": res.full_output_path}
+    return ToolResult(res.output, data=data)
 
 
 class _TerminalTool:
@@ -199,7 +208,7 @@ class TerminalOpenTool(_TerminalTool):
             session = terms.open(name, argv, cols, rows)
         except TerminalError as e:
             raise ToolError(str(e)) from None
-        return _wait_and_read(session, {"timeout": 5}, 5, "screen")
+        return _wait_and_read(session, {"timeout": 10, "_first_output": True}, 10, "screen", ctx.env)
 
 
 class TerminalSendTool(_TerminalTool):
@@ -273,7 +282,7 @@ class TerminalSendTool(_TerminalTool):
             session.send(encode(items))
         except TerminalError as e:
             raise ToolError(str(e)) from None
-        return _wait_and_read(session, args, 10, "screen")
+        return _wait_and_read(session, args, 10, "screen", ctx.env)
 
 
 class TerminalReadTool(_TerminalTool):
@@ -296,7 +305,7 @@ class TerminalReadTool(_TerminalTool):
         except TerminalError as e:
             raise ToolError(str(e)) from None
         default = 30.0 if args.get("wait_for") else 0.0
-        return _wait_and_read(session, args, default, "screen")
+        return _wait_and_read(session, args, default, "screen", ctx.env)
 
 
 class TerminalResizeTool(_TerminalTool):
@@ -317,7 +326,7 @@ class TerminalResizeTool(_TerminalTool):
             session.resize(*terms.check_size(cols, rows))
         except TerminalError as e:
             raise ToolError(str(e)) from None
-        return _wait_and_read(session, {"timeout": 1}, 1, "screen")
+        return _wait_and_read(session, {"timeout": 1}, 1, "screen", ctx.env)
 
 
 class TerminalCloseTool(_TerminalTool):

@@ -43,7 +43,7 @@ def terms(request, tmp_path):
 
 def test_shell_line_round_trip_and_new_output(terms):
     s = terms.open("main", DEFAULT_SHELL, 80, 10)
-    assert s.wait(timeout_s=5) == "quiet"
+    assert s.wait(timeout_s=20, first_output=True) == "quiet"
     assert s.read().splitlines()[1] == "$"
     s.send("for i in $(seq 25); do echo line$i; done\r")
     assert s.wait(pattern=r"line25\n\$", timeout_s=10) == "pattern"
@@ -66,7 +66,7 @@ def test_screen_is_rendered_with_cursor_and_without_colours(terms):
 
 def test_keys_interrupt_and_a_repl(terms):
     s = terms.open("py", DEFAULT_SHELL)
-    s.wait(timeout_s=5)
+    s.wait(timeout_s=20, first_output=True)
     s.send("sleep 100\r")
     s.wait(quiet_s=0.3, timeout_s=5)
     assert s.foreground()[0] == "sleep"
@@ -82,7 +82,7 @@ def test_keys_interrupt_and_a_repl(terms):
 
 def test_resize_reaches_the_program(terms):
     s = terms.open("r", DEFAULT_SHELL, 80, 24)
-    s.wait(timeout_s=5)
+    s.wait(timeout_s=20, first_output=True)
     s.resize(100, 30)
     s.send("stty size\r")
     assert s.wait(pattern="^30 100$", timeout_s=10) == "pattern"
@@ -135,7 +135,7 @@ ORPHAN_SCRIPT = textwrap.dedent("""
     from agent.tools.terminal import DEFAULT_SHELL
     terms = _terms(Path({tmp!r}), {sandboxed!r})
     s = terms.open("main", DEFAULT_SHELL)
-    s.wait(timeout_s=5)
+    s.wait(timeout_s=20, first_output=True)
     s.send("sleep {a} & sleep {b}\\r")
     while s.foreground()[0] != "sleep":
         s.wait(quiet_s=0.1, timeout_s=1)

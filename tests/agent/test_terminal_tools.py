@@ -126,3 +126,38 @@ def test_compaction_keeps_a_live_sessions_screen(repo, fake_model):
             s.agent.messages[1]["content"]  # fmt: skip
     finally:
         s.close()
+
+
+def test_long_new_output_is_cut_like_bash_and_the_session_ends_with_the_agent(repo, fake_model):
+    recs, _, s = _run(repo, fake_model, [
+        ("terminal_open", {"session": "main"}),
+        ("terminal_send", {"session": "main", "input": ["seq 100000 | sed 's/$/ filler text/'\n"],
+                           "wait_for": r"^100000 filler text\n\$$", "timeout": 60, "read": "new"}),
+        ("terminal_send", {"session": "main", "input": ["sleep 1000 &\n"]}),
+    ], flags={"mode": "auto"})  # fmt: skip
+    out = recs[1]["result"]
+    assert "characters elided; the whole output is in" in out and len(out) < 31000
+    assert out.rstrip().endswith("100000 filler text\n$")
+    full = open(recs[1]["data"]["full_output"]).read()  # the whole read, redacted, in the session's scratch folder
+    assert "earlier lines were not kept (the scrollback holds 5000)" in full and "96000 filler text" in full
+    # the agent session is over (s.close()): its terminal sessions are gone, the background `sleep` with them
+    sessions = s.agent.env.terminals.sessions
+    assert not sessions
+
+
+def test_a_wait_ends_when_the_user_interrupts(repo, tmp_path):
+    import threading
+
+    from agent.environment import Environment
+    from agent.tools.terminal import TerminalOpenTool, TerminalReadTool
+
+    env = Environment(repo, scratch_dir=tmp_path / "s")
+    env.interrupt = threading.Event()
+    try:
+        ctx = ToolContext(env, ToolState())
+        TerminalOpenTool().run({"session": "m"}, ctx)
+        threading.Timer(0.5, env.interrupt.set).start()
+        res = TerminalReadTool().run({"session": "m", "wait_for": "never-shows", "timeout": 60}, ctx)
+        assert res.data["waited"] == "interrupted" and "interrupted by the user" in res.output
+    finally:
+        env.close()
