@@ -161,3 +161,21 @@ def test_a_wait_ends_when_the_user_interrupts(repo, tmp_path):
         assert res.data["waited"] == "interrupted" and "interrupted by the user" in res.output
     finally:
         env.close()
+
+
+def test_undo_restores_files_a_terminal_changed(repo, fake_model):
+    fake_model.script = [
+        reply(tools=[("terminal_open", {"session": "main"})]),
+        reply(tools=[("terminal_send", {"session": "main", "input": ["echo broken > calc.py; echo ok-$((1+1))\n"],
+                                        "wait_for": "^ok-2$"})]),  # fmt: skip
+        reply("done"),
+    ]
+    s = make_session(repo, fake_model, flags={"mode": "auto"})
+    try:
+        before = (repo / "calc.py").read_text()
+        s.agent.run("break it in a terminal")
+        assert (repo / "calc.py").read_text() == "broken\n"
+        s.agent.rewind(1)
+        assert (repo / "calc.py").read_text() == before
+    finally:
+        s.close()
