@@ -179,3 +179,14 @@ def test_undo_restores_files_a_terminal_changed(repo, fake_model):
         assert (repo / "calc.py").read_text() == before
     finally:
         s.close()
+
+
+def test_plan_mode_opens_a_shell_runs_only_read_only_lines_and_no_keystrokes(repo, fake_model):
+    recs, _, _ = _run(repo, fake_model, [
+        ("terminal_open", {"session": "main"}),
+        ("terminal_send", {"session": "main", "input": ["ls\n"], "wait_for": "calc.py"}),
+        ("terminal_send", {"session": "main", "input": ["touch x\n"]}),
+        ("terminal_open", {"session": "py", "command": "python3"}),
+    ], flags={"mode": "plan"})  # fmt: skip
+    assert [r["decision"] for r in recs] == ["allow", "allow", "denied", "denied"]
+    assert "calc.py" in recs[1]["result"] and "plan mode" in recs[2]["result"]

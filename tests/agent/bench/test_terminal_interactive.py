@@ -26,9 +26,9 @@ def suite(tmp_path_factory):
     return {p.name: p for p in TerminalSuite().materialize(tmp_path_factory.mktemp("suite"))}
 
 
-def _trial(tmp_path, task_dir, fake_model, script):
+def _trial(tmp_path, task_dir, fake_model, script, profile=None):
     fake_model.script = script
-    agent = make_agent("glm5", base_url=fake_model.base_url, model="fake")
+    agent = make_agent("glm5", base_url=fake_model.base_url, model="fake", profile=profile)
     cfg = TrialConfig(cache_dir=tmp_path / "cache", repos=RepoCache(tmp_path / "cache"),
                       limits=AgentLimits(max_turns=12))  # fmt: skip
     r = run_trial(load_terminal_task(task_dir), agent, tmp_path / "g", cfg)
@@ -44,7 +44,8 @@ def _send(session, text, wait_for):
     return reply(tools=[("terminal_send", {"session": session, "input": [text, "<Enter>"], "wait_for": wait_for})])
 
 
-def test_glm5_answers_the_installer_in_a_terminal(tmp_path, suite, fake_model):
+@pytest.mark.parametrize("profile", ["full", "compact"])
+def test_glm5_answers_the_installer_in_a_terminal(tmp_path, suite, fake_model, profile):
     r, tools = _trial(tmp_path, suite["installer-prompts"], fake_model, [
         reply(tools=[("terminal_open", {"session": "main"})]),
         _send("main", "python3 /app/install.py", r"^Project name:$"),
@@ -53,8 +54,12 @@ def test_glm5_answers_the_installer_in_a_terminal(tmp_path, suite, fake_model):
         _send("main", "5433", r"\[y/N\]:$"),
         _send("main", "y", r"^wrote /app/app.conf"),
         reply("Installed."),
-    ])  # fmt: skip
+    ], profile=profile)  # fmt: skip
     assert r.status == "resolved" and r.reward == 1.0, r.reason
+    offered = {t["function"]["name"] for t in fake_model.requests[0]["tools"]}
+    # `glm5 bench terminal` gives the agent the terminal tools in either profile
+    assert {"terminal_open", "terminal_send", "terminal_read", "terminal_close"} <= offered
+    assert ("grep" in offered) == (profile == "full")
     assert [t["name"] for t in tools] == ["terminal_open"] + ["terminal_send"] * 5
     assert all(t["decision"] == "allow" and not t["is_error"] for t in tools)
     assert "orchard installer 1.0" in tools[1]["result"] and "install id 8bc3e9f72bc3309f" in tools[-1]["result"]
