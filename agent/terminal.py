@@ -134,6 +134,7 @@ class TerminalSession:
         self.exit_note = ""  # why the session ended, when glm5 ended it
         self.returncode: int | None = None
         self.mark = (0, 0)  # (n_scrolled, cursor row) at the last read: where "new" output starts
+        self.typed = ""  # what was typed at a shell prompt and not yet run (agent/tools/terminal.py judges it)
         self._reader = threading.Thread(target=self._read_loop, daemon=True, name=f"glm5-term-{name}")
         self._reader.start()
 

@@ -34,12 +34,10 @@ MAX_WAIT_S = 600.0
 # keys a shell's line editor takes without making the line unknowable
 _SHELL_KEYS = {"Enter", "BSpace", "C-c", "C-u", "C-d", "C-l", "Space", "C-m", "C-j"}
 
-SESSION = {"type": "string", "description": "The session's name (letters, digits, _ - .), e.g. main."}
-WAIT_FOR = {"type": "string", "description": "A regex (multiline; lines without trailing spaces): return as soon as "
-            "it shows on the screen or in the new output."}  # fmt: skip
-TIMEOUT = {"type": "number", "description": "Most seconds to wait (default 10, max 600)."}
-READ_MODE = {"type": "string", "enum": ["screen", "new"],
-             "description": "screen: the screen as shown; new: the lines printed since the last read."}  # fmt: skip
+SESSION = {"type": "string", "description": "Session name, e.g. main."}
+WAIT_FOR = {"type": "string", "description": "Regex (multiline, lines right-stripped): return once it shows."}
+TIMEOUT = {"type": "number", "description": "Max seconds to wait."}
+READ_MODE = {"type": "string", "enum": ["screen", "new"], "description": "new: only lines since the last read."}
 
 
 @dataclass(frozen=True)
@@ -167,17 +165,16 @@ class _TerminalTool:
 class TerminalOpenTool(_TerminalTool):
     name = "terminal_open"
     description = (
-        "Open a named interactive terminal session (a pseudo-terminal) running bash, or `command` (a REPL, a "
-        "debugger, an editor, a server). The session persists across calls: drive it with terminal_send and "
-        "terminal_read, close it with terminal_close. Returns the screen once the output is quiet."
+        "Open a named interactive terminal (a pty) running bash, or `command` (a REPL, a debugger, an editor, a "
+        "server). It persists across calls. Returns its screen."
     )
     parameters = {
         "type": "object",
         "properties": {
             "session": SESSION,
-            "command": {"type": "string", "description": "The program to run (default: an interactive bash)."},
-            "cols": {"type": "integer", "description": "Columns (default 120)."},
-            "rows": {"type": "integer", "description": "Rows (default 32)."},
+            "command": {"type": "string", "description": "Program to run (default: bash)."},
+            "cols": {"type": "integer", "description": "Default 120."},
+            "rows": {"type": "integer", "description": "Default 32."},
         },
         "required": ["session"],
     }
@@ -214,16 +211,15 @@ class TerminalOpenTool(_TerminalTool):
 class TerminalSendTool(_TerminalTool):
     name = "terminal_send"
     description = (
-        "Send input to a terminal session, then wait until its output is quiet (or wait_for shows, or the timeout) "
-        "and return the screen. input is a list of strings: an item that is exactly a key name in angle brackets "
-        "is that key (<Enter>, <Tab>, <Esc>, <BSpace>, <Up>, <Down>, <Left>, <Right>, <C-c>, <C-d>, <F1>...), any "
-        "other item is typed as text (a newline in text is Enter). Example: [\"git rebase --continue\", \"<Enter>\"]."
+        "Type into a terminal, then return its screen once the output is quiet (or wait_for shows, or timeout: "
+        "default 10 s). input items: a key in angle brackets (<Enter>, <Tab>, <Esc>, <BSpace>, <Up>, <Down>, "
+        "<Left>, <Right>, <C-c>, <C-d>, <F1>...) or text (a newline is Enter). Example: [\"ls\", \"<Enter>\"]."
     )
     parameters = {
         "type": "object",
         "properties": {
             "session": SESSION,
-            "input": {"type": "array", "items": {"type": "string"}, "description": "Text and <Key> items."},
+            "input": {"type": "array", "items": {"type": "string"}},
             "wait_for": WAIT_FOR,
             "timeout": TIMEOUT,
             "read": READ_MODE,
@@ -289,9 +285,8 @@ class TerminalReadTool(_TerminalTool):
     name = "terminal_read"
     kind = READ
     description = (
-        "Read a terminal session: the screen as shown (default), or read=new for the lines printed since the last "
-        "read (a log, a build). With wait_for or timeout, waits first: for the pattern, or for the output to go "
-        "quiet."
+        "Read a terminal's screen (or read=new: the lines since the last read, for a log). With wait_for or "
+        "timeout it waits first: for the pattern, or for quiet."
     )
     parameters = {
         "type": "object",
@@ -311,7 +306,7 @@ class TerminalReadTool(_TerminalTool):
 class TerminalResizeTool(_TerminalTool):
     name = "terminal_resize"
     kind = READ
-    description = "Resize a terminal session's screen; the program is told (SIGWINCH). Returns the screen."
+    description = "Resize a terminal; returns its screen."
     parameters = {
         "type": "object",
         "properties": {"session": SESSION, "cols": {"type": "integer"}, "rows": {"type": "integer"}},
@@ -332,7 +327,7 @@ class TerminalResizeTool(_TerminalTool):
 class TerminalCloseTool(_TerminalTool):
     name = "terminal_close"
     kind = READ
-    description = "Close a terminal session: its program and everything it started are killed. Returns its last screen."
+    description = "Close a terminal, killing what runs in it; returns its last screen."
     parameters = {"type": "object", "properties": {"session": SESSION}, "required": ["session"]}
 
     def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
