@@ -28,6 +28,7 @@ Knows nothing of models or permissions: agent/tools/terminal.py judges what may 
 from __future__ import annotations
 
 import fcntl
+import inspect
 import os
 import re
 import select
@@ -98,6 +99,23 @@ class _Screen(pyte.Screen):
             self.reply(data)
 
 
+def _ignore_private(fn):
+    def method(self, *args, private: bool = False, **kw):
+        if not private:
+            return fn(self, *args, **kw)
+
+    return method
+
+
+# pyte 0.8 hands every CSI with a `?` or `>` prefix to its handler with `private=True`, and most handlers take no
+# such argument (`CSI > 4;2 m`, xterm's modifyOtherKeys, which vim sends, raised TypeError in the reader): a private
+# variant the emulator does not know is ignored, as a terminal without the feature ignores it.
+for _name in set(pyte.Stream.csi.values()):
+    _fn = getattr(pyte.Screen, _name, None)
+    if _fn is not None and "private" not in inspect.signature(_fn).parameters:
+        setattr(_Screen, _name, _ignore_private(_fn))
+
+
 class TerminalSession:
     """One program on a pty. A reader thread feeds its output to the screen; `wait` watches for quiet or a
     pattern. Thread-safe: the tool calls and the reader share `lock`."""
@@ -131,6 +149,7 @@ class TerminalSession:
             os.close(slave)
         self.started = self.last_output = self.last_used = time.monotonic()
         self.n_bytes = 0
+        self.parse_errors, self.last_parse_error = 0, ""  # escape sequences the emulator could not take
         self.exit_note = ""  # why the session ended, when glm5 ended it
         self.returncode: int | None = None
         self.mark = (0, 0)  # (n_scrolled, cursor row) at the last read: where "new" output starts
@@ -159,7 +178,7 @@ class TerminalSession:
             if not data:
                 break
             with self.lock:
-                self.stream.feed(data)
+                self._feed(data)
                 self.n_bytes += len(data)
                 self.last_output = time.monotonic()
                 self.lock.notify_all()
@@ -170,6 +189,16 @@ class TerminalSession:
         with self.lock:
             self.returncode = rc
             self.lock.notify_all()
+
+    def _feed(self, data: bytes) -> None:
+        """Into the emulator. A sequence pyte cannot take (its handler raises) must not stop the reader, or the
+        program would block on a full pty: the parser starts afresh, the screen kept, and the session notes it."""
+        try:
+            self.stream.feed(data)
+        except Exception as e:  # noqa: BLE001 - any parser failure, on output the program chose
+            self.stream = pyte.ByteStream(self.screen)
+            self.parse_errors += 1
+            self.last_parse_error = f"{type(e).__name__}: {e}"[:200]
 
     def _reply(self, data: str) -> None:
         try:

@@ -4,6 +4,7 @@ limits, and no process left behind when glm5 is killed with SIGKILL."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -177,3 +178,45 @@ def test_no_orphans_after_kill_9_of_glm5(tmp_path, sandboxed):
             os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.skipif(shutil.which("vim") is None, reason="vim is not installed")
+def test_a_full_screen_editor_driven_by_keys(terms):
+    root = Path(terms.cwd)
+    s = terms.open("vim", ["vim", "-u", "NONE", "-i", "NONE", "-N", "notes.txt"], 60, 12)
+    s.wait(timeout_s=20, first_output=True)
+    s.send("i")
+    assert s.wait(pattern="-- INSERT --", timeout_s=10) == "pattern"
+    s.send("hello from vim\x1b")  # <Esc>
+    s.send(":wq\r")
+    assert s.wait(timeout_s=10) == "exited"
+    assert (root / "notes.txt").read_text() == "hello from vim\n"
+
+
+@pytest.mark.skipif(shutil.which("less") is None, reason="less is not installed")
+def test_a_pager_screen_follows_its_keys(terms):
+    root = Path(terms.cwd)
+    (root / "long.txt").write_text("".join(f"row {i}\n" for i in range(1, 101)))
+    s = terms.open("less", ["less", "long.txt"], 40, 10)
+    assert s.wait(pattern="^row 9$", timeout_s=20) == "pattern"
+    assert "row 10\n" not in s.read() + "\n"
+    s.send("G")
+    assert s.wait(pattern="^row 100$", timeout_s=10) == "pattern"
+    assert "row 1\n" not in s.read()
+    s.send("q")
+    assert s.wait(timeout_s=10) == "exited"
+
+
+def test_escape_sequences_the_emulator_does_not_know_do_not_stop_the_reader(terms):
+    # private CSI variants (`CSI > 4;2 m` is what vim sends) made pyte 0.8's handlers raise in the reader thread,
+    # after which the session's output was never read again
+    s = terms.open("esc", ["bash", "-c", r"printf '\033[>4;2m\033[?1A\033[?5Pfirst\n'; read x; echo second-$x"])
+    assert s.wait(pattern="^first$", timeout_s=20) == "pattern"
+    s.screen.draw = None  # the next output makes the emulator itself fail: the reader must survive that too
+    s.send("x\r")
+    deadline = time.monotonic() + 10
+    while not s.parse_errors and time.monotonic() < deadline:
+        time.sleep(0.05)
+    del s.screen.draw
+    assert s.parse_errors >= 1 and "TypeError" in s.last_parse_error
+    assert s.wait(timeout_s=10) == "exited"
