@@ -130,6 +130,7 @@ class TerminalSession:
         self.stream = pyte.ByteStream(self.screen)
         self.screen.reply = self._reply
         self.master, slave = os.openpty()
+        os.set_blocking(self.master, False)  # a send to a program that does not read must not hang (send)
         _set_size(slave, cols, rows)
         env = {**env, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
         setsid = host_path.which("setsid") or "/usr/bin/setsid"
@@ -173,6 +174,8 @@ class TerminalSession:
                 continue
             try:
                 data = os.read(self.master, 65536)
+            except BlockingIOError:
+                continue
             except OSError:  # EIO: every process holding the slave has exited
                 data = b""
             if not data:
@@ -231,15 +234,21 @@ class TerminalSession:
 
     # -- input -----------------------------------------------------------------------------------------------
 
-    def send(self, data: str) -> None:
+    def send(self, data: str, timeout_s: float = 10.0) -> None:
+        """Write keystrokes. The pty holds a few KB a program has not read yet: past that, a program that does not
+        read its input would block the agent, so the send stops at `timeout_s` and says how much went in."""
         if not self.alive:
             raise TerminalError(f"session {self.name!r} has ended{self._ended()}; open a new one")
         self.last_used = time.monotonic()
         raw = data.encode("utf-8")
+        total, deadline = len(raw), time.monotonic() + timeout_s
         while raw:
             try:
                 n = os.write(self.master, raw)
             except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TerminalError(f"session {self.name!r}: sent {total - len(raw)} of {total} bytes; the "
+                                        f"program has not read its input for {timeout_s:g}s") from None  # fmt: skip
                 time.sleep(0.01)
                 continue
             except OSError as e:

@@ -220,3 +220,11 @@ def test_escape_sequences_the_emulator_does_not_know_do_not_stop_the_reader(term
     del s.screen.draw
     assert s.parse_errors >= 1 and "TypeError" in s.last_parse_error
     assert s.wait(timeout_s=10) == "exited"
+
+
+def test_a_send_to_a_program_that_does_not_read_stops_in_time(terms):
+    s = terms.open("deaf", ["sleep", "60"])
+    t0 = time.monotonic()
+    with pytest.raises(TerminalError, match=r"sent \d+ of 1000000 bytes; the program has not read its input"):
+        s.send("x" * 1_000_000, timeout_s=1)
+    assert time.monotonic() - t0 < 10
