@@ -23,7 +23,7 @@ but never drop a global `deny`. A repository's files are someone else's input: u
                 seed (each request carries seed + its index in the session: reproducible sampling),
                 send_reasoning (false: strip reasoning_content from the history sent back),
                 profile = "full" | "compact" (agent/profiles.py: 4 tools and a short prompt, for small models),
-                terminal = true | false (the terminal tools; default: in full, not in compact)
+                terminal = true | false (the terminal tools; default: in full, not in compact; GLM5_AGENT_TERMINAL)
     [permissions] mode = "ask" | "accept-edits" | "plan" | "auto"; allow / ask / deny = ["bash(git push)", ...];
                 additional_dirs = ["/abs/path"]
     [sandbox]   enabled = true, network = false, env = { NAME = "value" }, pass_env = ["NAME"] (variables
@@ -300,9 +300,13 @@ def load_settings(
     profile = flags.get("profile") or env.get("GLM5_AGENT_PROFILE") or a.get("profile", "full")
     if profile not in PROFILES:
         raise SettingsError(f"agent profile {profile!r} is not one of {', '.join(PROFILES)} ([agent] profile)")
-    terminal = flags.get("terminal", a.get("terminal"))
+    terminal = flags.get("terminal")
+    if terminal is None and env.get("GLM5_AGENT_TERMINAL"):
+        words = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+        terminal = words.get(env["GLM5_AGENT_TERMINAL"].strip().lower(), env["GLM5_AGENT_TERMINAL"])
+    terminal = a.get("terminal") if terminal is None else terminal
     if terminal is not None and not isinstance(terminal, bool):
-        raise SettingsError(f"[agent] terminal must be true or false, not {terminal!r}")
+        raise SettingsError(f"[agent] terminal (GLM5_AGENT_TERMINAL) must be true or false, not {terminal!r}")
     sb = data.get("sandbox") or {}
     for key in ("env", "pass_env"):
         if key in sb and not isinstance(sb[key], dict if key == "env" else list):
