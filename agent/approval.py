@@ -33,6 +33,7 @@ class Verdict:
     decision: str  # ALLOWED | APPROVED | DENIED
     reason: str
     message: str = ""  # the user's words with a "no": what to do instead
+    command: str = ""  # the command line a terminal call will have a shell run (its bash PreToolUse hooks run)
 
     @property
     def runs(self) -> bool:
@@ -92,12 +93,18 @@ def judged(agent: Agent, name: str, j: Any) -> Verdict | None:
 
 
 def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[str, Any]) -> Verdict:
-    pname, shown = name, ""
     if callable(getattr(tool, "judge", None)):
         j = tool.judge(args, agent.env)
         if (v := judged(agent, name, j)) is not None:
             return v
-        pname, subject, shown = "bash", j.subject, j.preview
+        v = _decide(agent, name, tool, j.subject, args, "bash", j.preview)
+        return Verdict(v.decision, v.reason, v.message, command=j.subject or "")
+    return _decide(agent, name, tool, subject, args, name, "")
+
+
+def _decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[str, Any], pname: str,
+            shown: str) -> Verdict:  # fmt: skip
+    """`pname`: the tool name the rules are matched under (`bash` for a terminal's line); `shown`: the preview."""
     d = agent.permissions.check(pname, tool.kind, subject, agent.env)
     if d.action == DENY:
         return Verdict(DENIED, d.reason)

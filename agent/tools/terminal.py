@@ -14,7 +14,8 @@ session (what it does not read, the shell runs once it ends). At a shell only pl
 Ctrl-U, Ctrl-D and Ctrl-L are accepted: completion and history keys (Tab, arrows, Ctrl-R) make a line that cannot
 be checked. Keystrokes to any other program (a REPL, an editor, a pager, a debugger) run inside the sandbox without
 asking, except in plan mode. Between approval and sending, the terminal is looked at again: if what it would run
-changed, nothing is sent.
+changed, nothing is sent. PreToolUse hooks that match `bash` also run for a line a shell will run, with
+`{"command": line}` as a bash call's input (agent/tool_call.py).
 """
 
 from __future__ import annotations

@@ -190,3 +190,24 @@ def test_plan_mode_opens_a_shell_runs_only_read_only_lines_and_no_keystrokes(rep
     ], flags={"mode": "plan"})  # fmt: skip
     assert [r["decision"] for r in recs] == ["allow", "allow", "denied", "denied"]
     assert "calc.py" in recs[1]["result"] and "plan mode" in recs[2]["result"]
+
+
+def test_pre_tool_use_hooks_on_bash_see_the_line_a_terminal_would_run(repo, fake_model, tmp_path):
+    seen = tmp_path / "seen.jsonl"
+    hook = tmp_path / "guard.sh"
+    hook.write_text('#!/bin/bash\ninput=$(cat)\necho "$input" >> ' + str(seen) + "\n"
+                    "if echo \"$input\" | grep -q 'rm -rf'; then echo 'no recursive deletes' >&2; exit 2; fi\n")
+    hook.chmod(0o755)
+    (repo / ".glm5").mkdir(exist_ok=True)
+    settings = f'[hooks]\nPreToolUse = [{{ matcher = "bash", command = "{hook}" }}]\n'
+    (repo / ".glm5" / "settings.toml").write_text(settings)
+    (repo / "build").mkdir()
+    recs, _, _ = _run(repo, fake_model, [
+        ("terminal_open", {"session": "main"}),
+        ("terminal_send", {"session": "main", "input": ["rm -rf build\n"]}),
+        ("terminal_send", {"session": "main", "input": ["ls\n"], "wait_for": "calc.py"}),
+    ], flags={"mode": "auto"})  # fmt: skip
+    assert [r["decision"] for r in recs] == ["allow", "blocked", "allow"]
+    assert "no recursive deletes" in recs[1]["result"] and (repo / "build").is_dir()
+    events = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert [e["tool_input"] for e in events] == [{"command": "rm -rf build"}, {"command": "ls"}]
