@@ -1,11 +1,13 @@
 """The interactive built-in terminal tasks solved by the glm5 agent through its terminal tools, with a scripted
 endpoint that sends the keystrokes a model would, each after reading the screen: an installer that only runs in
-a terminal (and discards answers typed ahead), and a crash examined in pdb's post-mortem, then fixed."""
+a terminal (and discards answers typed ahead), a crash examined in pdb's post-mortem, then fixed, and commits
+squashed in `git rebase -i` by driving its editor."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 
@@ -95,3 +97,22 @@ def test_glm5_reads_a_value_in_pdb_and_fixes_the_crash(tmp_path, suite, fake_mod
     assert r.status == "resolved" and r.reward == 1.0, r.reason
     assert "ZeroDivisionError" in tools[1]["result"] and "312664" in tools[2]["result"]
     assert json.dumps(tools[3]["arguments"]).count("312664") == 1
+
+
+@pytest.mark.skipif(shutil.which("vi") is None, reason="git's default editor, vi, is not installed")
+def test_glm5_squashes_commits_in_git_rebase_i_driving_the_editor(tmp_path, suite, fake_model):
+    def keys(*items, wait_for):
+        return reply(tools=[("terminal_send", {"session": "git", "input": list(items), "wait_for": wait_for})])
+
+    r, tools = _trial(tmp_path, suite["rebase-squash"], fake_model, [
+        reply(tools=[("terminal_open", {"session": "git", "rows": 30})]),
+        keys("cd /app/repo && git config user.name Dev && git config user.email dev@example.com\n", wait_for=r"^\$$"),
+        keys("git rebase -i HEAD~3\n", wait_for=r"^pick \w+ wip: fix"),  # the todo list, in vi
+        keys(":2,3s/^pick/squash/", "<Enter>", ":wq", "<Enter>", wait_for="This is a combination of 3 commits"),
+        keys(":%d", "<Enter>", "i", "Add number parsing", "<Esc>", ":wq", "<Enter>", wait_for="Successfully rebased"),
+        reply("Squashed."),
+    ])  # fmt: skip
+    assert r.status == "resolved" and r.reward == 1.0, r.reason
+    assert "pick" in tools[2]["result"] and "This is a combination of 3 commits" in tools[3]["result"]
+    assert "Successfully rebased" in tools[4]["result"]
+    assert all(t["decision"] == "allow" for t in tools)
