@@ -7,12 +7,15 @@ trajectories, hooks, MCP, TUI and headless runs.
     flow.py         the exit statuses and the exceptions that carry the loop's control flow (Submitted, ...)
     stats.py        token / cost / step totals and the limits checked before each model call
     tool_call.py    one tool call: parse, approval, PreToolUse hook, checkpoints, run, PostToolUse, record
-    approval.py     may a call run: permission rules, then the user's yes / no / always
+    approval.py     may a call run: permission rules (a terminal's line judged as the bash command), then the
+                    user's yes / no / always
     outcomes.py     outcome labels: test runs (passed / failed / unknown), files changed, diff kept
     compaction.py   the conversation summarized and restarted from the summary (auto and /compact)
     rewind.py       the last N turns undone: code and conversation (/undo, /rewind)
     environment.py  Environment: the repository, path resolution, commands (process groups, timeouts, background
-                    jobs, long output to a file)
+                    jobs, long output to a file), the terminal sessions (made at the first terminal_open)
+    terminal.py     interactive sessions: a program on a pty in the sandbox, its screen emulated by pyte, named
+                    keys, waits for quiet or a pattern; limits on count, output and idle time; no orphans
     sandbox.py      bubblewrap wrapping (an allowlist view: system folders, toolchains, the repository; binds,
                     read-only .git / .glm5, no capabilities, limits), probed once; a clear warning where it cannot run
     permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules on parsed commands; deny
@@ -22,7 +25,7 @@ trajectories, hooks, MCP, TUI and headless runs.
     child_env.py    the scrubbed environment commands get (an allowlist, never keys)
     trust.py        trusted folders: a repository's own settings only narrow until the user trusts it
     doctor.py       `glm5 doctor` / `--sandbox-check`: each protection tried for real
-    tools/          the built-in tools (read, write, edit, glob, grep, bash, todo) and their registry
+    tools/          the built-in tools (read, write, edit, glob, grep, bash, todo, terminal_*) and their registry
     mcp.py          MCP servers' tools (stdio, streamable HTTP) through the `mcp` SDK
     checkpoints.py  working-tree snapshots in hidden git refs; exact restores
     context.py      AGENTS.md / CLAUDE.md collection, the system prompt, compaction messages

@@ -33,6 +33,7 @@ class Verdict:
     decision: str  # ALLOWED | APPROVED | DENIED
     reason: str
     message: str = ""  # the user's words with a "no": what to do instead
+    command: str = ""  # the command line a terminal call will have a shell run (its bash PreToolUse hooks run)
 
     @property
     def runs(self) -> bool:
@@ -75,8 +76,36 @@ def preview(agent: Agent, name: str, kind: str, args: dict[str, Any]) -> str:
     return json.dumps(args, ensure_ascii=False, indent=1)[:MAX_PREVIEW_CHARS]
 
 
+def judged(agent: Agent, name: str, j: Any) -> Verdict | None:
+    """A tool that runs what it is sent (the terminal tools, agent/tools/terminal.py) says what would run: that
+    command line is checked as `bash` would check it, under `bash` rules; keystrokes that run nothing are
+    allowed, except in plan mode or under a deny rule naming the tool. None: `j.subject` is checked as a command."""
+    p = agent.permissions
+    if any(r.matches_tool(name) and r.specifier is None for r in p.deny):
+        return Verdict(DENIED, f"denied by rule {name}")
+    if j.refuse:
+        return Verdict(DENIED, j.refuse)
+    if j.subject is not None:
+        return None
+    if p.mode == "plan" and name != "terminal_open":
+        return Verdict(DENIED, "plan mode is read-only: no keystrokes to programs")
+    return Verdict(ALLOWED, j.reason)
+
+
 def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[str, Any]) -> Verdict:
-    d = agent.permissions.check(name, tool.kind, subject, agent.env)
+    if callable(getattr(tool, "judge", None)):
+        j = tool.judge(args, agent.env)
+        if (v := judged(agent, name, j)) is not None:
+            return v
+        v = _decide(agent, name, tool, j.subject, args, "bash", j.preview)
+        return Verdict(v.decision, v.reason, v.message, command=j.subject or "")
+    return _decide(agent, name, tool, subject, args, name, "")
+
+
+def _decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[str, Any], pname: str,
+            shown: str) -> Verdict:  # fmt: skip
+    """`pname`: the tool name the rules are matched under (`bash` for a terminal's line); `shown`: the preview."""
+    d = agent.permissions.check(pname, tool.kind, subject, agent.env)
     if d.action == DENY:
         return Verdict(DENIED, d.reason)
     if d.action == ALLOW:
@@ -89,7 +118,8 @@ def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[
         except (OSError, ValueError):
             rel = None
     rule = proposed_rule(name, tool.kind, subject, rel)
-    req = ApprovalRequest(name, tool.kind, subject, args, d.reason, rule, preview(agent, name, tool.kind, args))
+    shown = shown or preview(agent, name, tool.kind, args)
+    req = ApprovalRequest(name, tool.kind, subject, args, d.reason, rule, shown)
     answer = agent.ui.approve(req)
     if not isinstance(answer, Answer):
         answer = Answer(answer if answer in (YES, NO, ALWAYS) else NO)

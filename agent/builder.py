@@ -103,7 +103,8 @@ def build_session(
     pm = plugin_manager or PluginManager()
     pm.register_tools(registry, pctx)
     registry.restrict(
-        profiles.tool_names(settings.profile, registry.names()), profiles.schema_rewrite(settings.profile)
+        profiles.tool_names(settings.profile, registry.names(), getattr(settings, "terminal", None)),
+        profiles.schema_rewrite(settings.profile),
     )
     warnings += pm.load_errors + pctx.warnings
 
@@ -175,5 +176,6 @@ def build_session(
                                        env.shown_date)  # fmt: skip
         agent.add_message({"role": "system", "content": system})
     session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
-    session.closers = [*pctx.closers, writer.close, getattr(client, "close", lambda: None)]
+    # env.close: background jobs and terminal sessions end with the session, however it ends
+    session.closers = [env.close, *pctx.closers, writer.close, getattr(client, "close", lambda: None)]
     return session

@@ -2,7 +2,8 @@
 
     compact(agent, focus, reason)
       PreCompact hook (may block) -> the model summarizes (the oldest half dropped until the request fits)
-      -> context.compacted(system prompt re-read from disk, summary, the last request when automatic)
+      -> context.compacted(system prompt re-read from disk, summary, the last request when automatic; the screen
+         of each terminal session still open)
       -> `compaction` record -> the agent's messages replaced; earlier turns can no longer be rewound
 
 The loop calls it near the context limit and after a context-length error; /compact calls it with a focus.
@@ -44,6 +45,9 @@ def compact(agent: Agent, focus: str | None = None, reason: str = "user") -> boo
         users = [m for m in msgs if m.get("role") == "user" and isinstance(m.get("content"), str)]
         last_user = users[-1]["content"] if users else None
     new = context.compacted(agent.system_prompt(), summary, last_user)
+    terms = getattr(agent.env, "_terminals", None)
+    if terms is not None and (screens := terms.live_screens()):
+        new[1] = {**new[1], "content": new[1]["content"] + "\n\n" + screens}  # a live session's latest screen
     u = resp.usage or {}
     agent.stats.prompt_tokens += u.get("prompt_tokens") or 0
     agent.stats.completion_tokens += u.get("completion_tokens") or 0

@@ -30,6 +30,8 @@ How to work:
 - Make small, exact edits with `edit` (old_string must match exactly and be unique); `write` new files.
 - Run commands with `bash` (each call is a fresh shell in the working folder; chain with &&). Run the tests
   that cover your change and fix what fails.
+- For interactive programs (a REPL, a debugger, an editor, prompts that wait for an answer, a server whose log you
+  watch) open a `terminal_open` session and drive it with `terminal_send` / `terminal_read`; close it when done.
 - For multi-step work keep a `todo` list.
 - Stay inside the repository. Do not commit, push or change git history unless asked.
 - When the task is done, reply with a short summary of what you changed and how you checked it, without calling

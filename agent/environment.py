@@ -109,6 +109,18 @@ class Environment:
         self.interrupt: threading.Event | None = None  # set by the interface (Esc): the running command is killed
         self.jobs: dict[int, BackgroundJob] = {}
         self._n_outputs = 0
+        self._terminals = None  # agent/terminal.py's sessions, made at the first terminal_open
+
+    @property
+    def terminals(self):
+        """The interactive terminal sessions (agent/terminal.py), started in the sandbox as commands are."""
+        if self._terminals is None:
+            from agent.terminal import Terminals
+
+            self.scratch_dir.mkdir(parents=True, exist_ok=True)
+            sandboxed = self.sandbox is not None and self.sandbox.active
+            self._terminals = Terminals(self.wrap_argv, str(self.cwd), self.env, sandboxed)
+        return self._terminals
 
     # -- paths -------------------------------------------------------------------------------------------------
 
@@ -143,7 +155,12 @@ class Environment:
     # -- commands ----------------------------------------------------------------------------------------------
 
     def _argv(self, command: str) -> list[str]:
-        argv = ["bash", "-c", command]
+        return self.wrap_argv(["bash", "-c", command])
+
+    def wrap_argv(self, argv: list[str]) -> list[str]:
+        """`argv` as every command runs: in the sandbox when it is active, under the limits. Whatever runs it, the
+        folders it may write are guarded from host-program lookups from here on (again, after a close)."""
+        self._guard_folders()
         if self.sandbox is not None and self.sandbox.active:
             return self.sandbox.wrap(argv, root=self.root, cwd=self.cwd, scratch=self.scratch_dir, limits=self.limits)
         return limit_argv(argv, self.limits)
@@ -240,8 +257,10 @@ class Environment:
                 log.flush()
 
     def close(self) -> None:
-        """Kill background jobs still running (their logs are complete when this returns), and end this
-        environment's guard of its folders."""
+        """Kill background jobs and terminal sessions still running (job logs are complete when this returns), and
+        end this environment's guard of its folders."""
+        if self._terminals is not None:
+            self._terminals.close_all()
         for job in self.jobs.values():
             if job.proc.poll() is None:
                 _kill_group(job.proc)

@@ -2,7 +2,8 @@
 
     full     every registered tool (built-ins, MCP, plugins) and context.SYSTEM_PROMPT: the default
     compact  read, edit, bash and glob with one-sentence schemas (required arguments only), and a four-line
-             prompt: for a small model served on little compute
+             prompt: for a small model served on little compute; with `terminal`, also terminal_open / _send /
+             _read / _close
 
 Why `compact` exists: the full prefix (prompt + seven tool schemas) is 1,681 tokens, while a small model writes
 ~150 tokens in a typical repair session; every turn re-reads the prefix, and training on recorded sessions pays
@@ -20,6 +21,11 @@ from typing import Any
 
 PROFILES = ("full", "compact")
 COMPACT_TOOLS = ("read", "edit", "bash", "glob")
+# The terminal tools (agent/tools/terminal.py): in full by default; in compact when asked for (`[agent] terminal =
+# true`, and `glm5 bench terminal` asks), so that a compact session without terminals keeps its 560-token prefix
+# (the models trained on it are served with it). Compact offers four of the five, without resize.
+TERMINAL_TOOLS = ("terminal_open", "terminal_send", "terminal_read", "terminal_resize", "terminal_close")
+COMPACT_TERMINAL_TOOLS = ("terminal_open", "terminal_send", "terminal_read", "terminal_close")
 
 COMPACT_PROMPT = """\
 You are glm5, a coding agent. Working folder: {cwd}.
@@ -35,11 +41,13 @@ def check_profile(name: str) -> str:
     return name
 
 
-def tool_names(profile: str, registered: list[str]) -> list[str]:
-    """The registered tools a profile offers, in registration order."""
+def tool_names(profile: str, registered: list[str], terminal: bool | None = None) -> list[str]:
+    """The registered tools a profile offers, in registration order. `terminal`: with the terminal tools (None:
+    the profile's default, yes in full, no in compact)."""
     if check_profile(profile) == "full":
-        return list(registered)
-    return [n for n in registered if n in COMPACT_TOOLS]
+        return [n for n in registered if terminal is not False or n not in TERMINAL_TOOLS]
+    extra = COMPACT_TERMINAL_TOOLS if terminal else ()
+    return [n for n in registered if n in COMPACT_TOOLS or n in extra]
 
 
 def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ but never drop a global `deny`. A repository's files are someone else's input: u
     [agent]     max_steps, max_tokens, max_cost_usd, max_wall_s, compact_ratio, stream, temperature,
                 seed (each request carries seed + its index in the session: reproducible sampling),
                 send_reasoning (false: strip reasoning_content from the history sent back),
-                profile = "full" | "compact" (agent/profiles.py: 4 tools and a short prompt, for small models)
+                profile = "full" | "compact" (agent/profiles.py: 4 tools and a short prompt, for small models),
+                terminal = true | false (the terminal tools; default: in full, not in compact; GLM5_AGENT_TERMINAL)
     [permissions] mode = "ask" | "accept-edits" | "plan" | "auto"; allow / ask / deny = ["bash(git push)", ...];
                 additional_dirs = ["/abs/path"]
     [sandbox]   enabled = true, network = false, env = { NAME = "value" }, pass_env = ["NAME"] (variables
@@ -116,6 +117,7 @@ class Settings:
     seed: int | None = None  # [agent] seed: each request of a session carries seed + its index (OpenAI's `seed`)
     send_reasoning: bool = True
     profile: str = "full"  # agent/profiles.py: full, or compact (4 tools, a short prompt) for small models
+    terminal: bool | None = None  # the terminal tools offered (None: the profile's default, agent/profiles.py)
     sources: tuple[str, ...] = ()  # files that contributed, for `glm5 code --help`-style diagnostics
     env: dict[str, str] = field(default_factory=dict)  # [sandbox] env: set for every command
     pass_env: tuple[str, ...] = ()  # [sandbox] pass_env: host variables commands may see
@@ -319,6 +321,13 @@ def load_settings(
     profile = flags.get("profile") or env.get("GLM5_AGENT_PROFILE") or a.get("profile", "full")
     if profile not in PROFILES:
         raise SettingsError(f"agent profile {profile!r} is not one of {', '.join(PROFILES)} ([agent] profile)")
+    terminal = flags.get("terminal")
+    if terminal is None and env.get("GLM5_AGENT_TERMINAL"):
+        words = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+        terminal = words.get(env["GLM5_AGENT_TERMINAL"].strip().lower(), env["GLM5_AGENT_TERMINAL"])
+    terminal = a.get("terminal") if terminal is None else terminal
+    if terminal is not None and not isinstance(terminal, bool):
+        raise SettingsError(f"[agent] terminal (GLM5_AGENT_TERMINAL) must be true or false, not {terminal!r}")
     sb = data.get("sandbox") or {}
     for key in ("env", "pass_env"):
         if key in sb and not isinstance(sb[key], dict if key == "env" else list):
@@ -348,6 +357,7 @@ def load_settings(
         seed=_seed(a.get("seed")),
         send_reasoning=bool(a.get("send_reasoning", True)),
         profile=profile,
+        terminal=terminal,
         sources=tuple(sources),
         env={str(k): str(v) for k, v in (sb.get("env") or {}).items()},
         pass_env=tuple(str(n) for n in sb.get("pass_env") or ()),

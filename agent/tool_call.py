@@ -62,6 +62,10 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
     if agent.hooks:
         h = agent.hooks.run("PreToolUse", {"tool_name": name, "tool_input": args}, tool_name=name)
         agent.warn(h.warnings)
+        if not h.blocked and verdict.command:  # a line a terminal's shell will run: the hooks on bash see it too
+            h = agent.hooks.run("PreToolUse", {"tool_name": "bash", "tool_input": {"command": verdict.command}},
+                                tool_name="bash")  # fmt: skip
+            agent.warn(h.warnings)
         if h.blocked:
             text = f"blocked by a PreToolUse hook: {h.message}"
             agent.ui.on_tool_decision(call["id"], name, args, "blocked", text)

@@ -1,4 +1,4 @@
-"""Built-in plugin: the agent's own tools (read, write, edit, glob, grep, bash, todo)."""
+"""Built-in plugin: the agent's own tools (read, write, edit, glob, grep, bash, todo, terminal_*)."""
 
 from __future__ import annotations
 

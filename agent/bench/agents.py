@@ -206,6 +206,8 @@ class Glm5Agent:
         from agent.headless import HeadlessUI, run_headless
 
         settings = self.settings(trial_dir, limits, (task.task_id, attempt))
+        if isinstance(task, TerminalTask) and settings.terminal is None:  # the terminal tools, in any profile
+            settings = dataclasses.replace(settings, terminal=True)
         out, err = io.StringIO(), io.StringIO()
         ui = HeadlessUI("json", "auto", out=out, err=err)
         client = self.client

@@ -8,6 +8,8 @@
     glob.py       glob(pattern, path?)
     grep.py       grep(pattern, path?, glob?)       ripgrep, with the Python reference path beside it
     bash.py       bash(command, timeout?, background?)
+    terminal.py   terminal_open / _send / _read / _resize / _close: interactive programs in named pty sessions
+                  (agent/terminal.py), what they would run judged as `bash` commands
     todo.py       todo(items)
     ignore.py     what the search tools skip (.git, .glm5, git-ignored files)
     fence.py      file reads and writes checked at the moment of access (real paths, no link swaps, no .git)
@@ -21,12 +23,13 @@ from agent.tools.edit import EditTool
 from agent.tools.glob import GlobTool
 from agent.tools.grep import GrepTool
 from agent.tools.read import ReadTool
+from agent.tools.terminal import terminal_tools
 from agent.tools.todo import TodoTool
 from agent.tools.write import WriteTool
 
 
 def builtin_tools() -> list:
-    return [ReadTool(), WriteTool(), EditTool(), GlobTool(), GrepTool(), BashTool(), TodoTool()]
+    return [ReadTool(), WriteTool(), EditTool(), GlobTool(), GrepTool(), BashTool(), TodoTool(), *terminal_tools()]
 
 
 __all__ = ["builtin_tools", "BashTool", "EditTool", "GlobTool", "GrepTool", "ReadTool", "TodoTool", "WriteTool"]

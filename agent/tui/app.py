@@ -3,7 +3,8 @@
 Streamed markdown answers (appended, never re-rendered whole), tool calls and diffs as they happen, approvals
 inline (the edit's diff or the whole command first; "no" can tell the model what to do instead; "always" proposes
 the narrowest rule, editable, and saves it where the user says), `@file` mentions, `!cmd`, slash commands, and a
-status line with model, mode, tokens (moving while a reply streams), cost and context use.
+status line with model, mode, tokens (moving while a reply streams), cost and context use. Ctrl+T opens the pane
+of the agent's terminal sessions (agent/tui/terminal_pane.py), their live screens.
 
 The log follows new output unless the user scrolled up; then a marker says there is more below, and End (or
 PageDown to the bottom) follows again. Esc or Ctrl-C interrupts the running turn; a second Ctrl-C within
@@ -28,6 +29,7 @@ from textual.widgets import Input, Markdown, Static
 from agent import commands
 from agent.client import APIError
 from agent.tui.bridge import TUIBridge
+from agent.tui.terminal_pane import TerminalPane
 from agent.tui.widgets import (
     ApprovalBar,
     ConversationLog,
@@ -68,6 +70,7 @@ class CodeApp(App):
         Binding("ctrl+c", "ctrl_c", "interrupt / quit", priority=True),
         Binding("ctrl+d", "quit", "quit", priority=True),
         Binding("shift+tab", "cycle_mode", "mode", priority=True),
+        Binding("ctrl+t", "terminal", "terminal", priority=True),  # the agent's terminal sessions, live
         Binding("end", "end", "latest", priority=True),  # priority: the prompt's own End moves its cursor
         Binding("pageup", "page('up')", "scroll up", show=False),
         Binding("pagedown", "page('down')", "scroll down", show=False),
@@ -93,6 +96,7 @@ class CodeApp(App):
     def compose(self) -> ComposeResult:
         yield ConversationLog(id="log")
         yield NewOutputMarker()
+        yield TerminalPane(self._terminals, id="terminal")
         yield ApprovalBar(id="approval")
         yield Input(placeholder="Ask for a change. /help for commands, !cmd runs a command, @path attaches a file",
                     id="prompt")  # fmt: skip
@@ -112,6 +116,13 @@ class CodeApp(App):
             self.notice(f"resumed session {self.session.id} ({len(self.session.agent.messages)} messages)")
         self.refresh_status()
         self.query_one("#prompt", Input).focus()
+
+    def _terminals(self) -> Any:
+        env = getattr(getattr(self.session, "agent", None), "env", None)
+        return getattr(env, "_terminals", None)
+
+    def action_terminal(self) -> None:
+        self.query_one("#terminal", TerminalPane).cycle()
 
     @property
     def log_view(self) -> ConversationLog:

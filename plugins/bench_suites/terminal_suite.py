@@ -133,7 +133,8 @@ class TerminalSuite(BuiltinSuite):
     name = "builtin"
     description = (
         "Offline Harbor-format terminal tasks (files, text processing, csv/json wrangling, log analysis, git, "
-        "a small build) that need only coreutils, git and Python"
+        "a small build, and interactive ones: an installer's prompts, pdb, git rebase -i) that need only coreutils, "
+        "git and Python (and vi for the rebase)"
     )
 
     def build(self, tmp: Path, dest: Path) -> list[str]:

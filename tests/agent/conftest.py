@@ -26,6 +26,7 @@ def isolated_config(tmp_path, monkeypatch):
         "GLM5_PERMISSION_MODE",
         "GLM5_API_KEY_ENV",
         "GLM5_AGENT_PROFILE",
+        "GLM5_AGENT_TERMINAL",
     ):
         monkeypatch.delenv(k, raising=False)
     return d

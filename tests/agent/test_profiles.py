@@ -68,3 +68,25 @@ def test_bench_agent_option_reaches_the_session_and_the_run_description(tmp_path
     assert s.profile == "compact"
     assert json.loads(json.dumps(agent.describe()))["profile"] == "compact"
     assert Glm5Agent(base_url=fake_model.base_url, model="fake-glm").describe()["profile"] == "full"
+
+
+def test_terminal_tools_in_full_by_default_and_in_compact_when_asked(repo, fake_model, isolated_config, monkeypatch):
+    terminal = ["terminal_open", "terminal_send", "terminal_read", "terminal_resize", "terminal_close"]
+    tools, _, _ = _first_request(fake_model, repo)
+    assert [t for t in tools if t.startswith("terminal_")] == terminal
+    tools, _, _ = _first_request(fake_model, repo, flags={"terminal": False})
+    assert not [t for t in tools if t.startswith("terminal_")]
+    (isolated_config / "config.toml").write_text('[agent]\nprofile = "compact"\nterminal = true\n')
+    tools, _, offered = _first_request(fake_model, repo)
+    assert sorted(tools) == ["bash", "edit", "glob", "read", "terminal_close", "terminal_open", "terminal_read",
+                             "terminal_send"]  # fmt: skip
+    send = next(t["function"] for t in offered if t["function"]["name"] == "terminal_send")
+    assert send["parameters"]["required"] == ["session", "input"]
+    (isolated_config / "config.toml").write_text('[agent]\nterminal = "yes"\n')
+    with pytest.raises(SettingsError, match="terminal .* must be true or false"):
+        load_settings(None, {})
+    monkeypatch.setenv("GLM5_AGENT_TERMINAL", "no")  # the environment beats the file
+    assert load_settings(None, {}).terminal is False
+    monkeypatch.setenv("GLM5_AGENT_TERMINAL", "maybe")
+    with pytest.raises(SettingsError, match="must be true or false, not 'maybe'"):
+        load_settings(None, {})

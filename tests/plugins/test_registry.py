@@ -36,7 +36,8 @@ def test_builtins_and_third_party_register_the_same_way():
     reg = ToolRegistry()
     pm = PluginManager(entry_points=False, extra=(third_party,))
     pm.register_tools(reg, PluginContext())
-    assert reg.names() == ["read", "write", "edit", "glob", "grep", "bash", "todo", "echo"]
+    assert reg.names() == ["read", "write", "edit", "glob", "grep", "bash", "todo", "terminal_open", "terminal_send",
+                           "terminal_read", "terminal_resize", "terminal_close", "echo"]  # fmt: skip
     assert reg.schemas()[-1]["function"]["name"] == "echo"
     assert pm.rewards()["always_one"](None) == 1.0
     assert sorted(pm.benchmarks()) == ["swe:builtin", "swe:repair-heldout", "swe:repair-train", "terminal:builtin",
