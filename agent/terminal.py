@@ -42,6 +42,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import pyte
+import regex
 
 from agent import host_path
 
@@ -56,6 +57,7 @@ KEYS = {
     **{f"C-{c}": chr(ord(c) - 96) for c in "abcdefghijklmnopqrstuvwxyz"},
     "C-[": "\x1b", "C-\\": "\x1c", "C-]": "\x1d", "C-_": "\x1f", "C-@": "\x00",
 }  # fmt: skip
+PATTERN_TIMEOUT_S = 0.5  # the longest one search of a wait_for pattern may take (it runs again on new output)
 SHELLS = ("bash", "sh", "zsh", "dash", "ksh", "fish", "mksh", "ash")
 
 
@@ -235,8 +237,10 @@ class TerminalSession:
     # -- input -----------------------------------------------------------------------------------------------
 
     def send(self, data: str, timeout_s: float = 10.0) -> None:
-        """Write keystrokes. The pty holds a few KB a program has not read yet: past that, a program that does not
-        read its input would block the agent, so the send stops at `timeout_s` and says how much went in."""
+        """Write keystrokes. The pty holds a few KB a program has not read yet: past that, a program in raw mode that
+        does not read its input would block the agent, so the send stops at `timeout_s` and says how much went in.
+        (A program in cooked mode that does not read loses what is past the line discipline's 4 KiB line, as on
+        any terminal: the kernel drops it and the write does not block.)"""
         if not self.alive:
             raise TerminalError(f"session {self.name!r} has ended{self._ended()}; open a new one")
         self.last_used = time.monotonic()
@@ -271,7 +275,8 @@ class TerminalSession:
         program just started under a busy machine may take longer than `quiet_s` to show its prompt). The
         pattern is searched outside the lock (the reader keeps reading), and only
         when there is new output."""
-        rx = re.compile(pattern, re.M) if pattern else None
+        # The pattern is the model's: `regex` (not `re`) so that one built to backtrack forever is stopped
+        rx = regex.compile(pattern, regex.M) if pattern else None
         t0 = time.monotonic()
         deadline = t0 + timeout_s
         searched = -1
@@ -283,7 +288,7 @@ class TerminalSession:
                 ended = self.returncode is not None
                 last_output = self.last_output
                 printed = self.n_bytes > 0
-            if text is not None and rx.search(text):
+            if text is not None and self._search(rx, text):
                 return "pattern"
             now = time.monotonic()
             if ended or (self.proc.poll() is not None and not self._reader.is_alive()):
@@ -298,6 +303,13 @@ class TerminalSession:
             with self.lock:
                 if self.n_bytes == searched or rx is None:
                     self.lock.wait(timeout=max(0.005, step))
+
+    def _search(self, rx, text: str) -> bool:
+        try:
+            return rx.search(text, timeout=PATTERN_TIMEOUT_S) is not None
+        except TimeoutError:
+            raise TerminalError(f"session {self.name!r}: wait_for took over {PATTERN_TIMEOUT_S:g}s to search the "
+                                "screen (nested repetition backtracks); give a simpler pattern") from None  # fmt: skip
 
     def _screen_text(self) -> str:
         rows = [self.screen.row_text(y) for y in range(self.screen.lines)]

@@ -25,6 +25,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
 from agent.environment import CommandResult
 from agent.terminal import KEYS, TerminalError, is_shell
 from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult, require
@@ -135,8 +137,8 @@ def _wait_and_read(session, args: dict[str, Any], default_timeout: float, defaul
         if not isinstance(pattern, str):
             raise ToolError("wait_for must be a string (a regex)")
         try:
-            re.compile(pattern)
-        except re.error as e:
+            regex.compile(pattern)  # what Session.wait searches with (agent/terminal.py)
+        except regex.error as e:
             raise ToolError(f"wait_for is not a valid regex: {e}") from None
     timeout = _timeout(args, default_timeout)
     interrupt = getattr(env, "interrupt", None)

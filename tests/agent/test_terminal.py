@@ -223,8 +223,23 @@ def test_escape_sequences_the_emulator_does_not_know_do_not_stop_the_reader(term
 
 
 def test_a_send_to_a_program_that_does_not_read_stops_in_time(terms):
-    s = terms.open("deaf", ["sleep", "60"])
+    # A program in raw mode that never reads: the pty's input queue fills (about 4-16 KB) and writes block. (A
+    # cooked-mode program's line discipline drops input past its 4 KiB line instead, as on any terminal.)
+    prog = "import sys, time, tty; tty.setraw(0); print('raw', flush=True); time.sleep(60)"
+    s = terms.open("deaf", [sys.executable, "-c", prog])
+    s.wait(pattern="raw", timeout_s=30)
     t0 = time.monotonic()
     with pytest.raises(TerminalError, match=r"sent \d+ of 1000000 bytes; the program has not read its input"):
         s.send("x" * 1_000_000, timeout_s=1)
     assert time.monotonic() - t0 < 10
+
+
+def test_a_pattern_built_to_backtrack_forever_is_stopped(terms):
+    # wait_for is the model's regex: with `re`, (x+x+)+y over a screen of x's never returns and the agent hangs
+    # (Esc cannot stop a search in progress). Each search is bounded instead, and the call says why it stopped.
+    s = terms.open("xs", ["bash", "-c", "printf 'x%.0s' $(seq 3000); sleep 30"])
+    s.wait(pattern="x{100}", timeout_s=30)
+    t0 = time.monotonic()
+    with pytest.raises(TerminalError, match="wait_for took over"):
+        s.wait(pattern=r"(x+x+)+y", timeout_s=60)
+    assert time.monotonic() - t0 < 15
