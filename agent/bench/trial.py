@@ -118,7 +118,7 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
         repos = config.repos or RepoCache(config.cache_dir)
         return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=task.setup,
                        setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
-                       cache_dir=config.cache_dir, image=task.extra.get("image"),
+                       cache_dir=config.cache_dir, image=task.image or None,
                        memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
     return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
