@@ -36,7 +36,8 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
          max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool,
          flaky_reruns: int = 0, agent_profile: str | None = None,
-         retry_infra_errors: bool = False, seed: int | None = None) -> None:  # fmt: skip
+         retry_infra_errors: bool = False, seed: int | None = None,
+         predictions: Path | None = None) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
     from agent.bench.job import below, load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
@@ -55,6 +56,13 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
             fail(f"--env {env!r}: expected local, docker or a plugin's environment", code=EXIT_USAGE)
     try:
         tasks, source, base_dir = load_tasks(kind, paths, suite, out / "suite")
+        if env == "local" and kind == "swe":
+            from agent.bench.setup_cache import missing_pythons
+
+            for version, ids in missing_pythons(tasks).items():
+                fail(f"{len(ids)} task(s) need Python {version} ({', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}),"
+                     f" which this machine does not have: use --env docker, or install it (pyenv install {version},"
+                     f" uv python install {version})", code=EXIT_USAGE)  # fmt: skip
         bench_agent = make_agent(agent, base_url=base_url, model=model, provider=provider, api_key_env=api_key_env,
                                  temperature=temperature, profile=agent_profile, seed=seed) if agent == "glm5" \
             else make_agent(agent)  # fmt: skip
@@ -65,6 +73,11 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
                              retry_infra_errors=retry_infra_errors)  # fmt: skip
         with _Progress(kind) as progress:
             report = run_job(kind, tasks, bench_agent, out, options, junit, progress.event)
+        if predictions is not None:
+            from agent.bench.harness_io import write_predictions
+
+            written = write_predictions([out], predictions)
+            err_console.print(f"{written} prediction(s) in the SWE-bench harness's format: {predictions}")
     except (TaskError, ValueError, RunFolderError, SettingsError, FileExistsError) as e:
         fail(str(e), code=EXIT_USAGE)
     except KeyboardInterrupt:
@@ -214,6 +227,12 @@ def swe(
         "--agent-profile",
         help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
+    predictions: Path = typer.Option(
+        None,
+        "--predictions",
+        help="Also write the SWE-bench harness's predictions JSONL here (instance_id, model_name_or_path, "
+        "model_patch; each task's first attempt), for `swebench eval -p`.",
+    ),
 ) -> None:
     """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does.
 
@@ -221,7 +240,7 @@ def swe(
     """
     _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
          base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
-         temperature, keep_workdirs, flaky_reruns, agent_profile, retry_infra_errors, seed)  # fmt: skip
+         temperature, keep_workdirs, flaky_reruns, agent_profile, retry_infra_errors, seed, predictions)  # fmt: skip
 
 
 @app.command("terminal")
@@ -360,12 +379,17 @@ def report(
 @app.command("compare")
 def compare(
     run_a: Path = typer.Argument(..., help="The baseline run folder."),
-    run_b: Path = typer.Argument(..., help="The run compared with it."),
+    run_b: Path = typer.Argument(..., help="The run compared with it, or the SWE-bench harness's report of the "
+                                 "same tasks (<model>.<run_id>.json): glm5's grades checked against it."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Per-task flips between two runs and the paired difference in resolved rate (B - A), with a 95% interval."""
     from agent.bench.reports import compare as cmp
     from agent.bench.run_folder import RunFolderError
+
+    if run_b.is_file():
+        _compare_with_harness(run_a, run_b, as_json)
+        return
 
     try:
         c = cmp([run_a], [run_b])
@@ -394,6 +418,26 @@ def compare(
         if t["sessions_compared"]:
             line += f", sessions alike call for call {t['sessions_alike']} of {t['sessions_compared']}"
         console.print(line)
+
+
+def _compare_with_harness(run: Path, harness_report: Path, as_json: bool) -> None:
+    from agent.bench.harness_io import compare_with_harness
+    from agent.bench.run_folder import RunFolderError
+
+    try:
+        c = compare_with_harness([run], harness_report)
+    except (RunFolderError, OSError, ValueError) as e:
+        fail(str(e), code=EXIT_USAGE)
+    if as_json:
+        print_json(c)
+        return
+    console.print(f"glm5 {run} against the harness's {harness_report.name}: {c['agree']} of {c['compared']} "
+                  "instances graded alike")  # fmt: skip
+    for r in c["disagree"]:
+        console.print(f"  differ: {r['instance_id']}: glm5 {r['glm5']}, harness {r['harness']}", highlight=False)
+    for name, ids in (("only in glm5's run", c["only_glm5"]), ("only in the harness's report", c["only_harness"])):
+        if ids:
+            console.print(f"{name}: {', '.join(ids)}", highlight=False)
 
 
 @app.command("serve")

@@ -14,6 +14,8 @@ in datasets, docker, modal and more, which a user of `glm5 code` does not need),
     harness_report      the harness's get_eval_report on the same log (what `swebench report` would say)
     image_name          the harness's image naming (ImageSpec.name) for a row without an `image`
     python_version      the Python a row's environment asks for (its Dockerfile's `python=3.9`), for local mode
+    local_setup         local mode's setup for such a row: its Dockerfile's pip (and conda-as-pip) installs and
+                        its eval script's install step; the rest of the Dockerfile is not honoured locally
 What it does not know: how to build the harness's images (the task repo's Dockerfiles do that) or run docker.
 """
 
@@ -234,3 +236,52 @@ def load_task_repo(folder: Path) -> list[tuple[dict[str, Any], str]]:
                 row[k] = json.loads(row[k])
         out.append((row, str(d / "task.yaml")))
     return out
+
+
+_PIP = re.compile(r"(?:python\d*(?:\.\d+)? -m )?pip3? install\b[^\n;&|]*")
+_CONDA_CREATE = re.compile(r"\bconda create\b([^\n;&|]*)")
+
+
+def _conda_as_pip(args: str) -> str | None:
+    """`conda create -n testbed python=3.9 'numpy==1.19.2' pytest -y` -> `python -m pip install numpy==1.19.2
+    pytest` (conda's `name=1.2` is pip's `name==1.2.*`); None when it names no package beside Python."""
+    words = [w.strip("'\"") for w in args.split()]
+    pkgs, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w in ("-n", "--name", "-c", "--channel", "-p", "--prefix"):
+            skip = True
+            continue
+        if w.startswith("-") or w.startswith("python=") or w.startswith("python==") or w == "python":
+            continue
+        name, _, ver = w.partition("=")
+        if ver and not ver.startswith("="):
+            w = f"{name}=={ver}.*" if ver.count(".") < 2 else f"{name}=={ver}"
+        pkgs.append(w)
+    return ("python -m pip install " + " ".join(f"'{p}'" for p in pkgs)) if pkgs else None
+
+
+def install_commands(eval_script: str) -> list[str]:
+    """The eval script's own install step (the spec's `install`, e.g. `python -m pip install -e .`): its pip
+    lines before the test patch goes in."""
+    head = eval_script.split("git apply", 1)[0]
+    return [m.group(0).strip() for m in _PIP.finditer(head)]
+
+
+def local_setup(task: Any) -> str | None:
+    """For local mode, a setup for a row as the harness publishes it: the pip installs of its environment's
+    Dockerfile (`conda create` packages as pip requirements, then each `pip install`) and its eval script's install
+    step, in order. None for a row that is not the harness's or already carries its own `setup`."""
+    if task.setup or not task.eval_script:
+        return None
+    dockerfile = task.extra.get("dockerfile") or ""
+    steps: list[str] = []
+    for m in re.finditer(f"{_CONDA_CREATE.pattern}|{_PIP.pattern}", dockerfile):
+        text = m.group(0)
+        step = _conda_as_pip(m.group(1)) if text.lstrip().startswith("conda") else text.strip()
+        if step and "-r $HOME" not in step and "-r /root" not in step:
+            steps.append(step)
+    steps += install_commands(task.eval_script)
+    return "\n".join(dict.fromkeys(steps)) or None

@@ -116,8 +116,12 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
     hidden = hidden_from_trials(task, config)
     if isinstance(task, SWETask):
         repos = config.repos or RepoCache(config.cache_dir)
-        return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=task.setup,
+        from agent.bench.harness_specs import local_setup
+
+        setup = task.setup or (local_setup(task) if config.env == "local" else None)
+        return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=setup,
                        setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
+                       python=(task.python or None) if config.env == "local" else None,
                        cache_dir=config.cache_dir, image=task.image or None,
                        memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
