@@ -1,7 +1,10 @@
 """The `docker` environment: the task's image (or one built from its environment/Dockerfile), Harbor's paths.
 
 /app and /logs are bind mounts of the trial's folders (so the agent's file tools, the patch capture and the
-grader read the same files on the host); what the image itself put in /app is copied out first. /tests and
+grader read the same files on the host); what the image itself put in its working folder (/app, or /testbed in
+the SWE-bench harness's `sweb.eval.x86_64.<id>` images, where the repository is installed) is copied out first and
+bound at both paths. A SWE task with no image of its own runs in BASE_IMAGE (scripts/build_base_image.sh builds
+it offline from Debian packages). /tests and
 /solution are `docker cp`'d in when the trial gets there. Network off (`--network none`) unless the task allows
 it; memory and CPUs from the task. Needs a running daemon: without one, start() says so (an infra error).
 """
@@ -9,6 +12,7 @@ it; memory and CPUs from the task. Needs a running daemon: without one, start() 
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import shutil
 import subprocess
@@ -18,6 +22,14 @@ from agent.bench.environments import APP, EnvSpec, ExecResult, InfraError
 from agent.bench.local_env import run_argv
 from agent.child_env import scrubbed_env
 
+BASE_IMAGE = os.environ.get("GLM5_BENCH_BASE_IMAGE", "glm5-bench-base:bookworm")
+# the docker CLI's own settings (which daemon, its TLS, its config with registry logins); never a container's env
+DOCKER_VARS = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+
+
+def cli_env() -> dict[str, str]:
+    return scrubbed_env(pass_env=DOCKER_VARS)
+
 
 def docker_problem() -> str | None:
     """None when a Docker daemon answers, else why not."""
@@ -25,7 +37,7 @@ def docker_problem() -> str | None:
         return "the docker command is not installed"
     try:
         r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                           timeout=20)  # fmt: skip
+                           timeout=20, env=cli_env())  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"docker info failed: {e}"
     if r.returncode != 0:
@@ -35,7 +47,7 @@ def docker_problem() -> str | None:
 
 def _docker(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     try:
-        r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, env=scrubbed_env())
+        r = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, env=cli_env())
     except (OSError, subprocess.TimeoutExpired) as e:
         raise InfraError(f"docker {args[0]} failed: {e}") from None
     if r.returncode != 0:
@@ -52,6 +64,26 @@ class DockerEnvironment:
         self.app_dir = self.state / "app"
         self.logs = self.state / "logs"
         self.container: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Names this trial's containers: a run killed mid-trial leaves one running, which the retry removes."""
+        return f"glm5.bench.trial={hashlib.sha256(str(self.state).encode()).hexdigest()[:16]}"
+
+    def _remove_leftovers(self) -> None:
+        r = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={self.label}"], capture_output=True,
+                           text=True, timeout=60, env=cli_env())  # fmt: skip
+        if r.returncode == 0 and r.stdout.split():
+            subprocess.run(["docker", "rm", "-f", *r.stdout.split()], capture_output=True, timeout=120, env=cli_env())
+
+    @property
+    def harness_image(self) -> bool:
+        """The SWE-bench harness's image: the repository is its /testbed (installed there), not a checkout of ours."""
+        return self.spec.app_source is None and self.spec.workdir == "/testbed"
+
+    @property
+    def workdir(self) -> str:
+        return self.spec.workdir if self.spec.workdir not in ("", "/") else APP
 
     def image(self) -> str:
         if self.spec.image:
@@ -70,20 +102,24 @@ class DockerEnvironment:
             raise InfraError(f"--env docker: {problem} (start the daemon, or use --env local)")
         for d in (self.logs / "agent", self.logs / "verifier"):
             d.mkdir(parents=True, exist_ok=True)
+        self._remove_leftovers()
         image = self.image()
         if self.spec.app_source is not None and not self.app_dir.exists():
             self.spec.app_source(self.app_dir)
         elif not self.app_dir.exists():
             self.app_dir.mkdir(parents=True)
-            probe = _docker("create", image, "true").stdout.strip()
-            try:
-                subprocess.run(
-                    ["docker", "cp", f"{probe}:{APP}/.", str(self.app_dir)], capture_output=True, timeout=600
-                )
+            probe = _docker("create", "--label", self.label, image, "true").stdout.strip()
+            try:  # what the image holds at the task's working folder (/app; /testbed in the harness's images)
+                subprocess.run(["docker", "cp", f"{probe}:{self.workdir}/.", str(self.app_dir)], capture_output=True,
+                               timeout=1800, env=cli_env())  # fmt: skip
             finally:
-                subprocess.run(["docker", "rm", "-f", probe], capture_output=True, timeout=60)
+                subprocess.run(["docker", "rm", "-f", probe], capture_output=True, timeout=60, env=cli_env())
         name = f"glm5-bench-{secrets.token_hex(4)}"
-        argv = ["run", "-d", "--name", name, "-v", f"{self.app_dir}:{APP}", "-v", f"{self.logs}:/logs", "-w", APP]
+        argv = ["run", "-d", "--name", name, "--label", self.label, "-v", f"{self.app_dir}:{APP}",
+                "-v", f"{self.logs}:/logs"]  # fmt: skip
+        if self.workdir != APP:  # the same folder under the task's own name
+            argv += ["-v", f"{self.app_dir}:{self.workdir}"]
+        argv += ["-w", self.workdir]
         if not self.spec.network:
             argv += ["--network", "none"]
         if self.spec.memory_mb:
@@ -102,7 +138,7 @@ class DockerEnvironment:
     def exec(self, command: str, *, cwd: str = APP, timeout_s: float | None = None,
              env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:  # fmt: skip
         argv = self.wrap(["bash", "-c", command], cwd, env)
-        return run_argv(argv, scrubbed_env(), timeout_s, stdin, self.state / "tmp")
+        return run_argv(argv, cli_env(), timeout_s, stdin, self.state / "tmp")
 
     def copy_in(self, src: Path, dest: str) -> None:
         self.exec(f"mkdir -p {dest}", cwd="/")
@@ -113,5 +149,5 @@ class DockerEnvironment:
 
     def stop(self) -> None:
         if self.container:
-            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=120)
+            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=120, env=cli_env())
             self.container = None

@@ -104,7 +104,7 @@ def task_statuses(task: SWETask, log: str, returncode: int | None, test_cmd: str
     name = harness_specs.parser_name(task)
     if name is None:
         return read_statuses(log, returncode, task.log_parser, test_cmd)
-    statuses, believed = harness_specs.harness_statuses(task, log, returncode)
+    statuses, believed = harness_specs.harness_statuses(task, log, returncode, framed=test_cmd == EVAL_SH)
     if believed:
         return statuses, ""
     if not harness_specs.harness_parser(name, task)(log):
@@ -168,6 +168,7 @@ def _apply_test_patch(task: SWETask, env: Environment) -> str | None:
         elif (env.app_dir / f).resolve().is_relative_to(env.app_dir.resolve()):
             (env.app_dir / f).unlink(missing_ok=True)
     host = env.app_dir.parent / "tmp" / "test.patch"
+    host.parent.mkdir(parents=True, exist_ok=True)  # docker's trial folder has no tmp/ until a command ran
     host.write_text(task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n")
     rc, log = _host_git(env.app_dir, "apply", "-v", str(host))
     return None if rc == 0 else log
@@ -234,7 +235,22 @@ def task_test_cmd(task: SWETask) -> str:
     return default_test_cmd(task)
 
 
+EVAL_SH = "bash /logs/verifier/eval.sh"  # the harness's own eval script, run as it runs it (docker, its image)
+
+
+def runs_eval_script(task: SWETask, env: Environment) -> bool:
+    """In the harness's own image (docker, /testbed copied out of it) the harness's eval script runs whole: it
+    resets the test files, applies test_patch and runs the tests exactly as `swebench eval` does."""
+    return bool(task.eval_script) and getattr(env, "name", "") == "docker" and getattr(env, "harness_image", False)
+
+
 def run_tests(env: Environment, task: SWETask, timeout_s: float) -> tuple[ExecResult, str]:
+    if runs_eval_script(task, env):
+        from agent.bench.harness_specs import eval_script
+
+        (env.logs / "verifier").mkdir(parents=True, exist_ok=True)
+        (env.logs / "verifier" / "eval.sh").write_text(eval_script(task), encoding="utf-8")
+        return env.exec(EVAL_SH, cwd=env.workdir, timeout_s=timeout_s), EVAL_SH
     cmd = task_test_cmd(task)
     return env.exec(cmd, cwd=APP, timeout_s=timeout_s), cmd
 
@@ -253,7 +269,7 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
             return g
     else:
         method = None
-    failed = _apply_test_patch(task, env)
+    failed = None if runs_eval_script(task, env) else _apply_test_patch(task, env)
     if failed is not None:
         return infra("test_patch does not apply (the task is broken)", "\n".join([*out, failed]))
     grade = None

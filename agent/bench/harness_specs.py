@@ -160,10 +160,23 @@ def _with_log_file(text: str, fn):
         return fn(f.name)
 
 
-def harness_statuses(task: Any, log: str, returncode: int | None) -> tuple[dict[str, str], bool]:
-    """The harness's get_logs_eval on the framed log: (status map, whether the harness believes the run)."""
+def harness_statuses(task: Any, log: str, returncode: int | None, framed: bool = False) -> tuple[dict[str, str], bool]:
+    """The harness's get_logs_eval on the log (framed as its eval script frames it, unless it is the eval script's
+    own output): (status map, whether the harness believes the run)."""
     grading, _ = _swebench()
-    return _with_log_file(frame(log, returncode), lambda p: grading.get_logs_eval(test_spec(task), p))
+    text = log if framed else frame(log, returncode)
+    return _with_log_file(text, lambda p: grading.get_logs_eval(test_spec(task), p))
+
+
+def eval_script(task: Any) -> str:
+    """The row's eval script as the harness runs it (make_test_spec: the test command's exit code recorded after
+    the end marker)."""
+    from swebench.harness.utils import make_test_spec
+
+    return make_test_spec({"instance_id": task.instance_id, "image": task.image or image_name(task.instance_id),
+                           "eval_script": task.eval_script, "repo": task.repo, "version": task.version,
+                           "FAIL_TO_PASS": list(task.FAIL_TO_PASS), "PASS_TO_PASS": list(task.PASS_TO_PASS),
+                           "log_parser": parser_name(task) or "", "eval_type": eval_type(task)}).eval_script  # fmt: skip
 
 
 def harness_report(task: Any, model_patch: str | None, framed_log: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.agents import AgentLimits, BenchAgent
+from agent.bench.docker_env import BASE_IMAGE
 from agent.bench.environments import EnvSpec, InfraError, make_environment
 from agent.bench.grading import INFRA_ERROR, Grade, grade_swe, grade_terminal, infra, patch_files
 from agent.bench.repos import RepoCache, working_tree_diff
@@ -118,11 +119,18 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
         repos = config.repos or RepoCache(config.cache_dir)
         from agent.bench.harness_specs import local_setup
 
+        if config.env == "docker" and task.eval_script:
+            from agent.bench.harness_specs import image_name
+
+            # the harness's image, as `swebench eval` runs it: the repository installed at /testbed
+            return EnvSpec(folder, image=task.image or image_name(task.instance_id), workdir="/testbed",
+                           memory_mb=config.limits.memory_mb, cache_dir=config.cache_dir, hidden=hidden)  # fmt: skip
         setup = task.setup or (local_setup(task) if config.env == "local" else None)
         return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=setup,
                        setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
                        python=(task.python or None) if config.env == "local" else None,
-                       cache_dir=config.cache_dir, image=task.image or None,
+                       image=task.image or (BASE_IMAGE if config.env == "docker" else None),
+                       cache_dir=config.cache_dir,
                        memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
     return EnvSpec(folder, app_source=lambda d: _copy_environment(task.environment_dir, d),
@@ -148,7 +156,8 @@ def _grade(
         if outcome.infra_error:
             return infra(outcome.infra_error), outcome, patch
         if isinstance(task, SWETask):
-            patch = working_tree_diff(env.app_dir, task.base_commit)
+            # in the harness's image the setup's own commit is HEAD: the answer is what changed since
+            patch = working_tree_diff(env.app_dir, "HEAD" if getattr(env, "harness_image", False) else task.base_commit)
         elif (env.app_dir / ".git").exists():
             patch = working_tree_diff(env.app_dir, "HEAD", agents_git=True)  # the agent's own .git
         (trial_dir / "patch.diff").write_text(patch, encoding="utf-8")

@@ -1,0 +1,131 @@
+"""`--env docker` end to end, in real containers: the built-in Harbor tasks and two SWE tasks (oracle resolves, nop
+does not), a run killed mid-trial resumes and leaves no container behind, and a row as the SWE-bench harness
+publishes it runs its eval script in a harness-layout image. The daemon and the base image come from
+tests/agent/bench/docker_daemon.py (started and built offline where root and dockerd allow); skipped, with the
+reason, only where no daemon can run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agent.bench import docker_daemon
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def docker():
+    why = docker_daemon.daemon() or docker_daemon.base_image()
+    if why:
+        pytest.skip(f"no Docker here: {why}")
+    # the built-in Harbor tasks start FROM python:3.12-slim; offline, the base image (Debian's Python 3.11) is it
+    docker_daemon.tag(docker_daemon.BASE_IMAGE, "python:3.12-slim")
+    return os.environ.get("DOCKER_HOST", "")
+
+
+def glm5(*args, timeout=900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "glm5cli.app", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())["summary"]
+
+
+def test_builtin_harbor_tasks_under_docker(docker, tmp_path):
+    out = tmp_path / "oracle"
+    r = glm5("bench", "terminal", "--suite", "builtin", "--env", "docker", "--agent", "oracle", "-n", "2",
+             "--out", out)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = summary(out)
+    assert s["infra_errors"] == 0 and s["resolved_rate"] == 1.0, s
+    r = glm5("bench", "terminal", "--suite", "builtin", "--env", "docker", "--agent", "nop", "-n", "2",
+             "--out", tmp_path / "nop")  # fmt: skip
+    s = summary(tmp_path / "nop")
+    assert s["infra_errors"] == 0 and s["resolved"] == 0, s
+    assert docker_daemon.containers() == []
+
+
+def test_two_swe_tasks_under_docker_oracle_resolves_nop_does_not(docker, tmp_path):
+    flt = "ledger-1$|logtools-1$"
+    r = glm5("bench", "swe", "--suite", "builtin", "--filter", flt, "--env", "docker", "--agent", "oracle",
+             "--out", tmp_path / "oracle")  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = summary(tmp_path / "oracle")
+    assert s["resolved"] == 2 and s["infra_errors"] == 0, s
+    glm5("bench", "swe", "--suite", "builtin", "--filter", flt, "--env", "docker", "--agent", "nop",
+         "--out", tmp_path / "nop")  # fmt: skip
+    s = summary(tmp_path / "nop")
+    assert s["resolved"] == 0 and s["infra_errors"] == 0, s
+
+
+def test_a_run_killed_mid_trial_resumes_and_leaves_no_container(docker, tmp_path):
+    out = tmp_path / "run"
+    args = ["bench", "swe", "--suite", "builtin", "--filter", "ledger-[12]$", "--env", "docker", "--agent",
+            "oracle", "--out", out]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "glm5cli.app", *map(str, args)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not docker_daemon.containers():
+        time.sleep(0.2)
+    assert docker_daemon.containers(), "no trial container started"
+    os.killpg(proc.pid, signal.SIGKILL)  # as a CI job cancelled: no cleanup at all
+    proc.wait()
+    r = glm5(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = summary(out)
+    assert s["resolved"] == 2 and s["infra_errors"] == 0, s
+    assert docker_daemon.containers() == []  # the killed trial's container went with its retry
+
+
+HARNESS_DOCKERFILE = """FROM {base}
+RUN mkdir -p /opt/miniconda3/bin && printf 'conda() {{ :; }}\\n' > /opt/miniconda3/bin/activate
+COPY repo /testbed
+RUN cd /testbed && git config --global user.email setup@swebench.config && git config --global user.name SWE-bench \\
+    && git commit --allow-empty -qm SWE-bench
+WORKDIR /testbed
+"""
+
+
+def test_a_published_row_runs_the_harness_eval_script_in_its_image(docker, tmp_path, calc_repo):
+    """An image laid out as the harness's are (the repository at /testbed, a `testbed` conda env to activate: here
+    an empty one), named as the harness names it; the row carries only the harness's fields."""
+    from tests.agent.bench.conftest import calc_row, sh
+
+    row = calc_row(calc_repo, "acme__calc-7")
+    ctx = tmp_path / "ctx"
+    sh(calc_repo, "clone", "-q", str(calc_repo), str(ctx / "repo"))
+    (ctx / "Dockerfile").write_text(HARNESS_DOCKERFILE.format(base=docker_daemon.BASE_IMAGE))
+    from agent.bench.harness_specs import image_name
+
+    image = image_name(row["instance_id"])
+    subprocess.run(["docker", "build", "-q", "-t", image, str(ctx)], check=True, capture_output=True,
+                   env={**os.environ})  # fmt: skip
+    base = row["base_commit"]
+    script = (f"#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\n"
+              f"cd /testbed\ngit checkout {base} test_add.py test_mul.py\n"
+              f"git apply -v - <<'EOF_1'\n{row['test_patch']}\nEOF_1\n: '>>>>> Start Test Output'\n"
+              "python -m pytest -rA -p no:cacheprovider test_add.py test_mul.py\n: '>>>>> End Test Output'\n"
+              f"git checkout {base} test_add.py test_mul.py\n")  # fmt: skip
+    published = {k: row[k] for k in ("instance_id", "base_commit", "problem_statement", "patch", "test_patch",
+                                     "FAIL_TO_PASS", "PASS_TO_PASS", "version")}  # fmt: skip
+    published.update(repo="acme/calc", eval_script=script, log_parser="parse_log_pytest", eval_type="pass_and_fail")
+    tasks = tmp_path / "published.jsonl"
+    tasks.write_text(json.dumps(published) + "\n")
+    for agent, resolved in (("oracle", 1), ("nop", 0)):
+        out = tmp_path / agent
+        r = glm5("bench", "swe", tasks, "--env", "docker", "--agent", agent, "--out", out)
+        assert r.returncode == 0, r.stdout + r.stderr
+        s = summary(out)
+        log = (out / "trials" / "acme__calc-7" / "0" / "test_output.txt").read_text()
+        assert s["resolved"] == resolved and s["infra_errors"] == 0, (s, log)
+        assert "bash /logs/verifier/eval.sh" in log and ">>>>> Test Exit Code" in log
