@@ -56,10 +56,15 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
             fail(f"--env {env!r}: expected local, docker or a plugin's environment", code=EXIT_USAGE)
     try:
         tasks, source, base_dir = load_tasks(kind, paths, suite, out / "suite")
+        if env == "local":
+            from agent.bench.runner import select
+
+            chosen = select(tasks, parse_shard(shard), filter_)
+            _say_local_gaps(chosen)
         if env == "local" and kind == "swe":
             from agent.bench.setup_cache import missing_pythons
 
-            for version, ids in missing_pythons(tasks).items():
+            for version, ids in missing_pythons(chosen).items():
                 fail(f"{len(ids)} task(s) need Python {version} ({', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}),"
                      f" which this machine does not have: use --env docker, or install it (pyenv install {version},"
                      f" uv python install {version})", code=EXIT_USAGE)  # fmt: skip
@@ -91,6 +96,20 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
         rate = report["summary"]["resolved_rate"]
         fail(f"resolved rate {'n/a' if rate is None else f'{rate:.3f}'} is below --min-resolved {min_resolved}",
              code=EXIT_BELOW)  # fmt: skip
+
+
+def _say_local_gaps(tasks: list) -> None:
+    """Before a local run: what of each task local mode cannot honour (a Dockerfile's RUN, ENV, base image...)."""
+    from agent.bench.local_gaps import local_gaps
+
+    gaps = [(t.task_id, g) for t in tasks if (g := local_gaps(t))]
+    if not gaps:
+        return
+    err_console.print(f"--env local cannot honour parts of {len(gaps)} task(s); --env docker does:", style="yellow")
+    for tid, g in gaps[:10]:
+        err_console.print(f"  {tid}: {'; '.join(g)}", highlight=False, style="yellow")
+    if len(gaps) > 10:
+        err_console.print(f"  ... and {len(gaps) - 10} more", style="yellow")
 
 
 class _Progress:

@@ -29,5 +29,5 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
       || $PIP install torch --index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
   fi
 fi
-$PIP install -e ".[dev,swebench]"
+$PIP install -e ".[dev]"
 echo "glm5 is set up: activate with 'source $VENV/bin/activate', or run $VENV/bin/glm5"

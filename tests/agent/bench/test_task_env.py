@@ -110,3 +110,41 @@ def test_pyenv_pythons_are_found(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert find_python("3.4") == str(exe)
     assert subprocess.run([str(exe)], capture_output=True, text=True).stdout == "3.4\n"
+
+
+def test_local_mode_names_what_it_cannot_honour(tmp_path):
+    from agent.bench.local_gaps import local_gaps
+    from agent.bench.tasks import load_terminal_task
+
+    task_dir = tmp_path / "t"
+    (task_dir / "environment").mkdir(parents=True)
+    (task_dir / "tests").mkdir()
+    (task_dir / "tests" / "test.sh").write_text("exit 0\n")
+    (task_dir / "instruction.md").write_text("do it\n")
+    (task_dir / "environment" / "Dockerfile").write_text(
+        "# a comment\nFROM python:3.13-slim\nRUN apt-get update && \\\n    apt-get install -y jq\nENV MODE=strict\n"
+        "WORKDIR /app\nCOPY . /app/\nCOPY data.csv /srv/data.csv\nRUN pip install pandas\n"
+    )
+    gaps = local_gaps(load_terminal_task(task_dir))
+    assert gaps == ["FROM python:3.13-slim (this machine's system, glm5's Python first on PATH)",
+                    "2 RUN instruction(s)", "ENV MODE=strict", "COPY data.csv /srv/data.csv"]  # fmt: skip
+    (task_dir / "environment" / "Dockerfile").write_text("FROM python:3.13-slim\nWORKDIR /app\nCOPY . /app\n")
+    assert local_gaps(load_terminal_task(task_dir)) == [
+        "FROM python:3.13-slim (this machine's system, glm5's Python first on PATH)"
+    ]
+    row = {"instance_id": "a__b-1", "repo": "a/b", "base_commit": "c", "problem_statement": "p"}
+    assert local_gaps(swe_task_from_row(row, "t:1")) == []
+    assert local_gaps(swe_task_from_row({**row, "image": "org/img:1"}, "t:1")) == ["its image org/img:1"]
+
+
+@needs_bwrap
+def test_a_local_run_says_what_it_cannot_honour(tmp_path):
+    from typer.testing import CliRunner
+
+    from glm5cli.app import app
+
+    r = CliRunner().invoke(app, ["bench", "terminal", "--suite", "builtin", "--filter", "word-frequency", "--agent",
+                                 "oracle", "--out", str(tmp_path / "run")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "--env local cannot honour parts of 1 task(s); --env docker does" in r.output
+    assert "FROM python:3.12-slim" in r.output and "RUN instruction(s)" in r.output
