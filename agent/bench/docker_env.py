@@ -133,7 +133,10 @@ class DockerEnvironment:
         if self.container is None:
             raise InfraError("the docker environment is not started")
         flags = [f"--env={k}={v}" for k, v in {**self.spec.env, **(env or {})}.items()]
-        return ["docker", "exec", "-i", "-w", cwd, *flags, self.container, *argv]
+        # the daemon named in argv: whoever runs it (the glm5 agent's tools, with their scrubbed environment) may
+        # not have DOCKER_HOST
+        host = ["-H", os.environ["DOCKER_HOST"]] if os.environ.get("DOCKER_HOST") else []
+        return ["docker", *host, "exec", "-i", "-w", cwd, *flags, self.container, *argv]
 
     def exec(self, command: str, *, cwd: str = APP, timeout_s: float | None = None,
              env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:  # fmt: skip

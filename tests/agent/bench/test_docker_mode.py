@@ -129,3 +129,19 @@ def test_a_published_row_runs_the_harness_eval_script_in_its_image(docker, tmp_p
         log = (out / "trials" / "acme__calc-7" / "0" / "test_output.txt").read_text()
         assert s["resolved"] == resolved and s["infra_errors"] == 0, (s, log)
         assert "bash /logs/verifier/eval.sh" in log and ">>>>> Test Exit Code" in log
+
+
+def test_commands_wrapped_for_the_agent_reach_the_daemon_without_its_environment(docker, tmp_path):
+    """The glm5 agent's tools run `wrap`ped argv with a scrubbed environment (no DOCKER_HOST): the argv names the
+    daemon itself."""
+    from agent.bench.docker_env import BASE_IMAGE, DockerEnvironment
+    from agent.bench.environments import EnvSpec
+
+    env = DockerEnvironment(EnvSpec(tmp_path / "t", image=BASE_IMAGE, app_source=lambda d: d.mkdir(parents=True)))
+    env.start()
+    try:
+        r = subprocess.run(env.wrap(["bash", "-c", "pwd"]), capture_output=True, text=True, timeout=60,
+                           env={"PATH": os.environ["PATH"]})  # fmt: skip
+        assert r.returncode == 0 and r.stdout.strip() == "/app", r.stderr
+    finally:
+        env.stop()

@@ -343,3 +343,29 @@ def test_python_version_from_the_environment_dockerfile():
     assert harness_specs.python_version("FROM python:3.11-slim\n") == "3.11"
     row = published_row("parse_log_sympy", "sympy/sympy", ["x"], [], dockerfile="RUN conda create -n testbed python=3.9 -y")
     assert swe_task_from_row(row, "t:1").python == "3.9"
+
+
+@pytest.mark.skipif(__import__("agent.sandbox").sandbox.probe(False) is not None, reason="bubblewrap cannot run here")
+def test_a_published_row_graded_in_a_real_local_checkout(tmp_path, calc_repo):
+    """The row carries only the harness's fields; local mode runs its eval script's test command in /app and
+    the harness's parser and rule grade it: the gold patch resolves, the empty one does not."""
+    from agent.bench.environments import EnvSpec
+    from agent.bench.grading import grade_swe
+    from agent.bench.local_env import LocalEnvironment
+    from agent.bench.repos import RepoCache
+    from tests.agent.bench.conftest import calc_row
+
+    row = calc_row(calc_repo)
+    row.pop("test_cmd")
+    row.update(log_parser="parse_log_pytest", eval_type="pass_and_fail", eval_script=(
+        "#!/bin/bash\nset -uxo pipefail\ncd /testbed\n: '>>>>> Start Test Output'\n"
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python -m pytest -rA -p no:cacheprovider test_add.py test_mul.py\n"
+        ": '>>>>> End Test Output'\n"))  # fmt: skip
+    task = swe_task_from_row(row, "t:1")
+    cache = RepoCache(tmp_path / "cache")
+    for name, patch, resolved in (("gold", row["patch"], True), ("nop", "", False)):
+        env = LocalEnvironment(EnvSpec(tmp_path / name, app_source=lambda d: cache.checkout(task.repo, task.base_commit, d)))
+        env.start()
+        g = grade_swe(task, patch, env, timeout_s=120)
+        assert g.resolved is resolved, g.log
+        assert g.tests["test_add.py::test_add"] == ("PASSED" if resolved else "FAILED")
