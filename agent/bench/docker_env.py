@@ -87,6 +87,8 @@ class DockerEnvironment:
 
     def image(self) -> str:
         if self.spec.image:
+            if self.spec.image.startswith("-"):  # `docker run` would read it as a flag (--privileged)
+                raise InfraError(f"{self.spec.image[:80]!r} is not a Docker image reference")
             return self.spec.image
         ctx = self.spec.dockerfile_dir
         if ctx is None or not (Path(ctx) / "Dockerfile").is_file():

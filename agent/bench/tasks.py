@@ -197,10 +197,20 @@ def _check_harness_fields(row: dict[str, Any], where: str) -> None:
             parser_for(name, "")
         except ValueError as e:
             raise TaskError(f"{where}: {e}") from None
+    if row.get("image") and not good_image(row["image"]):
+        raise TaskError(f"{where}: image {row['image'][:80]!r} is not a Docker image reference")
     if row.get("eval_type") and row["eval_type"] not in ("pass_and_fail", "fail_only"):
         raise TaskError(f"{where}: eval_type must be pass_and_fail or fail_only, not {row['eval_type'][:40]!r}")
     if row.get("python") and not re.fullmatch(r"3\.\d{1,2}", row["python"]):
         raise TaskError(f"{where}: python must be a version such as 3.9, not {row['python'][:40]!r}")
+
+
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+
+
+def good_image(ref: str) -> bool:
+    """A Docker image reference (registry/name:tag or @digest); never one that `docker run` would read as a flag."""
+    return bool(_IMAGE.fullmatch(ref))
 
 
 def _python_of(row: dict[str, Any]) -> str:
@@ -335,6 +345,9 @@ def load_terminal_task(folder: str | Path) -> TerminalTask:
     if not isinstance(internet, bool):  # "false" is a true string: the network would be on
         raise TaskError(f"{toml_path}: [environment].allow_internet must be true or false, not {internet!r}")
     allow = internet or network == "public"
+    image = env.get("docker_image")
+    if image is not None and (not isinstance(image, str) or not good_image(image)):
+        raise TaskError(f"{toml_path}: [environment].docker_image {str(image)[:80]!r} is not a Docker image reference")
     return TerminalTask(
         instance_id=ident,
         path=folder,

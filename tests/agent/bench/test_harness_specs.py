@@ -369,3 +369,21 @@ def test_a_published_row_graded_in_a_real_local_checkout(tmp_path, calc_repo):
         g = grade_swe(task, patch, env, timeout_s=120)
         assert g.resolved is resolved, g.log
         assert g.tests["test_add.py::test_add"] == ("PASSED" if resolved else "FAILED")
+
+
+def test_an_image_that_docker_would_read_as_a_flag_is_refused(tmp_path):
+    with pytest.raises(TaskError, match="not a Docker image reference"):
+        swe_task_from_row(published_row("parse_log_pytest", "a/b", ["x"], [], image="--privileged"), "t:1")
+    from agent.bench.tasks import load_terminal_task
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test.sh").write_text("exit 0\n")
+    (tmp_path / "instruction.md").write_text("x\n")
+    (tmp_path / "task.toml").write_text('[environment]\ndocker_image = "--privileged"\n')
+    with pytest.raises(TaskError, match="docker_image"):
+        load_terminal_task(tmp_path)
+    from agent.bench.docker_env import DockerEnvironment
+    from agent.bench.environments import EnvSpec, InfraError
+
+    with pytest.raises(InfraError, match="not a Docker image reference"):
+        DockerEnvironment(EnvSpec(tmp_path / "t", image="-v/:/host")).image()
