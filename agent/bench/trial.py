@@ -113,6 +113,23 @@ def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tup
     return tuple(dict.fromkeys(p.resolve() for p in out if p.exists()))
 
 
+def swe_dockerfile(task: SWETask, config: TrialConfig) -> Path | None:
+    """A SWE row's own `dockerfile` (its environment, as a harness task repo carries one) as a build context under
+    the cache, for docker mode; None when the row has none."""
+    text = task.extra.get("dockerfile")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    import hashlib
+
+    ctx = Path(config.cache_dir).resolve() / "dockerfiles" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    if not (ctx / "Dockerfile").is_file():
+        ctx.mkdir(parents=True, exist_ok=True)
+        tmp = ctx / "Dockerfile.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, ctx / "Dockerfile")
+    return ctx
+
+
 def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) -> EnvSpec:
     hidden = hidden_from_trials(task, config)
     if isinstance(task, SWETask):
@@ -126,10 +143,12 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
             return EnvSpec(folder, image=task.image or image_name(task.instance_id), workdir="/testbed",
                            memory_mb=config.limits.memory_mb, cache_dir=config.cache_dir, hidden=hidden)  # fmt: skip
         setup = task.setup or (local_setup(task) if config.env == "local" else None)
+        dockerfile = swe_dockerfile(task, config) if config.env == "docker" and not task.image else None
         return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=setup,
                        setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
                        python=(task.python or None) if config.env == "local" else None,
-                       image=task.image or (BASE_IMAGE if config.env == "docker" else None),
+                       image=task.image or (BASE_IMAGE if config.env == "docker" and not dockerfile else None),
+                       dockerfile_dir=dockerfile,
                        cache_dir=config.cache_dir,
                        memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
