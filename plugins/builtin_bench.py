@@ -6,7 +6,7 @@
                       the generated one-line repair family (seed 0) the training proof learns and is measured on
     terminal:repair-train, terminal:repair-heldout
                       the same instances as Harbor task folders
-    swe:multilingual  SWE-bench Multilingual-style tasks in Go, Rust, JavaScript, C and PHP (--env docker)
+    swe:multilingual  SWE-bench Multilingual-style tasks in Go, Rust, JavaScript, C, PHP and Ruby (--env docker)
 
 `glm5 bench swe --suite builtin` and `glm5 bench terminal --suite builtin` call the suite's
 `materialize(dest)` and run what it returns. Nothing here imports `agent`.

@@ -173,10 +173,11 @@ def eval_script(task: Any) -> str:
     the end marker)."""
     from swebench.harness.utils import make_test_spec
 
-    return make_test_spec({"instance_id": task.instance_id, "image": task.image or image_name(task.instance_id),
-                           "eval_script": task.eval_script, "repo": task.repo, "version": task.version,
-                           "FAIL_TO_PASS": list(task.FAIL_TO_PASS), "PASS_TO_PASS": list(task.PASS_TO_PASS),
-                           "log_parser": parser_name(task) or "", "eval_type": eval_type(task)}).eval_script  # fmt: skip
+    row = {"instance_id": task.instance_id, "image": task.image or image_name(task.instance_id),
+           "eval_script": task.eval_script, "repo": task.repo, "version": task.version,
+           "FAIL_TO_PASS": list(task.FAIL_TO_PASS), "PASS_TO_PASS": list(task.PASS_TO_PASS),
+           "log_parser": parser_name(task) or "", "eval_type": eval_type(task)}  # fmt: skip
+    return make_test_spec(row).eval_script
 
 
 def harness_report(task: Any, model_patch: str | None, framed_log: str) -> dict[str, Any]:

@@ -56,7 +56,8 @@ def python_candidates(version: str) -> list[str]:
     for pattern in (f"{pyenv}/versions/{version}*/bin/python{version}",
                     f"{home}/.local/share/uv/python/cpython-{version}*/bin/python{version}",
                     f"/usr/local/bin/python{version}", f"/usr/bin/python{version}",
-                    f"/opt/python/{version}*/bin/python{version}", f"/opt/conda/envs/*/bin/python{version}"):  # fmt: skip
+                    f"/opt/python/{version}*/bin/python{version}",
+                    f"/opt/conda/envs/*/bin/python{version}"):  # fmt: skip
         out += sorted(glob.glob(pattern), reverse=True)
     return [p for p in dict.fromkeys(out) if p]
 

@@ -1,6 +1,7 @@
 """The built-in SWE-bench Multilingual-style suite ("swe:multilingual"): one small repository per language whose
-toolchain installs from Debian's packages (Go, Rust, JavaScript, C, PHP), graded with the official harness's parser
-for that language (parse_log_gotest, parse_log_cargo, parse_log_tap, parse_log_jq, parse_log_phpunit).
+toolchain installs from Debian's packages (Go, Rust, JavaScript, C, PHP, Ruby), graded with the official harness's
+parser for that language (parse_log_gotest, parse_log_cargo, parse_log_tap, parse_log_jq, parse_log_phpunit,
+parse_log_ruby_unit).
 
 Data (plugins/bench_suites/multilingual/):
     Dockerfile        the environment of every task: glm5's offline base image plus the toolchains (built by
@@ -68,8 +69,8 @@ def build_task(d: dict, path: Path, final: Path, dockerfile: str) -> dict:
 class MultilingualSuite(BuiltinSuite):
     kind = "swe"
     name = "multilingual"
-    description = ("Offline SWE-bench Multilingual-style tasks in Go, Rust, JavaScript, C and PHP, graded with the "
-                   "official harness's parsers; run with --env docker (toolchains from Debian packages)")  # fmt: skip
+    description = ("Offline SWE-bench Multilingual-style tasks in Go, Rust, JavaScript, C, PHP and Ruby, graded "
+                   "with the official harness's parsers; run with --env docker (toolchains from Debian packages)")  # fmt: skip
 
     def build(self, tmp: Path, dest: Path) -> list[str]:
         dockerfile = (DATA / "Dockerfile").read_text(encoding="utf-8")

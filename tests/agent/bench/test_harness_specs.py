@@ -282,7 +282,8 @@ def test_every_harness_parser_is_checked_or_listed():
         "parse_log_jest_json", "parse_log_karma", "parse_log_immutable_js", "parse_log_bpmn_js", "parse_log_carbon",
         "parse_log_eslint", "parse_log_grommet", "parse_log_highlightjs", "parse_log_lighthouse", "parse_log_next",
         "parse_log_openlayers", "parse_log_prismjs", "parse_log_quarto_cli", "parse_log_doctest",
-        "parse_log_cucumber", "parse_log_minitest", "parse_log_ruby_unit", "parse_log_rspec_transformed_json", "parse_log_jekyll",
+        "parse_log_cucumber", "parse_log_minitest", "parse_log_ruby_unit", "parse_log_rspec_transformed_json",
+        "parse_log_jekyll",
     }  # fmt: skip
     assert set(harness_specs.parser_names()) - set(CASES) - unchecked == set()
 
@@ -299,10 +300,12 @@ def test_the_test_command_comes_from_the_eval_script():
               "cd /testbed\ngit checkout abc sympy/core/tests/test_basic.py\n"
               "git apply -v - <<'EOF_1'\ndiff --git a/x b/x\nEOF_1\n: '>>>>> Start Test Output'\n"
               "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose "
-              "sympy/core/tests/test_basic.py\n: '>>>>> End Test Output'\ngit checkout abc sympy/core/tests/test_basic.py\n")  # fmt: skip
+              "sympy/core/tests/test_basic.py\n: '>>>>> End Test Output'\n"
+              "git checkout abc sympy/core/tests/test_basic.py\n")  # fmt: skip
     row = published_row("parse_log_sympy", "sympy/sympy", ["test_structure"], [], eval_script=script)
     assert task_test_cmd(swe_task_from_row(row, "t:1")) == (
-        "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose sympy/core/tests/test_basic.py"
+        "PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose "
+        "sympy/core/tests/test_basic.py"
     )
 
 
@@ -341,7 +344,8 @@ def test_image_names_are_the_harness_s():
 def test_python_version_from_the_environment_dockerfile():
     assert harness_specs.python_version("RUN conda create -n testbed python=3.9 mpmath flake8 -y") == "3.9"
     assert harness_specs.python_version("FROM python:3.11-slim\n") == "3.11"
-    row = published_row("parse_log_sympy", "sympy/sympy", ["x"], [], dockerfile="RUN conda create -n testbed python=3.9 -y")
+    row = published_row("parse_log_sympy", "sympy/sympy", ["x"], [],
+                        dockerfile="RUN conda create -n testbed python=3.9 -y")  # fmt: skip
     assert swe_task_from_row(row, "t:1").python == "3.9"
 
 
@@ -364,7 +368,8 @@ def test_a_published_row_graded_in_a_real_local_checkout(tmp_path, calc_repo):
     task = swe_task_from_row(row, "t:1")
     cache = RepoCache(tmp_path / "cache")
     for name, patch, resolved in (("gold", row["patch"], True), ("nop", "", False)):
-        env = LocalEnvironment(EnvSpec(tmp_path / name, app_source=lambda d: cache.checkout(task.repo, task.base_commit, d)))
+        spec = EnvSpec(tmp_path / name, app_source=lambda d: cache.checkout(task.repo, task.base_commit, d))
+        env = LocalEnvironment(spec)
         env.start()
         g = grade_swe(task, patch, env, timeout_s=120)
         assert g.resolved is resolved, g.log
