@@ -3,7 +3,8 @@
 /app and /logs are bind mounts of the trial's folders (so the agent's file tools, the patch capture and the
 grader read the same files on the host); what the image itself put in its working folder (/app, or /testbed in
 the SWE-bench harness's `sweb.eval.x86_64.<id>` images, where the repository is installed) is copied out first and
-bound at both paths. A SWE task with no image of its own runs in BASE_IMAGE (scripts/build_base_image.sh builds
+bound at both paths. A task's `setup` runs in the container before the agent, with the network on, which is then
+cut (docker network disconnect). A SWE task with no image of its own runs in BASE_IMAGE (scripts/build_base_image.sh builds
 it offline from Debian packages). /tests and
 /solution are `docker cp`'d in when the trial gets there. Network off (`--network none`) unless the task allows
 it; memory and CPUs from the task. Needs a running daemon: without one, start() says so (an infra error).
@@ -122,7 +123,9 @@ class DockerEnvironment:
         if self.workdir != APP:  # the same folder under the task's own name
             argv += ["-v", f"{self.app_dir}:{self.workdir}"]
         argv += ["-w", self.workdir]
-        if not self.spec.network:
+        # a task's setup (its dependencies) runs with the network on, then the container is cut off
+        setup_online = bool(self.spec.setup) and not self.spec.network
+        if not self.spec.network and not setup_online:
             argv += ["--network", "none"]
         if self.spec.memory_mb:
             argv += ["--memory", f"{self.spec.memory_mb}m"]
@@ -130,6 +133,26 @@ class DockerEnvironment:
             argv += ["--cpus", str(self.spec.cpus)]
         _docker(*argv, image, "sleep", "infinity", timeout=600)
         self.container = name
+        if self.spec.setup:
+            self._setup(setup_online)
+
+    def _setup(self, cut_off_after: bool) -> None:
+        """The task's setup in the container (each trial's: its files land in this checkout), then no network."""
+        from agent.bench.setup_cache import SETUP_TIMEOUT_S, setup_command
+
+        res = self.exec(setup_command(self.spec.setup or "", self.app_dir), cwd=self.workdir,
+                        timeout_s=SETUP_TIMEOUT_S)  # fmt: skip
+        if cut_off_after:
+            nets = _docker("inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}",
+                           self.container).stdout.split()  # fmt: skip
+            for net in nets:
+                _docker("network", "disconnect", "-f", net, self.container)
+        if res.returncode != 0:
+            raise InfraError(f"the task's setup failed in the container (exit {res.returncode}): "
+                             f"{res.output.strip()[-300:]}")  # fmt: skip
+        from agent.bench.setup_cache import exclude_generated
+
+        exclude_generated(self.app_dir)
 
     def wrap(self, argv: list[str], cwd: str = APP, env: dict[str, str] | None = None) -> list[str]:
         if self.container is None:

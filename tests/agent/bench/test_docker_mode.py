@@ -173,3 +173,24 @@ def test_multilingual_tasks_under_docker(docker, tmp_path):
         s = summary(out)
         reasons = [json.loads(x)["reason"] for x in (out / "results.jsonl").read_text().splitlines()]
         assert s["resolved"] == resolved and s["infra_errors"] == 0, (s, reasons)
+
+
+def test_a_tasks_setup_runs_in_its_container_then_the_network_is_cut(docker, tmp_path, calc_repo):
+    from agent.bench.docker_env import BASE_IMAGE, DockerEnvironment
+    from agent.bench.environments import EnvSpec
+    from agent.bench.repos import RepoCache, working_tree_diff
+    from tests.agent.bench.conftest import calc_row
+
+    row = calc_row(calc_repo)
+    repos = RepoCache(tmp_path / "cache")
+    setup = "ls /sys/class/net > /logs/agent/nets-at-setup && echo 'K = 2' > gen_const.py"
+    env = DockerEnvironment(EnvSpec(tmp_path / "t", image=BASE_IMAGE, setup=setup,
+                                    app_source=lambda d: repos.checkout(str(calc_repo), row["base_commit"], d)))  # fmt: skip
+    env.start()
+    try:
+        assert "eth0" in (env.logs / "agent" / "nets-at-setup").read_text()  # online for the setup
+        r = env.exec("ls /sys/class/net; python -c 'import gen_const; print(gen_const.K)'")
+        assert r.output.split() == ["lo", "2"], r.output  # then cut off; the generated module is there
+        assert "gen_const" not in working_tree_diff(env.app_dir, row["base_commit"])
+    finally:
+        env.stop()

@@ -52,6 +52,15 @@ def test_setup_has_a_writable_home_and_its_generated_files_reach_every_checkout(
     assert (b.app_dir / "build" / "calc.so").read_text() == "so\n"
     r = b.exec("touch $HOME/x && echo home-ok")
     assert "home-ok" in r.output and r.returncode == 0, r.output
+    # the generated files are the environment's, not the answer: the prediction leaves them out, so applying it
+    # where they were restored does not collide
+    from agent.bench.repos import working_tree_diff
+
+    base = calc_row(calc_repo)["base_commit"]
+    for env in (a, b):
+        (env.app_dir / "calc.py").write_text("changed\n")
+        diff = working_tree_diff(env.app_dir, base)
+        assert "calc.py" in diff and "calc_version.py" not in diff and "calc.so" not in diff, diff
 
 
 @needs_bwrap
