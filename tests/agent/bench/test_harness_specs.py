@@ -185,6 +185,19 @@ skip  basics/io.py
 2 tests performed
 """
 
+RUBY_UNIT = """Loaded suite -e
+Started
+TestEveryWord: \n  test_capitalizes_every_word:\t\t\t\tF
+===============================================================================
+Failure: test_capitalizes_every_word(TestEveryWord)
+/app/test/test_every_word.rb:6:in `test_capitalizes_every_word'
+===============================================================================
+: (0.003470)
+TestOneWord: \n  test_capitalizes_one_word:\t\t\t\t.: (0.000288)
+Finished in 0.006737236 seconds.
+2 tests, 2 assertions, 1 failures, 0 errors, 0 pendings, 0 omissions, 0 notifications
+"""
+
 # parser -> (log, repo, FAIL_TO_PASS, PASS_TO_PASS, exit code): each names a passing and a failing test of its log
 CASES = {
     "parse_log_pytest": (PYTEST, "pytest-dev/pytest", *PYTEST_CASES, 1),
@@ -226,6 +239,8 @@ CASES = {
                                 ["org.apache.lucene.TestA > testTwo"], 1),
     "parse_log_phpunit": (PHPUNIT, "briannesbitt/carbon", ["Carbon Interval > Defaults"],
                           ["Carbon Interval > Nulls"], 1),
+    "parse_log_ruby_unit": (RUBY_UNIT, "fluent/fluentd", ["test_capitalizes_one_word"],
+                            ["test_capitalizes_every_word"], 1),
     "parse_log_redis": (REDIS, "redis/redis", ["SET and GET an item"], ["DEL against a single item"], 1),
     "parse_log_jq": (JQ, "jqlang/jq", ["tests/jqtest"], ["tests/mantest"], 1),
     "parse_log_googletest": (GOOGLETEST, "fmtlib/fmt", ["Suite.One"], ["Suite.Two"], 1),
@@ -282,7 +297,7 @@ def test_every_harness_parser_is_checked_or_listed():
         "parse_log_jest_json", "parse_log_karma", "parse_log_immutable_js", "parse_log_bpmn_js", "parse_log_carbon",
         "parse_log_eslint", "parse_log_grommet", "parse_log_highlightjs", "parse_log_lighthouse", "parse_log_next",
         "parse_log_openlayers", "parse_log_prismjs", "parse_log_quarto_cli", "parse_log_doctest",
-        "parse_log_cucumber", "parse_log_minitest", "parse_log_ruby_unit", "parse_log_rspec_transformed_json",
+        "parse_log_cucumber", "parse_log_minitest", "parse_log_rspec_transformed_json",
         "parse_log_jekyll",
     }  # fmt: skip
     assert set(harness_specs.parser_names()) - set(CASES) - unchecked == set()
