@@ -407,3 +407,26 @@ def test_an_image_that_docker_would_read_as_a_flag_is_refused(tmp_path):
 
     with pytest.raises(InfraError, match="not a Docker image reference"):
         DockerEnvironment(EnvSpec(tmp_path / "t", image="-v/:/host")).image()
+
+
+def test_a_harness_task_repo_folder_is_read_with_the_harness_s_reader(tmp_path):
+    """`glm5 bench swe path/to/task-repo`: tasks/<id>/ as the harness lays them out, each row with its Dockerfile
+    (where local mode finds the Python version)."""
+    d = tmp_path / "repo" / "tasks" / "sympy__sympy-20590"
+    d.mkdir(parents=True)
+    (d / "task.yaml").write_text("instance_id: sympy__sympy-20590\nrepo: sympy/sympy\nbase_commit: abc\n"
+                                 "version: '1.7'\nimage: swebench/sweb.eval.x86_64.sympy_1776_sympy-20590:latest\n"
+                                 "log_parser: parse_log_sympy\neval_type: pass_and_fail\nsplit: test\n")  # fmt: skip
+    (d / "tests.json").write_text('{"FAIL_TO_PASS": ["test_immutable"], "PASS_TO_PASS": ["test_structure"]}')
+    (d / "problem_statement.md").write_text("Symbol instances have __dict__ since 1.7?\n")
+    (d / "gold.patch").write_text("diff --git a/x b/x\n")
+    (d / "test.patch").write_text("diff --git a/t b/t\n")
+    (d / "eval.sh").write_text("#!/bin/bash\n: '>>>>> Start Test Output'\nbin/test -C --verbose sympy/core/tests/"
+                               "test_basic.py\n: '>>>>> End Test Output'\n")  # fmt: skip
+    (d / "Dockerfile").write_text("FROM sweb.env.py.x86_64.abc:latest\nRUN conda create -n testbed python=3.9 -y\n")
+    from agent.bench.tasks import load_swe_tasks
+
+    [task] = load_swe_tasks(tmp_path / "repo")
+    assert task.instance_id == "sympy__sympy-20590" and task.python == "3.9" and task.FAIL_TO_PASS == ("test_immutable",)
+    assert harness_specs.parser_name(task) == "parse_log_sympy" and task.version == "1.7"
+    assert task_test_cmd(task) == "bin/test -C --verbose sympy/core/tests/test_basic.py"
