@@ -2,14 +2,15 @@
 
 Where a daemon already answers (DOCKER_HOST, /var/run/docker.sock), the tests use it. Else, as root with `dockerd`
 installed (scripts/setup.sh installs Debian's docker.io where it can), they start a private one: its data, its
-socket and its pid under GLM5_TEST_DOCKER_ROOT (default /tmp/glm5-test-docker), DOCKER_HOST pointing at it, left
-running for the next session (a second start costs seconds; the base image stays in its data). The base image is
+socket and its pid under GLM5_TEST_DOCKER_ROOT (default /tmp/glm5-test-docker), DOCKER_HOST pointing at it, stopped
+when the session ends (the next start costs seconds; the base image stays in its data). The base image is
 built offline by scripts/build_base_image.sh (debootstrap from the Debian mirror, then `docker import`) and
 cached. Every failure to get there is a skip reason that says what is missing.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -31,9 +32,10 @@ def _start_private_daemon() -> str | None:
     for d in ("data", "exec"):
         (ROOT / d).mkdir(parents=True, exist_ok=True)
     log = open(ROOT / "dockerd.log", "ab")  # noqa: SIM115 - the daemon keeps writing it
-    subprocess.Popen(["dockerd", "--data-root", str(ROOT / "data"), "--exec-root", str(ROOT / "exec"),
-                      "-H", f"unix://{sock}", "--pidfile", str(ROOT / "dockerd.pid")],
-                     stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(["dockerd", "--data-root", str(ROOT / "data"), "--exec-root", str(ROOT / "exec"),
+                             "-H", f"unix://{sock}", "--pidfile", str(ROOT / "dockerd.pid")],
+                            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    atexit.register(_stop, proc)  # the daemon this session started ends with it (its images stay in data/)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if docker_problem() is None:
@@ -41,6 +43,15 @@ def _start_private_daemon() -> str | None:
         time.sleep(1)
     tail = (ROOT / "dockerd.log").read_text(errors="replace")[-400:]
     return f"dockerd did not start: {tail}"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def daemon() -> str | None:
