@@ -157,3 +157,31 @@ def test_a_local_run_says_what_it_cannot_honour(tmp_path):
     assert r.exit_code == 0, r.output
     assert "--env local cannot honour parts of 1 task(s); --env docker does" in r.output
     assert "FROM python:3.12-slim" in r.output and "RUN instruction(s)" in r.output
+
+
+def test_excluding_generated_files_never_follows_a_planted_link(tmp_path, calc_repo):
+    """In docker mode the setup can write /app/.git: a .git/info made a link to a host folder must not take the
+    host-side append (and `exclude` made a link to a host file neither)."""
+    from agent.bench.repos import RepoCache
+    from agent.bench.setup_cache import exclude_generated
+
+    app = tmp_path / "app"
+    RepoCache(tmp_path / "cache").checkout(str(calc_repo), calc_row(calc_repo)["base_commit"], app)
+    (app / "generated.txt").write_text("x\n")
+    victim = tmp_path / "host"
+    victim.mkdir()
+    import shutil
+
+    shutil.rmtree(app / ".git" / "info", ignore_errors=True)
+    (app / ".git" / "info").symlink_to(victim)
+    exclude_generated(app)
+    assert list(victim.iterdir()) == []
+    (app / ".git" / "info").unlink()
+    (app / ".git" / "info").mkdir()
+    (victim / "file").write_text("host\n")
+    (app / ".git" / "info" / "exclude").symlink_to(victim / "file")
+    exclude_generated(app)
+    assert (victim / "file").read_text() == "host\n"
+    (app / ".git" / "info" / "exclude").unlink()
+    exclude_generated(app)
+    assert "/generated.txt" in (app / ".git" / "info" / "exclude").read_text()
