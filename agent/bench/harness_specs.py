@@ -245,6 +245,7 @@ def load_task_repo(folder: Path) -> list[tuple[dict[str, Any], str]]:
         row = load_task(d)
         if (d / "Dockerfile").is_file():
             row["dockerfile"] = (d / "Dockerfile").read_text(encoding="utf-8")
+            row["task_dir"] = str(d.resolve())  # its build context (docker mode builds the image where it is missing)
         for k in ("FAIL_TO_PASS", "PASS_TO_PASS"):
             if isinstance(row.get(k), str):
                 row[k] = json.loads(row[k])
@@ -282,6 +283,32 @@ def install_commands(eval_script: str) -> list[str]:
     lines before the test patch goes in."""
     head = eval_script.split("git apply", 1)[0]
     return [m.group(0).strip() for m in _PIP.finditer(head)]
+
+
+ANSWER_FILES = ("gold.patch", "test.patch", "tests.json", "eval.sh", "hints.md")  # never in a build context
+
+
+def build_context(task: Any, cache_dir: Path) -> Path | None:
+    """A row's task folder as a Docker build context, less what would give the answer away (a Dockerfile can
+    `COPY . /x`: the agent would find the gold patch in its image); None for a row without one."""
+    import hashlib
+    import shutil
+
+    src = task.extra.get("task_dir")
+    if not isinstance(src, str) or not (Path(src) / "Dockerfile").is_file():
+        return None
+    digest = hashlib.sha256(f"{src}\0{task.extra.get('dockerfile', '')}".encode()).hexdigest()[:16]
+    ctx = Path(cache_dir).resolve() / "contexts" / digest
+    if not ctx.is_dir():
+        ctx.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=ctx.parent, prefix=f".{digest}-")) / "ctx"
+        shutil.copytree(src, tmp, symlinks=True, ignore=shutil.ignore_patterns(*ANSWER_FILES, "problem_assets"))
+        try:
+            tmp.rename(ctx)
+        except OSError:  # another trial made it first
+            pass
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+    return ctx
 
 
 def local_setup(task: Any) -> str | None:

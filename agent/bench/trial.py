@@ -109,7 +109,8 @@ def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tup
         out.append(task.path)
     elif task.source:
         src = Path(re.sub(r":(\d+|item \d+|row \d+)$", "", task.source))
-        out.append(src.parent if src.suffix == ".toml" else src)
+        # a harness task repo's tasks/<id>/task.yaml: every task's folder (gold.patch, test.patch) is beside it
+        out.append(src.parent if src.suffix == ".toml" else src.parent.parent if src.name == "task.yaml" else src)
     return tuple(dict.fromkeys(p.resolve() for p in out if p.exists()))
 
 
@@ -137,10 +138,12 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
         from agent.bench.harness_specs import local_setup
 
         if config.env == "docker" and task.eval_script:
-            from agent.bench.harness_specs import image_name
+            from agent.bench.harness_specs import build_context, image_name
 
-            # the harness's image, as `swebench eval` runs it: the repository installed at /testbed
+            # the harness's image, as `swebench eval` runs it: the repository installed at /testbed (built from the
+            # task repo's Dockerfile where it is not here and cannot be pulled)
             return EnvSpec(folder, image=task.image or image_name(task.instance_id), workdir="/testbed",
+                           dockerfile_dir=build_context(task, config.cache_dir),
                            memory_mb=config.limits.memory_mb, cache_dir=config.cache_dir, hidden=hidden)  # fmt: skip
         setup = task.setup or (local_setup(task) if config.env == "local" else None)
         dockerfile = swe_dockerfile(task, config) if config.env == "docker" and not task.image else None

@@ -194,3 +194,43 @@ def test_a_tasks_setup_runs_in_its_container_then_the_network_is_cut(docker, tmp
         assert "gen_const" not in working_tree_diff(env.app_dir, row["base_commit"])
     finally:
         env.stop()
+
+
+def test_a_harness_task_repo_builds_its_image_without_the_answer(docker, tmp_path, calc_repo):
+    """`glm5 bench swe TASK_REPO --env docker`: the image the row names is not here and cannot be pulled, so it is
+    built from the task's Dockerfile as the harness builds it, in a context without gold.patch or test.patch."""
+    import yaml
+
+    from tests.agent.bench.conftest import calc_row, sh
+
+    row = calc_row(calc_repo, "acme__calc-9")
+    d = tmp_path / "taskrepo" / "tasks" / row["instance_id"]
+    d.mkdir(parents=True)
+    sh(calc_repo, "clone", "-q", str(calc_repo), str(d / "repo"))
+    (d / "Dockerfile").write_text(HARNESS_DOCKERFILE.format(base=docker_daemon.BASE_IMAGE) + "COPY . /ctx\n")
+    base = row["base_commit"]
+    image = "sweb.eval.x86_64.acme__calc-9:glm5test"
+    (d / "task.yaml").write_text(yaml.safe_dump({
+        "instance_id": row["instance_id"], "repo": "acme/calc", "base_commit": base, "version": "1.0",
+        "image": image, "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail", "split": "test"}))  # fmt: skip
+    (d / "tests.json").write_text(json.dumps({"FAIL_TO_PASS": json.loads(row["FAIL_TO_PASS"]),
+                                              "PASS_TO_PASS": json.loads(row["PASS_TO_PASS"])}))  # fmt: skip
+    (d / "problem_statement.md").write_text(row["problem_statement"])
+    (d / "gold.patch").write_text(row["patch"])
+    (d / "test.patch").write_text(row["test_patch"])
+    (d / "eval.sh").write_text(
+        f"#!/bin/bash\nset -uxo pipefail\nsource /opt/miniconda3/bin/activate\nconda activate testbed\ncd /testbed\n"
+        f"git checkout {base} test_add.py test_mul.py\ngit apply -v - <<'EOF_1'\n{row['test_patch']}\nEOF_1\n"
+        ": '>>>>> Start Test Output'\npython -m pytest -rA -p no:cacheprovider test_add.py test_mul.py\n"
+        f": '>>>>> End Test Output'\ngit checkout {base} test_add.py test_mul.py\n")  # fmt: skip
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True, env={**os.environ})
+    for agent, resolved in (("oracle", 1), ("nop", 0)):
+        out = tmp_path / agent
+        r = glm5("bench", "swe", tmp_path / "taskrepo", "--env", "docker", "--agent", agent, "--out", out)
+        assert r.returncode == 0, r.stdout + r.stderr
+        s = summary(out)
+        assert s["resolved"] == resolved and s["infra_errors"] == 0, s
+    ls = subprocess.run(["docker", "run", "--rm", "--network", "none", image, "ls", "/ctx"], capture_output=True,
+                        text=True, env={**os.environ})  # fmt: skip
+    assert "Dockerfile" in ls.stdout and "repo" in ls.stdout
+    assert not {"gold.patch", "test.patch", "eval.sh", "tests.json"} & set(ls.stdout.split()), ls.stdout

@@ -430,3 +430,6 @@ def test_a_harness_task_repo_folder_is_read_with_the_harness_s_reader(tmp_path):
     assert task.instance_id == "sympy__sympy-20590" and task.python == "3.9" and task.FAIL_TO_PASS == ("test_immutable",)
     assert harness_specs.parser_name(task) == "parse_log_sympy" and task.version == "1.7"
     assert task_test_cmd(task) == "bin/test -C --verbose sympy/core/tests/test_basic.py"
+    from agent.bench.trial import TrialConfig, hidden_from_trials
+
+    assert (tmp_path / "repo" / "tasks").resolve() in hidden_from_trials(task, TrialConfig())  # every gold.patch
