@@ -99,6 +99,7 @@ WORKDIR /testbed
 def test_a_published_row_runs_the_harness_eval_script_in_its_image(docker, tmp_path, calc_repo):
     """An image laid out as the harness's are (the repository at /testbed, a `testbed` conda env to activate: here
     an empty one), named as the harness names it; the row carries only the harness's fields."""
+    pytest.importorskip("swebench", reason="the harness's parsers are the swebench extra")
     from tests.agent.bench.conftest import calc_row, sh
 
     row = calc_row(calc_repo, "acme__calc-7")
@@ -199,7 +200,8 @@ def test_a_tasks_setup_runs_in_its_container_then_the_network_is_cut(docker, tmp
 def test_a_harness_task_repo_builds_its_image_without_the_answer(docker, tmp_path, calc_repo):
     """`glm5 bench swe TASK_REPO --env docker`: the image the row names is not here and cannot be pulled, so it is
     built from the task's Dockerfile as the harness builds it, in a context without gold.patch or test.patch."""
-    import yaml
+    pytest.importorskip("swebench", reason="reading a task repo needs the swebench extra")
+    yaml = pytest.importorskip("yaml")
 
     from tests.agent.bench.conftest import calc_row, sh
 
