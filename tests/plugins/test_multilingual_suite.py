@@ -13,10 +13,10 @@ from plugins.bench_suites.multilingual_suite import MultilingualSuite
 
 
 def test_rows_load_and_their_patches_apply(tmp_path):
+    harness = pytest.importorskip("swebench.harness.log_parsers")  # the rows name the harness's parsers
     [jsonl] = MultilingualSuite().materialize(tmp_path / "suite")
     tasks = load_swe_tasks(jsonl)
     assert sorted(t.extra["language"] for t in tasks) == ["c", "go", "javascript", "php", "ruby", "rust"]
-    harness = pytest.importorskip("swebench.harness.log_parsers")
     for t in tasks:
         assert t.log_parser in harness.PARSER_REGISTRY and t.FAIL_TO_PASS
         assert "FROM glm5-bench-base:bookworm" in t.extra["dockerfile"]
