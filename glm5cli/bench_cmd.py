@@ -57,17 +57,9 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
     try:
         tasks, source, base_dir = load_tasks(kind, paths, suite, out / "suite")
         if env == "local":
-            from agent.bench.runner import select
+            from glm5cli.bench_harness import check_local
 
-            chosen = select(tasks, parse_shard(shard), filter_)
-            _say_local_gaps(chosen)
-        if env == "local" and kind == "swe":
-            from agent.bench.setup_cache import missing_pythons
-
-            for version, ids in missing_pythons(chosen).items():
-                fail(f"{len(ids)} task(s) need Python {version} ({', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}),"
-                     f" which this machine does not have: use --env docker, or install it (pyenv install {version},"
-                     f" uv python install {version})", code=EXIT_USAGE)  # fmt: skip
+            check_local(tasks, parse_shard(shard), filter_)
         bench_agent = make_agent(agent, base_url=base_url, model=model, provider=provider, api_key_env=api_key_env,
                                  temperature=temperature, profile=agent_profile, seed=seed) if agent == "glm5" \
             else make_agent(agent)  # fmt: skip
@@ -79,10 +71,9 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
         with _Progress(kind) as progress:
             report = run_job(kind, tasks, bench_agent, out, options, junit, progress.event)
         if predictions is not None:
-            from agent.bench.harness_io import write_predictions
+            from glm5cli.bench_harness import write_predictions
 
-            written = write_predictions([out], predictions)
-            err_console.print(f"{written} prediction(s) in the SWE-bench harness's format: {predictions}")
+            write_predictions(out, predictions)
     except (TaskError, ValueError, RunFolderError, SettingsError, FileExistsError) as e:
         fail(str(e), code=EXIT_USAGE)
     except KeyboardInterrupt:
@@ -96,20 +87,6 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
         rate = report["summary"]["resolved_rate"]
         fail(f"resolved rate {'n/a' if rate is None else f'{rate:.3f}'} is below --min-resolved {min_resolved}",
              code=EXIT_BELOW)  # fmt: skip
-
-
-def _say_local_gaps(tasks: list) -> None:
-    """Before a local run: what of each task local mode cannot honour (a Dockerfile's RUN, ENV, base image...)."""
-    from agent.bench.local_gaps import local_gaps
-
-    gaps = [(t.task_id, g) for t in tasks if (g := local_gaps(t))]
-    if not gaps:
-        return
-    err_console.print(f"--env local cannot honour parts of {len(gaps)} task(s); --env docker does:", style="yellow")
-    for tid, g in gaps[:10]:
-        err_console.print(f"  {tid}: {'; '.join(g)}", highlight=False, style="yellow")
-    if len(gaps) > 10:
-        err_console.print(f"  ... and {len(gaps) - 10} more", style="yellow")
 
 
 class _Progress:
@@ -246,12 +223,8 @@ def swe(
         "--agent-profile",
         help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
-    predictions: Path = typer.Option(
-        None,
-        "--predictions",
-        help="Also write the SWE-bench harness's predictions JSONL here (instance_id, model_name_or_path, "
-        "model_patch; each task's first attempt), for `swebench eval -p`.",
-    ),
+    predictions: Path = typer.Option(None, "--predictions", help="Also write the SWE-bench harness's predictions "
+                                     "JSONL here (each task's first attempt), for `swebench eval -p`."),
 ) -> None:
     """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does.
 
@@ -407,7 +380,9 @@ def compare(
     from agent.bench.run_folder import RunFolderError
 
     if run_b.is_file():
-        _compare_with_harness(run_a, run_b, as_json)
+        from glm5cli.bench_harness import compare_with_harness
+
+        compare_with_harness(run_a, run_b, as_json)
         return
 
     try:
@@ -437,26 +412,6 @@ def compare(
         if t["sessions_compared"]:
             line += f", sessions alike call for call {t['sessions_alike']} of {t['sessions_compared']}"
         console.print(line)
-
-
-def _compare_with_harness(run: Path, harness_report: Path, as_json: bool) -> None:
-    from agent.bench.harness_io import compare_with_harness
-    from agent.bench.run_folder import RunFolderError
-
-    try:
-        c = compare_with_harness([run], harness_report)
-    except (RunFolderError, OSError, ValueError) as e:
-        fail(str(e), code=EXIT_USAGE)
-    if as_json:
-        print_json(c)
-        return
-    console.print(f"glm5 {run} against the harness's {harness_report.name}: {c['agree']} of {c['compared']} "
-                  "instances graded alike")  # fmt: skip
-    for r in c["disagree"]:
-        console.print(f"  differ: {r['instance_id']}: glm5 {r['glm5']}, harness {r['harness']}", highlight=False)
-    for name, ids in (("only in glm5's run", c["only_glm5"]), ("only in the harness's report", c["only_harness"])):
-        if ids:
-            console.print(f"{name}: {', '.join(ids)}", highlight=False)
 
 
 @app.command("serve")
