@@ -236,3 +236,28 @@ def test_a_harness_task_repo_builds_its_image_without_the_answer(docker, tmp_pat
                         text=True, env={**os.environ})  # fmt: skip
     assert "Dockerfile" in ls.stdout and "repo" in ls.stdout
     assert not {"gold.patch", "test.patch", "eval.sh", "tests.json"} & set(ls.stdout.split()), ls.stdout
+
+
+def test_the_glm5_agent_works_through_its_tools_in_a_container(docker, tmp_path, calc_tasks, fake_model):
+    """The glm5 agent's read / edit / bash reach the container (its bash through `docker exec`, run with the
+    agent's scrubbed environment): it fixes the bug and the trial resolves."""
+    from agent.bench.agents import AgentLimits, make_agent
+    from agent.bench.tasks import load_swe_tasks
+    from agent.bench.trial import TrialConfig, run_trial
+    from tests.agent.fake_model import reply
+
+    fake_model.script = [
+        reply("Looking.", tools=[("read", {"path": "calc.py"})]),
+        reply("Fixing.", tools=[("edit", {"path": "calc.py", "old_string": "return a - b",
+                                          "new_string": "return a + b"})]),  # fmt: skip
+        reply("Checking.", tools=[("bash", {"command": "cat /etc/debian_version >/dev/null && pwd && "
+                                                       "python -c 'from calc import add; print(add(2, 3))'"})]),  # fmt: skip
+        reply("Fixed add()."),
+    ]
+    task = load_swe_tasks(calc_tasks)[0]
+    agent = make_agent("glm5", base_url=fake_model.base_url, model="fake-glm")
+    cfg = TrialConfig(env="docker", cache_dir=tmp_path / "cache", limits=AgentLimits(max_turns=8))
+    r = run_trial(task, agent, tmp_path / "g", cfg)
+    assert r.status == "resolved", r.reason
+    traj = (tmp_path / "g" / "trajectory.jsonl").read_text()
+    assert "/app\\n5" in traj  # bash ran in the container's /app
