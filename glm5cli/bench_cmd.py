@@ -36,7 +36,8 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          repos: Path | None, suite: str | None, force: bool, min_resolved: float | None, test_timeout: float,
          max_cost: float | None, memory_mb: int | None, temperature: float | None, keep_workdirs: bool,
          flaky_reruns: int = 0, agent_profile: str | None = None,
-         retry_infra_errors: bool = False, seed: int | None = None) -> None:  # fmt: skip
+         retry_infra_errors: bool = False, seed: int | None = None,
+         predictions: Path | None = None) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
     from agent.bench.job import below, load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
@@ -55,6 +56,10 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
             fail(f"--env {env!r}: expected local, docker or a plugin's environment", code=EXIT_USAGE)
     try:
         tasks, source, base_dir = load_tasks(kind, paths, suite, out / "suite")
+        if env == "local":
+            from glm5cli.bench_harness import check_local
+
+            check_local(tasks, parse_shard(shard), filter_)
         bench_agent = make_agent(agent, base_url=base_url, model=model, provider=provider, api_key_env=api_key_env,
                                  temperature=temperature, profile=agent_profile, seed=seed) if agent == "glm5" \
             else make_agent(agent)  # fmt: skip
@@ -65,6 +70,10 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
                              retry_infra_errors=retry_infra_errors)  # fmt: skip
         with _Progress(kind) as progress:
             report = run_job(kind, tasks, bench_agent, out, options, junit, progress.event)
+        if predictions is not None:
+            from glm5cli.bench_harness import write_predictions
+
+            write_predictions(out, predictions)
     except (TaskError, ValueError, RunFolderError, SettingsError, FileExistsError) as e:
         fail(str(e), code=EXIT_USAGE)
     except KeyboardInterrupt:
@@ -214,6 +223,8 @@ def swe(
         "--agent-profile",
         help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
+    predictions: Path = typer.Option(None, "--predictions", help="Also write the SWE-bench harness's predictions "
+                                     "JSONL here (each task's first attempt), for `swebench eval -p`."),
 ) -> None:
     """Run SWE-bench-format tasks with an agent; grade them as the SWE-bench harness does.
 
@@ -221,7 +232,7 @@ def swe(
     """
     _run("swe", list(tasks or []), out, agent, k, n, shard, filter_, env, max_turns, timeout, retries, junit, as_json,
          base_url, model, provider, api_key_env, repos, suite, force, min_resolved, test_timeout, max_cost, memory_mb,
-         temperature, keep_workdirs, flaky_reruns, agent_profile, retry_infra_errors, seed)  # fmt: skip
+         temperature, keep_workdirs, flaky_reruns, agent_profile, retry_infra_errors, seed, predictions)  # fmt: skip
 
 
 @app.command("terminal")
@@ -360,12 +371,19 @@ def report(
 @app.command("compare")
 def compare(
     run_a: Path = typer.Argument(..., help="The baseline run folder."),
-    run_b: Path = typer.Argument(..., help="The run compared with it."),
+    run_b: Path = typer.Argument(..., help="The run compared with it, or the SWE-bench harness's report of the "
+                                 "same tasks (<model>.<run_id>.json): glm5's grades checked against it."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Per-task flips between two runs and the paired difference in resolved rate (B - A), with a 95% interval."""
     from agent.bench.reports import compare as cmp
     from agent.bench.run_folder import RunFolderError
+
+    if run_b.is_file():
+        from glm5cli.bench_harness import compare_with_harness
+
+        compare_with_harness(run_a, run_b, as_json)
+        return
 
     try:
         c = cmp([run_a], [run_b])

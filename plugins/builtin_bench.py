@@ -6,6 +6,7 @@
                       the generated one-line repair family (seed 0) the training proof learns and is measured on
     terminal:repair-train, terminal:repair-heldout
                       the same instances as Harbor task folders
+    swe:multilingual  SWE-bench Multilingual-style tasks in Go, Rust, JavaScript, C, PHP and Ruby (--env docker)
 
 `glm5 bench swe --suite builtin` and `glm5 bench terminal --suite builtin` call the suite's
 `materialize(dest)` and run what it returns. Nothing here imports `agent`.
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 
 def register_benchmarks(register, context) -> None:
+    from plugins.bench_suites.multilingual_suite import MultilingualSuite
     from plugins.bench_suites.repair_suite import RepairSuite
     from plugins.bench_suites.repair_terminal import RepairTerminalSuite
     from plugins.bench_suites.swe_suite import SWESuite
     from plugins.bench_suites.terminal_suite import TerminalSuite
 
     suites = (SWESuite(), TerminalSuite(), RepairSuite("train"), RepairSuite("heldout"),
-              RepairTerminalSuite("train"), RepairTerminalSuite("heldout"))  # fmt: skip
+              RepairTerminalSuite("train"), RepairTerminalSuite("heldout"), MultilingualSuite())  # fmt: skip
     for suite in suites:
         register(suite.key, suite)

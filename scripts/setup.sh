@@ -9,6 +9,13 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && ! { command -v rg
   { apt-get update -qq && apt-get install -y -qq ripgrep bubblewrap; } >/dev/null 2>&1 \
     || echo "note: could not install ripgrep/bubblewrap; glm5 code falls back to Python grep and no sandbox"
 fi
+# `glm5 bench --env docker`: Debian's Docker daemon and debootstrap (scripts/build_base_image.sh builds the offline
+# base image with it); the tests start dockerd when none runs. Skipped where not root or no apt.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && ! command -v dockerd >/dev/null 2>&1 \
+    && [ -z "${GLM5_NO_DOCKER:-}" ]; then
+  { apt-get update -qq && apt-get install -y -qq docker.io debootstrap; } >/dev/null 2>&1 \
+    || echo "note: could not install docker.io; glm5 bench --env docker needs a Docker daemon"
+fi
 VENV=${GLM5_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"

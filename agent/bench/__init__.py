@@ -6,7 +6,7 @@
     docker_env.py   DockerEnvironment: the task's image or Dockerfile, /app and /logs bind-mounted
     repos.py        RepoCache: sources (path, URL, owner/name via --repos), a mirror each, a clone per trial;
                     working_tree_diff (the prediction)
-    setup_cache.py  a task's setup once per repo + version, into a cached venv
+    setup_cache.py  a task's setup once per repo + version, into a cached venv of the task's Python version
     run_folder.py   RunFolder: config.json (resume refusals), results.jsonl (appended, fsynced), the lock
     runner.py       run_bench: filter, --shard I/N, k attempts, n at a time, infra retries, resume
     scores.py       resolved rate + Wilson 95% interval, pass@k (unbiased), pass^k, tokens, cost, time; paired diff
@@ -15,6 +15,10 @@
     validate.py     oracle solves, nop does not, FAIL_TO_PASS fails before the gold patch
     job.py          what the CLI commands do between parsing and showing
     log_parsers.py  per-test statuses from pytest, unittest, go test, cargo, jest, mocha, JUnit XML logs
+    harness_specs.py rows as the official SWE-bench harness publishes them (image, eval_script, log_parser,
+                    eval_type; task repos): its test command, parsers, rules, image names (the swebench extra)
+    harness_io.py   the harness's predictions JSONL out, its run report in (bench compare RUN REPORT.json)
+    local_gaps.py   what --env local cannot honour of a task (a Dockerfile's RUN, ENV, base image; a row's image)
     agents.py       Glm5Agent (the `glm5 code -p` session in the trial's sandbox), OracleAgent, NopAgent, CmdAgent
     trial.py        run_trial: one attempt end to end -> TrialResult and the trial folder (also used by RL);
                     run_hidden / hidden_from_trials: what a trial (or an RL session) must not see

@@ -44,6 +44,7 @@ class EnvSpec:
     app_source: Callable[[Path], None] | None = None  # fills the host folder behind /app (worktree, copy)
     setup: str | None = None  # a command run once in /app before the agent (cached by the environment)
     setup_key: str | None = None  # cache key for `setup` (repo + version)
+    python: str | None = None  # local: the Python version the task's environment is built with ("3.9")
     cache_dir: Path | None = None  # where cached setups live (shared between trials)
     image: str | None = None  # docker: the image, or
     dockerfile_dir: Path | None = None  # docker: a build context with a Dockerfile

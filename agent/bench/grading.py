@@ -99,6 +99,29 @@ def judge(fail_to_pass: tuple[str, ...], pass_to_pass: tuple[str, ...], statuses
     return g
 
 
+def task_statuses(task: SWETask, log: str, returncode: int | None, test_cmd: str) -> tuple[dict, str]:
+    """read_statuses for `task`: a row the official harness publishes is read by the harness itself."""
+    from agent.bench import harness_specs
+
+    name = harness_specs.parser_name(task)
+    if name is None:
+        return read_statuses(log, returncode, task.log_parser, test_cmd)
+    statuses, believed = harness_specs.harness_statuses(task, log, returncode, framed=test_cmd == EVAL_SH)
+    if believed:
+        return statuses, ""
+    if not harness_specs.harness_parser(name, task)(log):
+        return {}, f"the tests did not run (exit code {returncode}, no test in the log)"
+    return {}, f"the harness does not believe the log (exit code {returncode} with no failure, or its markers)"
+
+
+def judge_task(task: SWETask, statuses: dict[str, str]) -> Grade:
+    from agent.bench import harness_specs
+
+    if harness_specs.uses_harness(task):
+        return harness_specs.harness_judge(task, statuses)
+    return judge(task.FAIL_TO_PASS, task.PASS_TO_PASS, statuses)
+
+
 def read_statuses(log: str, returncode: int | None, parser_name: str | None, test_cmd: str) -> tuple[dict, str]:
     """(status map, problem); problem is "" when the run is believable, else why it is not."""
     _, parse = parser_for(parser_name, test_cmd)
@@ -167,7 +190,7 @@ def _suite_runs_without_prediction(task: SWETask, env: Environment, timeout_s: f
     if not applied:
         return False, "(without the prediction, test_patch did not apply)"
     res, cmd = run_tests(env, task, timeout_s)
-    statuses, _ = read_statuses(res.output, res.returncode, task.log_parser, cmd)
+    statuses, _ = task_statuses(task, res.output, res.returncode, cmd)
     return bool(statuses), f"$ {cmd}  # without the prediction\n{res.output}\n[exit code {res.returncode}]"
 
 
@@ -222,8 +245,36 @@ def _apply_steps(env: Environment, host: Path, name: str, inside: str) -> tuple[
     return None, "\n".join(log)
 
 
+def task_test_cmd(task: SWETask) -> str:
+    """The row's own test_cmd, else the test command of the harness's eval script, else pytest over its files."""
+    if task.test_cmd:
+        return task.test_cmd
+    if task.eval_script:
+        from agent.bench.harness_specs import test_command
+
+        cmd = test_command(task.eval_script)
+        if cmd:
+            return cmd
+    return default_test_cmd(task)
+
+
+EVAL_SH = "bash /logs/verifier/eval.sh"  # the harness's own eval script, run as it runs it (docker, its image)
+
+
+def runs_eval_script(task: SWETask, env: Environment) -> bool:
+    """In the harness's own image (docker, /testbed copied out of it) the harness's eval script runs whole: it
+    resets the test files, applies test_patch and runs the tests exactly as `swebench eval` does."""
+    return bool(task.eval_script) and getattr(env, "name", "") == "docker" and getattr(env, "harness_image", False)
+
+
 def run_tests(env: Environment, task: SWETask, timeout_s: float) -> tuple[ExecResult, str]:
-    cmd = task.test_cmd or default_test_cmd(task)
+    if runs_eval_script(task, env):
+        from agent.bench.harness_specs import eval_script
+
+        (env.logs / "verifier").mkdir(parents=True, exist_ok=True)
+        (env.logs / "verifier" / "eval.sh").write_text(eval_script(task), encoding="utf-8")
+        return env.exec(EVAL_SH, cwd=env.workdir, timeout_s=timeout_s), EVAL_SH
+    cmd = task_test_cmd(task)
     return env.exec(cmd, cwd=APP, timeout_s=timeout_s), cmd
 
 
@@ -242,7 +293,7 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
     else:
         method = None
     with frozen(env):
-        failed = _apply_test_patch(task, env)
+        failed = None if runs_eval_script(task, env) else _apply_test_patch(task, env)
     if failed is not None:
         return infra("test_patch does not apply (the task is broken)", "\n".join([*out, failed]))
     grade = None
@@ -253,7 +304,7 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
         if res.timed_out:
             g = Grade(UNRESOLVED, False, reason=f"the tests timed out after {timeout_s:g}s")
         else:
-            statuses, problem = read_statuses(res.output, res.returncode, task.log_parser, cmd)
+            statuses, problem = task_statuses(task, res.output, res.returncode, cmd)
             if problem and not statuses and "did not run" in problem and not patch_text.strip():
                 g = infra(problem)
             elif problem and not statuses and "did not run" in problem:
@@ -266,14 +317,14 @@ def grade_swe(task: SWETask, patch_text: str, env: Environment, *, timeout_s: fl
             elif problem:
                 g = Grade(UNRESOLVED, False, reason=problem)
             else:
-                g = judge(task.FAIL_TO_PASS, task.PASS_TO_PASS, statuses)
+                g = judge_task(task, statuses)
         g.test_returncode = res.returncode
         if grade is None:
             grade = g
         elif g.tests and grade.tests:
             flaky |= {t for t in g.tests if g.tests[t] != grade.tests.get(t)}
             merged = {t: (g.tests[t] if g.tests[t] in (PASSED, XFAIL) else grade.tests[t]) for t in grade.tests}
-            grade = judge(task.FAIL_TO_PASS, task.PASS_TO_PASS, merged)
+            grade = judge_task(task, merged)
             grade.test_returncode = res.returncode
         if grade.status != UNRESOLVED or not grade.tests:
             break

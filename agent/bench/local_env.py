@@ -8,8 +8,11 @@ Layout under the environment's state folder (EnvSpec.trial_dir):
     tmp/            the sandbox's scratch folder
 Commands run as `glm5 code` runs them (agent/sandbox.py): the rest of the filesystem read-only, a private /tmp,
 network off, no capabilities, rlimits from the task; the child environment is agent/child_env.py's allowlist.
-A task's setup runs once per repo and version into a cached virtual environment (agent/bench/setup_cache.py),
-mounted read-only and first on PATH; without one, the Python that runs glm5 is first on PATH.
+A task's setup runs once per repo and version into a cached virtual environment of the task's own Python
+(agent/bench/setup_cache.py), mounted read-only and first on PATH; without one, the Python that runs glm5 is first
+on PATH. HOME is a writable folder of the trial. What local mode cannot honour: a task's Dockerfile (RUN, COPY,
+ENV, WORKDIR: only the pip installs of a SWE-bench row's environment are taken, harness_specs.local_setup), system
+packages, conda packages without a pip equivalent, and a different OS; `--env docker` honours them.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ class LocalEnvironment:
         if self.spec.app_source is not None and not self.app_dir.exists():
             self.spec.app_source(self.app_dir)
         self.app_dir.mkdir(parents=True, exist_ok=True)
-        if self.spec.setup:
+        if self.spec.setup or self.spec.python:
             from agent.bench.setup_cache import ensure_setup
 
             self.venv = ensure_setup(self)
@@ -98,7 +101,10 @@ class LocalEnvironment:
         env["PATH"] = first + os.pathsep + env.get("PATH", os.defpath)
         if self.venv:
             env["VIRTUAL_ENV"] = str(self.venv)
-        env.setdefault("HOME", str(self.scratch))
+            env.pop("PYTHONPATH", None)  # the task's environment: no path into glm5's packages
+        if "HOME" not in {**self.spec.env, **(extra or {})}:  # the host's HOME is read-only inside: pip, caches
+            env["HOME"] = str(self.scratch / "home")
+            (self.scratch / "home").mkdir(parents=True, exist_ok=True)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ in the answer's diff
         return env
 

@@ -5,6 +5,8 @@ test lists FAIL_TO_PASS / PASS_TO_PASS may be JSON strings (as the harness store
 optional fields a row may carry: `test_cmd` (how to run its tests; default pytest over the files test_patch
 touches), `log_parser` (pytest, unittest, go_test, cargo, jest, mocha, junit_xml, or a plugin's) and `setup`
 (a command or a requirements file, run once per repo and version in a cached virtual environment).
+A row as the harness publishes it (SWE-bench 5.x: `image`, `eval_script`, `log_parser` such as parse_log_sympy,
+`eval_type`), or a harness task repo folder (tasks/<id>/...), needs none of them: agent/bench/harness_specs.py.
 
 A Harbor task is a folder: task.toml (schema 1.4: [task], [metadata], [agent], [verifier], [environment],
 [solution]), instruction.md, environment/ (Dockerfile, files), tests/test.sh, solution/solve.sh.
@@ -48,6 +50,12 @@ class SWETask:
     test_cmd: str | None = None
     log_parser: str | None = None
     setup: str | None = None
+    # the official harness's own fields (SWE-bench 5.x rows; agent/bench/harness_specs.py): its image, its eval
+    # script (the test command comes from it), its eval type; `python` the version its environment is built with
+    eval_script: str = ""
+    image: str = ""
+    eval_type: str = ""
+    python: str = ""
     source: str = ""  # file:line the task came from, for error messages
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -140,16 +148,11 @@ def swe_task_from_row(row: Any, where: str) -> SWETask:
         # the id becomes a folder name under the run; no slashes, no dot-dot games
         raise TaskError(f"{where}: instance_id {row['instance_id'][:80]!r} may hold only letters, digits, . _ - "
                         f"(not only dots), at most {MAX_ID} of them")  # fmt: skip
-    for k in ("test_cmd", "log_parser", "setup", "version", "environment_setup_commit", "hints_text"):
+    for k in ("test_cmd", "log_parser", "setup", "version", "environment_setup_commit", "hints_text",
+              "eval_script", "image", "eval_type", "python", "dockerfile"):  # fmt: skip
         if row.get(k) is not None and not isinstance(row[k], str):
             raise TaskError(f"{where}: {k} must be a string")
-    if row.get("log_parser"):
-        from agent.bench.log_parsers import parser_for
-
-        try:
-            parser_for(row["log_parser"], "")
-        except ValueError as e:
-            raise TaskError(f"{where}: {e}") from None
+    _check_harness_fields(row, where)
     known = {f for f in SWETask.__dataclass_fields__ if f not in ("source", "extra")}
     return SWETask(
         instance_id=row["instance_id"],
@@ -166,13 +169,66 @@ def swe_task_from_row(row: Any, where: str) -> SWETask:
         test_cmd=row.get("test_cmd") or None,
         log_parser=row.get("log_parser") or None,
         setup=row.get("setup") or None,
+        eval_script=row.get("eval_script") or "",
+        image=row.get("image") or "",
+        eval_type=row.get("eval_type") or "",
+        python=row.get("python") or _python_of(row),
         source=where,
         extra={k: v for k, v in row.items() if k not in known},
     )
 
 
+def _check_harness_fields(row: dict[str, Any], where: str) -> None:
+    """log_parser is glm5's or the harness's (parse_log_*); eval_type one of the harness's; python a version."""
+    from agent.bench import harness_specs
+
+    name = row.get("log_parser")
+    if name and harness_specs.is_harness_parser(name):
+        try:
+            known = harness_specs.parser_names()
+        except harness_specs.HarnessMissing as e:
+            raise TaskError(f"{where}: {e}") from None
+        if name not in known:
+            raise TaskError(f"{where}: log_parser {name!r} is not one the installed swebench harness has")
+    elif name:
+        from agent.bench.log_parsers import parser_for
+
+        try:
+            parser_for(name, "")
+        except ValueError as e:
+            raise TaskError(f"{where}: {e}") from None
+    if row.get("image") and not good_image(row["image"]):
+        raise TaskError(f"{where}: image {row['image'][:80]!r} is not a Docker image reference")
+    if row.get("eval_type") and row["eval_type"] not in ("pass_and_fail", "fail_only"):
+        raise TaskError(f"{where}: eval_type must be pass_and_fail or fail_only, not {row['eval_type'][:40]!r}")
+    if row.get("python") and not re.fullmatch(r"3\.\d{1,2}", row["python"]):
+        raise TaskError(f"{where}: python must be a version such as 3.9, not {row['python'][:40]!r}")
+
+
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+
+
+def good_image(ref: str) -> bool:
+    """A Docker image reference (registry/name:tag or @digest); never one that `docker run` would read as a flag."""
+    return bool(_IMAGE.fullmatch(ref))
+
+
+def _python_of(row: dict[str, Any]) -> str:
+    from agent.bench.harness_specs import python_version
+
+    return python_version(row.get("dockerfile") or "") or ""
+
+
 def _rows(path: Path) -> list[tuple[Any, str]]:
-    """(row, "file:line") pairs; JSON lists and parquet count rows from 1."""
+    """(row, "file:line") pairs; JSON lists and parquet count rows from 1; a harness task repo (a folder with
+    tasks/<id>/task.yaml) is read with the harness's own reader."""
+    if path.is_dir() and (path / "tasks").is_dir():
+        from agent.bench.harness_specs import HarnessMissing, load_task_repo
+
+        try:
+            return load_task_repo(path)
+        except (HarnessMissing, OSError, ValueError) as e:
+            raise TaskError(f"{path}: {e}") from None
     if not path.is_file():
         raise TaskError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -289,6 +345,9 @@ def load_terminal_task(folder: str | Path) -> TerminalTask:
     if not isinstance(internet, bool):  # "false" is a true string: the network would be on
         raise TaskError(f"{toml_path}: [environment].allow_internet must be true or false, not {internet!r}")
     allow = internet or network == "public"
+    image = env.get("docker_image")
+    if image is not None and (not isinstance(image, str) or not good_image(image)):
+        raise TaskError(f"{toml_path}: [environment].docker_image {str(image)[:80]!r} is not a Docker image reference")
     return TerminalTask(
         instance_id=ident,
         path=folder,

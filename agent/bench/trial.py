@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.agents import AgentLimits, BenchAgent
+from agent.bench.docker_env import BASE_IMAGE
 from agent.bench.environments import EnvSpec, InfraError, make_environment
 from agent.bench.grading import INFRA_ERROR, Grade, frozen, grade_swe, grade_terminal, infra, patch_files
 from agent.bench.repos import RepoCache, working_tree_diff
@@ -107,7 +108,8 @@ def task_files(task: SWETask | TerminalTask) -> list[Path]:
         return [task.path]
     if task.source:
         src = Path(re.sub(r":(\d+|item \d+|row \d+)$", "", task.source))
-        return [src.parent if src.suffix == ".toml" else src]
+        # a harness task repo's tasks/<id>/task.yaml: every task's folder (gold.patch, test.patch) is beside it
+        return [src.parent if src.suffix == ".toml" else src.parent.parent if src.name == "task.yaml" else src]
     return []
 
 
@@ -135,13 +137,45 @@ def hidden_from_trials(task: SWETask | TerminalTask, config: TrialConfig) -> tup
     return tuple(dict.fromkeys(p.resolve() for p in out if p.exists()))
 
 
+def swe_dockerfile(task: SWETask, config: TrialConfig) -> Path | None:
+    """A SWE row's own `dockerfile` (its environment, as a harness task repo carries one) as a build context under
+    the cache, for docker mode; None when the row has none."""
+    text = task.extra.get("dockerfile")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    import hashlib
+
+    ctx = Path(config.cache_dir).resolve() / "dockerfiles" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    if not (ctx / "Dockerfile").is_file():
+        ctx.mkdir(parents=True, exist_ok=True)
+        tmp = ctx / "Dockerfile.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, ctx / "Dockerfile")
+    return ctx
+
+
 def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) -> EnvSpec:
     hidden = hidden_from_trials(task, config)
     if isinstance(task, SWETask):
         repos = config.repos or RepoCache(config.cache_dir)
-        return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=task.setup,
+        from agent.bench.harness_specs import local_setup
+
+        if config.env == "docker" and task.eval_script:
+            from agent.bench.harness_specs import build_context, image_name
+
+            # the harness's image, as `swebench eval` runs it: the repository installed at /testbed (built from the
+            # task repo's Dockerfile where it is not here and cannot be pulled)
+            return EnvSpec(folder, image=task.image or image_name(task.instance_id), workdir="/testbed",
+                           dockerfile_dir=build_context(task, config.cache_dir),
+                           memory_mb=config.limits.memory_mb, cache_dir=config.cache_dir, hidden=hidden)  # fmt: skip
+        setup = task.setup or (local_setup(task) if config.env == "local" else None)
+        dockerfile = swe_dockerfile(task, config) if config.env == "docker" and not task.image else None
+        return EnvSpec(folder, app_source=lambda d: repos.checkout(task.repo, task.base_commit, d), setup=setup,
                        setup_key=f"{task.repo}@{task.version or task.environment_setup_commit}",
-                       cache_dir=config.cache_dir, image=task.extra.get("image"),
+                       python=(task.python or None) if config.env == "local" else None,
+                       image=task.image or (BASE_IMAGE if config.env == "docker" and not dockerfile else None),
+                       dockerfile_dir=dockerfile,
+                       cache_dir=config.cache_dir,
                        memory_mb=config.limits.memory_mb, hidden=hidden)  # fmt: skip
     context = task.environment_dir if task.environment_dir.is_dir() else None
     # the task's file may narrow the user's limits, never widen them: its memory under the user's cap, its
@@ -172,7 +206,9 @@ def _grade(
             return infra(outcome.infra_error), outcome, patch
         with frozen(env):  # nothing the agent left running moves files under the host's git
             if isinstance(task, SWETask):
-                patch = working_tree_diff(env.app_dir, task.base_commit)
+                # in the harness's image the setup's own commit is HEAD: the answer is what changed since
+                base = "HEAD" if getattr(env, "harness_image", False) else task.base_commit
+                patch = working_tree_diff(env.app_dir, base)
             elif (env.app_dir / ".git").exists():
                 patch = working_tree_diff(env.app_dir, "HEAD", agents_git=True)  # the agent's own .git
         (trial_dir / "patch.diff").write_text(patch, encoding="utf-8")

@@ -8,6 +8,8 @@
     repair_terminal.py RepairTerminalSuite ("terminal:repair-train", "terminal:repair-heldout"): the same instances as
                        Harbor task folders, from the template repair_terminal_task/
     terminal_suite.py  TerminalSuite ("terminal:builtin"): terminal/<task>/ Harbor folders, /app state built at materialize
+    multilingual_suite.py MultilingualSuite ("swe:multilingual"): multilingual/<language>.toml -> repos + JSONL with
+                       the harness's parser per language and the toolchains' Dockerfile
 
 README.md says how to add an instance or a task and how to check it.
 

@@ -62,7 +62,7 @@ def test_both_suites_are_registered_as_plugins():
     assert suites["swe:repair-heldout"].kind == "swe" and suites["terminal:repair-heldout"].kind == "terminal"
     for suite in suites.values():
         assert (
-            suite.name in ("builtin", "repair-train", "repair-heldout")
+            suite.name in ("builtin", "repair-train", "repair-heldout", "multilingual")
             and suite.description
             and suite.deterministic is True
         )

@@ -40,8 +40,8 @@ def test_builtins_and_third_party_register_the_same_way():
                            "terminal_read", "terminal_resize", "terminal_close", "echo"]  # fmt: skip
     assert reg.schemas()[-1]["function"]["name"] == "echo"
     assert pm.rewards()["always_one"](None) == 1.0
-    assert sorted(pm.benchmarks()) == ["swe:builtin", "swe:repair-heldout", "swe:repair-train", "terminal:builtin",
-                                       "terminal:repair-heldout", "terminal:repair-train"]  # fmt: skip
+    assert sorted(pm.benchmarks()) == ["swe:builtin", "swe:multilingual", "swe:repair-heldout", "swe:repair-train",
+                                       "terminal:builtin", "terminal:repair-heldout", "terminal:repair-train"]  # fmt: skip
     with pytest.raises(ValueError, match="registered twice"):
         reg.register(EchoTool())
 

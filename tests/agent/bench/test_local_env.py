@@ -103,7 +103,7 @@ def test_setup_runs_once_per_repo_and_version_and_is_read_only_after(tmp_path, c
         tmp_path / "b" / "logs" / "agent" / "setup"
     ).exists()
     r = b.exec("python -c 'import sys; print(sys.prefix)' && python -c 'import pytest' && touch $VIRTUAL_ENV/x")
-    assert str(b.venv) in r.output and r.returncode != 0  # the venv's python, glm5's packages, read-only
+    assert str(b.venv) in r.output and r.returncode != 0  # the venv's python (not glm5's packages), read-only
     assert not (b.venv / "x").exists()
 
 
