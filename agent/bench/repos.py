@@ -2,9 +2,10 @@
 
 A task's `repo` is a local path (relative to the tasks file), a git URL, or `owner/name`, looked up under
 `--repos DIR` as DIR/owner/name, DIR/owner__name or DIR/name (offline CI) before github.com. Each source is
-mirrored once into the run's cache (`git clone --bare`: reads the source, writes nothing there); a trial gets
-`git clone --shared` of the mirror checked out at base_commit, then made its own (only_history_of_head): no ref
-but HEAD, the objects HEAD reaches copied in, no borrowing from the mirror, so the upstream fix is not in it.
+mirrored once into the run's cache (`git clone --bare`: reads the source, writes nothing there); each base commit
+is taken once from the mirror into a bare snapshot of that commit's history alone (`snapshot`); a trial gets a
+copy of the snapshot checked out at base_commit: no ref but HEAD, no remote, no borrowing from the cache (hidden
+from trials), so git works inside it and the upstream fix is not in it.
 
 Every git call is host-side git through agent/git_safe.py: a repository (or an agent that wrote into one)
 cannot make it run a hook, filter or fsmonitor. GitPython is not used: it runs git with the repository's own
@@ -76,32 +77,54 @@ class RepoCache:
             tmp.rename(dest)  # a half-made mirror is never taken for a whole one
         return dest
 
-    def checkout(self, repo: str, commit: str, dest: Path) -> None:
-        """A fresh clone of `repo` at `commit` in `dest` (which must not exist or be empty)."""
+    def snapshot(self, repo: str, commit: str) -> Path:
+        """A bare repository in the cache holding `commit` and its history and nothing else (no later commit, no
+        other ref, no reflog), taken from the mirror once per commit: the trials of a task (a bench's attempts, an
+        RL group's samples) copy it instead of each repacking the history they need."""
         mirror = self.mirror(repo)
+        try:
+            # a bare repository is named explicitly (git_safe sets safe.bareRepository=explicit)
+            full = git(mirror, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}", env={"GIT_DIR": str(mirror)},
+                       timeout=60).stdout.strip()  # fmt: skip
+        except GitError:
+            raise InfraError(f"{repo} has no commit {commit!r}") from None
+        dest = self.dir / "at" / f"{mirror.stem}-{full}.git"
+        with self._guard:
+            lock = self._locks.setdefault(str(dest), threading.Lock())
+        with lock:
+            if (dest / "HEAD").exists():
+                return dest
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_suffix(".partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                git(dest.parent, "init", "--bare", "--quiet", str(tmp), timeout=60)
+                git(tmp, "fetch", "--quiet", "--no-tags", str(mirror), f"{full}:refs/heads/base",
+                    env={"GIT_DIR": str(tmp)}, timeout=3600)  # fmt: skip
+            except (GitError, subprocess.TimeoutExpired) as e:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise InfraError(f"could not take {commit} of {repo} from its mirror: {e}") from None
+            tmp.rename(dest)  # a half-made snapshot is never taken for a whole one
+        return dest
+
+    def checkout(self, repo: str, commit: str, dest: Path) -> None:
+        """A fresh clone of `repo` at `commit` in `dest` (which must not exist or be empty), its own: a copy of
+        `snapshot`'s objects (no alternates into the cache, which trials cannot see), no ref and no remote, so
+        git works inside the trial and `git log --all` there shows the base commit's history and no more."""
+        snap = self.snapshot(repo, commit)
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
-            git(dest.parent, "clone", "--shared", "--no-checkout", "--quiet", str(mirror), str(dest), timeout=600)
-            git(dest, "checkout", "--quiet", "--detach", commit, timeout=600)
-            only_history_of_head(dest)
+            git(dest.parent, "clone", "--no-hardlinks", "--no-checkout", "--quiet", str(snap), str(dest), timeout=600)
+            git(dest, "checkout", "--quiet", "--detach", "refs/remotes/origin/base", timeout=600)
+            for ref in git(dest, "for-each-ref", "--format=%(refname)", timeout=120).stdout.split():
+                git(dest, "update-ref", "--no-deref", "-d", ref, timeout=60)
+            git(dest, "remote", "remove", "origin", timeout=60)  # a path into the hidden cache, of no use inside
+            git(dest, "reflog", "expire", "--expire=now", "--all", timeout=120)
         except GitError as e:
             raise InfraError(f"could not check out {commit} of {repo}: {e}") from None
         except subprocess.TimeoutExpired:
             raise InfraError(f"checking out {commit} of {repo} timed out") from None
-
-
-def only_history_of_head(dest: Path) -> None:
-    """Make a trial's clone its own, holding nothing after base_commit: every ref (branches, tags, the remote's:
-    later history, the upstream fix among it) and reflog goes, the objects HEAD reaches are copied in and the
-    borrowing from the cache's mirror ends (`git clone --dissociate` does the same). `git log --all` inside shows
-    the base commit's history and no more, and git works there though the cache is hidden from the trial."""
-    refs = git(dest, "for-each-ref", "--format=%(refname)", timeout=120).stdout.split()
-    for ref in refs:
-        git(dest, "update-ref", "--no-deref", "-d", ref, timeout=60)
-    git(dest, "reflog", "expire", "--expire=now", "--all", timeout=120)
-    git(dest, "repack", "-a", "-d", "-q", timeout=3600)
-    (dest / ".git" / "objects" / "info" / "alternates").unlink(missing_ok=True)
 
 
 def working_tree_diff(app: Path, base_commit: str, agents_git: bool = False) -> str:
