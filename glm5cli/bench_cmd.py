@@ -17,7 +17,7 @@ import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
 
 
 # -- agentic benchmarks ----------------------------------------------------------------------------------------
@@ -177,7 +177,12 @@ def swe(
     n: int = typer.Option(1, "-n", help="Trials run at once."),
     shard: str = typer.Option("1/1", "--shard", help="Run shard I of N (CI matrix); `bench report` merges them."),
     filter_: str = typer.Option(None, "--filter", help="Only tasks whose id matches this regular expression."),
-    env: str = typer.Option("local", "--env", help="local (bubblewrap, no Docker) or docker."),
+    env: str = typer.Option(
+        "local",
+        "--env",
+        metavar="<local|docker>",
+        help="local (bubblewrap, no Docker) or docker.",
+    ),
     max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
     timeout: float = typer.Option(None, "--timeout", help="Wall-time limit of the agent per trial, seconds."),
     retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
@@ -212,6 +217,7 @@ def swe(
     agent_profile: str = typer.Option(
         None,
         "--agent-profile",
+        metavar="<full|compact>",
         help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
 ) -> None:
@@ -237,7 +243,12 @@ def terminal(
     n: int = typer.Option(1, "-n", help="Trials run at once."),
     shard: str = typer.Option("1/1", "--shard", help="Run shard I of N (CI matrix); `bench report` merges them."),
     filter_: str = typer.Option(None, "--filter", help="Only tasks whose name matches this regular expression."),
-    env: str = typer.Option("local", "--env", help="local (bubblewrap, no Docker) or docker."),
+    env: str = typer.Option(
+        "local",
+        "--env",
+        metavar="<local|docker>",
+        help="local (bubblewrap, no Docker) or docker.",
+    ),
     max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
     timeout: float = typer.Option(None, "--timeout", help="Agent wall time per trial (default: task.toml's)."),
     retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
@@ -264,6 +275,7 @@ def terminal(
     agent_profile: str = typer.Option(
         None,
         "--agent-profile",
+        metavar="<full|compact>",
         help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
 ) -> None:
@@ -280,10 +292,15 @@ def terminal(
 def validate(
     paths: list[Path] = typer.Argument(None, help="A SWE tasks file, or Harbor task folders.", show_default=False),
     suite: str = typer.Option(None, "--suite", help="Validate a named suite (builtin)."),
-    kind: str = typer.Option(None, "--kind", help="swe or terminal (default: guessed from the paths)."),
+    kind: str = typer.Option(
+        None,
+        "--kind",
+        metavar="<swe|terminal>",
+        help="swe or terminal (default: guessed from the paths).",
+    ),
     work: Path = typer.Option(None, "--work", help="Where the trials go (default: a temporary folder)."),
     n: int = typer.Option(1, "-n", help="Tasks checked at once."),
-    env: str = typer.Option("local", "--env", help="local or docker."),
+    env: str = typer.Option("local", "--env", metavar="<local|docker>", help="local or docker."),
     repos: Path = typer.Option(None, "--repos", help="Folder of local clones for owner/name repos."),
     as_json: bool = typer.Option(False, "--json", help="Print {task: [problems]} as JSON."),
 ) -> None:
@@ -399,11 +416,15 @@ def compare(
 @app.command("serve")
 def serve(
     base_url: str = typer.Option(..., help="The server, e.g. http://127.0.0.1:8000 (any OpenAI-compatible one)."),
-    dataset: str = typer.Option("random", help="random | shared-prefix"),
+    dataset: str = typer.Option("random", metavar="<random|shared-prefix>", help="Prompts: random, or shared-prefix."),
     num_prompts: int = typer.Option(32, help="Requests to send (random dataset)."),
     request_rate: float = typer.Option(float("inf"), help="Requests per second, Poisson arrivals; inf = burst."),
     max_concurrency: int | None = typer.Option(None, help="Most requests in flight at once."),
-    api: str = typer.Option("completions", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
+    api: str = typer.Option(
+        "completions",
+        metavar="<completions|chat>",
+        help="completions (/v1/completions) or chat (/v1/chat/completions).",
+    ),
     model: str | None = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
     api_key: str | None = typer.Option(None, envvar=["GLM5_API_KEY", "OPENAI_API_KEY"], help="Bearer token."),
     random_input_len: int = typer.Option(256, help="Prompt length in tokens (random)."),

@@ -43,6 +43,7 @@ def distill(
     kl: str = typer.Option(
         "full",
         "--kl",
+        metavar="<full|sampled>",
         help="full: the reverse KL over the whole vocabulary at each sampled position (the default: it pulls "
         "the student towards tokens it no longer samples, which a forgotten skill needs). sampled: the report's "
         "Eq. 2, the log-ratio of the sampled token as its advantage (one token's information a position: fine "

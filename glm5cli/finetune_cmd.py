@@ -14,7 +14,7 @@ from glm5cli.distill_cmd import distill as distill_command
 from glm5cli.rl_cmd import rl as rl_command
 from glm5cli.stages_cmd import apply_qat, dsa_warmup, qat_settings, write_qat_checkpoints
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
 
 
 @app.command("align-mtp")
@@ -472,6 +472,7 @@ def sft(
     qat: str | None = typer.Option(
         None,
         "--qat",
+        metavar="<int4>",
         help="Quantization-aware training: 'int4' trains through the same group-wise INT4 rounding that `glm5 model "
         "quantize` applies (of the merged weights with LoRA, which then needs --merge), straight-through "
         "gradients; OUT/int4 is then the INT4 checkpoint to serve.",

@@ -47,6 +47,7 @@ def rl(
     env: str = typer.Option(
         "completion",
         "--env",
+        metavar="<completion|swe|terminal|scripted>",
         help="completion: one completion per task, scored by its reward (--tasks, a prompts file). swe: agent "
         "sessions on SWE-bench-format tasks (--tasks TASKS.jsonl), graded by the bench. terminal: agent sessions "
         "on Harbor task folders (TASK_DIR...). scripted: a built-in toy family (answers must hold a digit).",
@@ -98,6 +99,7 @@ def rl(
     rollout_engine: str | None = typer.Option(
         None,
         "--rollout-engine",
+        metavar="<thread|process>",
         help="Agentic: process (the run starts a local `glm5 serve` child on 127.0.0.1, pushes each step's "
         "adapter to it and stops it at the end: sampling and training do not share one Python interpreter's "
         "lock; 1.15-1.41x the rollouts/s of thread on 2 shared cores, benchmarks/RESULTS.md; costs a second "
@@ -153,6 +155,7 @@ def rl(
     quant: str | None = typer.Option(
         None,
         "--quant",
+        metavar="<int4>",
         help="Agentic: int4 trains the adapter for the INT4 deployment, `glm5 serve MODEL --quant int4 --lora "
         "OUT/adapter`, which serves it beside the int4 weights. The trainer's frozen weights are rounded as that "
         "INT4 rounds them, and the rollout engine (process) serves --quant int4 with each pushed adapter: the "
