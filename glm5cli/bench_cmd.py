@@ -11,6 +11,7 @@ The work happens in agent/bench (and serve/bench); these commands parse flags an
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -81,15 +82,17 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
 
 
 class _Progress:
-    """Live progress on stderr: done / total, resolved so far, infra errors, cost, ETA."""
+    """Progress on stderr: done / total, resolved so far, infra errors, cost, ETA. On a terminal a live bar;
+    otherwise (a log file, CI) one plain line per finished trial, so a log shows the run moving."""
 
     def __init__(self, kind: str):
         self.kind = kind
-        self.resolved = self.infra = 0
+        self.resolved = self.infra = self.done = self.total = 0
         self.cost = 0.0
 
     def __enter__(self):
         self.p = None  # started by the first event, so an error before the run shows no empty bar
+        self.live, self.t0 = err_console.is_terminal, time.monotonic()
         return self
 
     def __exit__(self, *exc):
@@ -113,19 +116,35 @@ class _Progress:
         self.task = self.p.add_task(f"bench {self.kind}", total=None, status="")
 
     def event(self, kind: str, data) -> None:
-        if self.p is None:
-            self._start()
         if kind == "start":
-            self.resolved = data["resolved"]
-            self.p.update(self.task, total=data["total"], completed=data["done"], status=self._status())
+            self.resolved, self.done, self.total = data["resolved"], data["done"], data["total"]
+            if data["done"]:
+                err_console.print(f"resuming: {data['done']} of {data['total']} trials already finished "
+                                  f"({data['resolved']} resolved)", highlight=False)  # fmt: skip
         elif kind == "trial":
             r = data["result"]
             self.infra += 1 if r.status == "infra_error" else 0
             self.resolved += 1 if r.resolved else 0
+            self.done += 1 if data["final"] else 0
+            self.cost += r.cost_usd
+        if not self.live:
+            if kind == "trial":
+                self._line(data["result"], data["final"])
+            return
+        if self.p is None:
+            self._start()
+        if kind == "start":
+            self.p.update(self.task, total=data["total"], completed=data["done"], status=self._status())
+        elif kind == "trial":
             if data["final"]:
                 self.p.advance(self.task)
-            self.cost += r.cost_usd
             self.p.update(self.task, status=self._status())
+
+    def _line(self, r, final: bool) -> None:
+        """One line for a log: which trial ended how, the run's count so far and its time."""
+        what = r.status if final else f"{r.status}, retrying (try {r.try_})"
+        err_console.print(f"bench {self.kind}: {self.done}/{self.total} {r.instance_id} {what} in {r.seconds:.0f}s  "
+                          f"{self._status()}  {time.monotonic() - self.t0:.0f}s elapsed", highlight=False)  # fmt: skip
 
     def _status(self) -> str:
         return f"resolved {self.resolved}  infra {self.infra}  ${self.cost:.4f}"

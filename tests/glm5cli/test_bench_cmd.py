@@ -159,3 +159,17 @@ def test_a_resolved_prediction_that_changed_test_configuration_is_named(tmp_path
     assert line["resolved"] is True and line["test_config_changed"] == ["conftest.py"]
     assert "`acme__calc-1` (conftest.py)" in (out / "summary.md").read_text()
     assert json.loads(r.stdout)["summary"]["resolved_with_test_config_changed"] == 1
+
+
+def test_a_log_gets_one_line_per_trial_and_a_resumed_run_says_so(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    # off a terminal (CI logs, a file) rich's bar wrote nothing until the final table; a long line wrapped at 80
+    out = tmp_path / ("a-long-folder-name-" * 4) / "run"
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle")
+    assert r.exit_code == 0, r.output
+    lines = [line for line in r.stderr.splitlines() if line.startswith("bench swe: ")]
+    assert len(lines) == 2, r.stderr
+    for n, line in enumerate(sorted(lines), 1):
+        assert f" {n}/2 acme__calc-" in line and " resolved in " in line and "elapsed" in line, line
+    assert "resuming" not in r.stderr
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle")
+    assert r.exit_code == 0 and "resuming: 2 of 2 trials already finished (2 resolved)" in r.stderr, r.stderr
