@@ -682,7 +682,12 @@ def _filtered_hint(report: dict) -> str:
     left = report.get("filtered") or {}
     if not left:
         return "record sessions with `glm5 code`, or point --data at a bench run or a chat JSONL file"
-    return "left out: " + "; ".join(f"{n} {why}" for why, n in left.items()) + " (see the flags in --help)"
+    hint = "left out: " + "; ".join(f"{n} {why}" for why, n in left.items())
+    prefix = report.get("prefix_past_max_len")
+    if prefix:  # the system prompt, tool schemas and task come before the first model turn
+        return hint + (f". The shortest prompt before a model turn is {prefix} tokens: raise --max-len above it "
+                       "(or record with `glm5 code --profile compact`, a shorter prefix)")  # fmt: skip
+    return hint + " (see the flags in --help)"
 
 
 def _show_data(report: dict, json_out: bool) -> None:
