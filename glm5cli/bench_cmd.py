@@ -39,7 +39,7 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          flaky_reruns: int = 0, agent_profile: str | None = None,
          retry_infra_errors: bool = False, seed: int | None = None) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
-    from agent.bench.job import below, load_tasks, run_job
+    from agent.bench.job import load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
     from agent.bench.runner import RunOptions, parse_shard
     from agent.bench.tasks import TaskError
@@ -75,6 +75,13 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
     if infra and not as_json:
         err_console.print(f"{infra} trial(s) ended in an infrastructure error and are not scored; once the cause is "
                           "fixed, rerun the same command with --retry-infra-errors to run them again", style="yellow")  # fmt: skip
+    _gate(report, min_resolved)
+
+
+def _gate(report: dict, min_resolved: float | None) -> None:
+    """--min-resolved: exit 1, saying why, when the run's resolved rate is below it."""
+    from agent.bench.job import below
+
     if below(report, min_resolved):
         rate = report["summary"]["resolved_rate"]
         fail(f"resolved rate {'n/a' if rate is None else f'{rate:.3f}'} is below --min-resolved {min_resolved}",
@@ -220,7 +227,9 @@ def swe(
     repos: Path = typer.Option(None, "--repos", help="Folder of local clones for owner/name repos (offline CI)."),
     suite: str = typer.Option(None, "--suite", help="A named suite instead of TASKS (builtin)."),
     force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
-    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    min_resolved: float = typer.Option(
+        None, "--min-resolved", min=0.0, max=1.0, help="Exit 1 when the resolved rate (0-1, e.g. 0.5) is below this."
+    ),
     test_timeout: float = typer.Option(1800.0, "--test-timeout", help="Seconds for the graded test run."),
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
@@ -285,7 +294,9 @@ def terminal(
     api_key_env: str = typer.Option(None, "--api-key-env", help="glm5 agent: variable holding the API key."),
     suite: str = typer.Option(None, "--suite", help="A named suite instead of TASK_DIR (builtin)."),
     force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
-    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    min_resolved: float = typer.Option(
+        None, "--min-resolved", min=0.0, max=1.0, help="Exit 1 when the resolved rate (0-1, e.g. 0.5) is below this."
+    ),
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
@@ -365,10 +376,11 @@ def report(
     junit: Path = typer.Option(None, "--junit", help="Write the JUnit XML here."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the markdown summary (for $GITHUB_STEP_SUMMARY)."),
     out: Path = typer.Option(None, "--out", help="Write report.json, junit.xml, summary.md into this folder."),
-    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    min_resolved: float = typer.Option(
+        None, "--min-resolved", min=0.0, max=1.0, help="Exit 1 when the resolved rate (0-1, e.g. 0.5) is below this."
+    ),
 ) -> None:
     """Rebuild the report of one run, or merge the folders of a sharded run into the report one job would write."""
-    from agent.bench.job import below
     from agent.bench.reports import build_report, junit_xml, write_reports
     from agent.bench.reports import markdown as to_markdown
     from agent.bench.run_folder import RunFolderError
@@ -389,8 +401,7 @@ def report(
         print_json(rep)
     else:
         _show(rep, False, out)
-    if below(rep, min_resolved):
-        raise typer.Exit(EXIT_BELOW)
+    _gate(rep, min_resolved)
 
 
 @app.command("compare")

@@ -173,3 +173,13 @@ def test_a_log_gets_one_line_per_trial_and_a_resumed_run_says_so(tmp_path, calc_
     assert "resuming" not in r.stderr
     r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle")
     assert r.exit_code == 0 and "resuming: 2 of 2 trials already finished (2 resolved)" in r.stderr, r.stderr
+
+
+def test_report_says_when_the_rate_is_below_min_resolved_and_refuses_a_percentage(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    out = tmp_path / "nop"
+    assert bench("swe", calc_tasks, "--out", out, "--agent", "nop").exit_code == 0
+    r = bench("report", out, "--min-resolved", "0.5")
+    assert r.exit_code == 1 and "resolved rate 0.000 is below --min-resolved 0.5" in " ".join(r.stderr.split())
+    r = bench("report", out, "--min-resolved", "50")  # 50 meant 50%: every run would have failed the gate
+    assert r.exit_code == 2 and "--min-resolved" in r.output and "less than or equal to 1" in r.output, r.output
+    assert bench("report", out, "--min-resolved", "0").exit_code == 0
