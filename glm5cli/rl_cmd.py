@@ -171,6 +171,9 @@ def rl(
         "write the LoRA adapter of every N-th step and of the last to OUT/adapters/step-K (each servable: `glm5 "
         "serve MODEL --lora OUT/adapters/step-K`, for a learning curve measured by `glm5 bench`); 0: none.",
     ),
+    suite: str | None = typer.Option(
+        None, "--suite", help="swe / terminal: a named bench suite (builtin) in place of --tasks / task folders."
+    ),
     eval_tasks: Path | None = typer.Option(
         None,
         "--eval-tasks",
@@ -211,6 +214,8 @@ def rl(
     """
     if env not in ENVS:
         fail(f"--env must be one of {', '.join(ENVS)}, not {env!r}", code=EXIT_USAGE)
+    if suite is not None:
+        tasks_file, task_dirs = _suite(env, suite, tasks_file, task_dirs)
     if env == "completion":
         if quant is not None:
             fail("--quant is for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
@@ -245,6 +250,27 @@ def rl(
     held_out = (eval_tasks, eval_samples)
     _agentic(model, out, env, tasks_file, task_dirs or [], reward, cfg, rank, alpha, max_model_len, rollout_url,
              merge, json_out, save_every, held_out, (rollout_engine, engine_threads), quant)  # fmt: skip
+
+
+def _suite(env: str, name: str, tasks_file: Path | None, task_dirs: list[Path] | None):
+    """--suite NAME, as `glm5 bench --suite` reads it -> (the tasks file, the task folders) it materialized, in
+    the bench's cache folder (.glm5-bench-cache/suites), reused by a rerun."""
+    from agent.bench.suites import available
+
+    if env not in ("swe", "terminal"):
+        fail("--suite is for --env swe / terminal (the bench's suites)", code=EXIT_USAGE)
+    if tasks_file is not None or task_dirs:
+        fail("give --suite or tasks (--tasks, task folders), not both", code=EXIT_USAGE)
+    suites = available(env)
+    if f"{env}:{name}" not in suites:
+        known = ", ".join(k.split(":", 1)[1] for k in sorted(suites)) or "none"
+        fail(f"no {env} suite named {name!r} (installed: {known})", code=EXIT_USAGE)
+    paths = [Path(p) for p in suites[f"{env}:{name}"].materialize(Path(".glm5-bench-cache", "suites", env, name))]
+    if env == "terminal":
+        return None, paths
+    if len(paths) != 1:
+        fail(f"suite {name!r} has {len(paths)} task files; --env swe trains on one", code=EXIT_USAGE)
+    return paths[0], []
 
 
 def _environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg, reward: str | None):
