@@ -1,4 +1,4 @@
-"""glm5's torch threads: the free cores at start, the user's OMP_NUM_THREADS kept, OpenMP's short spin."""
+"""glm5's torch threads: every core, a passive wait on a busy machine, the user's settings kept."""
 
 from __future__ import annotations
 
@@ -14,48 +14,48 @@ from glm5cli import threads
 @pytest.mark.parametrize(
     "cpus, load, processes, expected",
     [
-        (2, 0.0, 1, 2),  # an idle machine: every core
-        (2, 0.4, 1, 2),
-        (2, 1.0, 1, 1),
-        (2, 5.5, 1, 1),  # the shared CI runner of the report: one thread, not two spinning on busy cores
-        (16, 4.2, 1, 12),
-        (16, 0.0, 4, 4),  # torchrun's four ranks share the cores
-        (16, 30.0, 4, 1),
-        (4, -1.0, 1, 4),  # never more than the cores
+        (2, 0.0, 1, (2, False)),  # an idle machine: every core, OpenMP's default spin
+        (2, 0.9, 1, (2, False)),
+        (2, 1.0, 1, (2, True)),  # a core's worth of other jobs: threads that wait sleep
+        (2, 5.5, 1, (2, True)),  # the shared CI runner of the report
+        (16, 4.2, 1, (16, False)),
+        (16, 0.0, 4, (4, False)),  # torchrun's four ranks share the cores
+        (16, 30.0, 32, (1, True)),
     ],
 )
-def test_free_cores(cpus, load, processes, expected):
-    assert threads.free_cores(cpus, load, processes) == expected
+def test_plan(cpus, load, processes, expected):
+    assert threads.plan(cpus, load, processes) == expected
 
 
-def test_choose_sets_threads_and_a_short_spin_when_the_user_did_not():
+def test_choose_sets_threads_and_on_a_busy_machine_a_passive_wait():
     env: dict[str, str] = {}
-    assert threads.choose(env, cpus=2, load=6.0) == 1
-    assert env == {"OMP_NUM_THREADS": "1", threads.MARK: "1", "GOMP_SPINCOUNT": threads.SPINS}
+    assert threads.choose(env, cpus=2, load=6.0) == (2, True)
+    assert env == {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE", threads.MARK: "2,passive"}
+    env = {}
+    assert threads.choose(env, cpus=2, load=0.2) == (2, False)
+    assert env == {"OMP_NUM_THREADS": "2", threads.MARK: "2,"}
 
 
-def test_the_users_omp_num_threads_and_wait_policy_stand():
-    env = {"OMP_NUM_THREADS": "2"}
-    assert threads.choose(env, cpus=2, load=6.0) is None
-    assert env == {"OMP_NUM_THREADS": "2"}
-    env = {"OMP_WAIT_POLICY": "ACTIVE"}
-    threads.choose(env, cpus=2, load=0.0)
-    assert env["OMP_NUM_THREADS"] == "2" and "GOMP_SPINCOUNT" not in env
+def test_the_users_settings_stand():
+    env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "ACTIVE"}
+    assert threads.choose(env, cpus=2, load=6.0) is None and env == {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "ACTIVE"}
     env = {"GOMP_SPINCOUNT": "5"}
-    threads.choose(env, cpus=2, load=0.0)
-    assert env["GOMP_SPINCOUNT"] == "5"
+    assert threads.choose(env, cpus=2, load=6.0) == (2, False) and "OMP_WAIT_POLICY" not in env
+    env = {"OMP_NUM_THREADS": "1"}  # the user's count; the wait is still glm5's to choose
+    assert threads.choose(env, cpus=2, load=6.0) == (1, True)
+    assert env[threads.MARK] == ",passive"  # the count is not marked: a child keeps the user's 1
+    assert threads.choose(env, cpus=2, load=0.0) == (1, False) and env["OMP_NUM_THREADS"] == "1"
 
 
-def test_a_child_glm5_chooses_again_unless_its_parent_pinned_a_number():
-    env = {"OMP_NUM_THREADS": "2", threads.MARK: "2"}  # a parent glm5's own choice, inherited
-    assert threads.choose(env, cpus=2, load=6.0) == 1
-    env = {"OMP_NUM_THREADS": "2", threads.MARK: "1"}  # the parent (or the user) set another number on purpose
-    assert threads.choose(env, cpus=2, load=6.0) is None and env["OMP_NUM_THREADS"] == "2"
+def test_a_child_glm5_chooses_again_unless_its_parent_set_another_value():
+    env = {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE", threads.MARK: "2,passive"}  # inherited
+    assert threads.choose(env, cpus=2, load=0.0) == (2, False) and "OMP_WAIT_POLICY" not in env  # now idle
+    env = {"OMP_NUM_THREADS": "1", threads.MARK: "2,"}  # a parent set 1 for this child on purpose
+    assert threads.choose(env, cpus=2, load=0.0) == (1, False) and env["OMP_NUM_THREADS"] == "1"
 
 
-def test_torchrun_ranks_share_the_free_cores():
-    env = {"LOCAL_WORLD_SIZE": "2"}
-    assert threads.choose(env, cpus=8, load=0.0) == 4
+def test_torchrun_ranks_share_the_cores():
+    assert threads.choose({"LOCAL_WORLD_SIZE": "2"}, cpus=8, load=0.0) == (4, False)
 
 
 def test_main_chooses_before_torch_loads_and_torch_follows():
@@ -69,20 +69,20 @@ def test_main_chooses_before_torch_loads_and_torch_follows():
         "import torch\n"
         "print(os.environ['OMP_NUM_THREADS'], os.environ['GLM5_AUTO_THREADS'], torch.get_num_threads())\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", threads.MARK)}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", threads.MARK)}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     omp, mark, torch_threads = r.stdout.split()[-3:]
-    assert omp == mark and int(torch_threads) == int(omp) and 1 <= int(omp) <= (os.cpu_count() or 1)
+    assert mark.startswith(f"{omp},") and int(torch_threads) == int(omp) == len(os.sched_getaffinity(0))
 
 
 def test_proof_stages_choose_their_own_threads_unless_the_run_pins_them(tmp_path, monkeypatch):
     from finetune.proof.measure import child_env
 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    monkeypatch.setenv(threads.MARK, "2")  # the proof's own process chose 2 when it started
+    monkeypatch.setenv(threads.MARK, "2,")  # the proof's own process chose 2 when it started
     env = child_env(tmp_path)
-    assert env[threads.MARK] == env["OMP_NUM_THREADS"]  # a stage may choose again when it starts
+    assert env[threads.MARK] == "2," and env["OMP_NUM_THREADS"] == "2"  # a stage chooses again when it starts
     (tmp_path / "proof.json").write_text('{"threads": 2}')
     env = child_env(tmp_path)
     assert env["OMP_NUM_THREADS"] == "2" and threads.MARK not in env  # pinned: the stage keeps it
