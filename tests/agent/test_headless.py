@@ -192,3 +192,26 @@ def test_endpoint_origin_of_the_builtin_default(tmp_path, monkeypatch):
     monkeypatch.delenv("GLM5_BASE_URL", raising=False)
     s = load_settings(tmp_path, {})
     assert "built-in provider 'local'" in origin(s) and s.provider.base_url == "http://127.0.0.1:8000/v1"
+
+
+def test_a_refused_key_is_said_once_and_names_the_variable(env, monkeypatch):
+    # the report: the 401 printed twice, then "glm5: error", with no word of GLM5_API_KEY / --api-key-env
+    repo, fake = env
+    monkeypatch.delenv("GLM5_API_KEY", raising=False)
+    fake.script = [{"status": 401, "message": "missing or invalid API key"}]
+    r = code(repo, fake, "-p", "hi")
+    assert r.exit_code == 1
+    assert r.output.count("401") == 1, r.output
+    assert "GLM5_API_KEY is not set" in r.output and "--api-key-env" in r.output, r.output
+    monkeypatch.setenv("MY_KEY", "wrong")
+    fake.script = [{"status": 401, "message": "invalid API key"}]
+    r = code(repo, fake, "-p", "hi", "--api-key-env", "MY_KEY", "--output-format", "json")
+    assert r.exit_code == 1 and "MY_KEY holds a key the endpoint refused" in json.loads(r.stdout)["result"]
+
+
+def test_a_reply_of_reasoning_only_says_no_answer_was_given(env):
+    repo, fake = env
+    fake.script = [reply("", reasoning="let me think about it at length")]
+    r = code(repo, fake, "-p", "hi")
+    assert r.exit_code == 0 and r.stdout == ""
+    assert "ended without an answer" in r.stderr and "reasoning only" in r.stderr, r.stderr
