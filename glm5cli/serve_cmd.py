@@ -145,8 +145,11 @@ def serve(
 
                 if quant == "int4":  # served beside the int4 weights after quantization (load_engine)
                     check_base(m, lora)
+                    err_console.print(f"LoRA adapter {lora}: served beside the INT4 weights", highlight=False)
                     return m
-                return merge_lora(load_adapter(m, lora))
+                merged = merge_lora(load_adapter(m, lora))
+                err_console.print(f"LoRA adapter {lora}: loaded and merged into the weights", highlight=False)
+                return merged
 
         code = run_embedded(
             model_dir=Path(model),
