@@ -335,6 +335,7 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print {task: [problems]} as JSON."),
 ) -> None:
     """Check tasks: the oracle solves each, nop none; each FAIL_TO_PASS test fails before the gold patch."""
+    import shutil
     import tempfile
 
     from agent.bench.job import load_tasks
@@ -342,29 +343,40 @@ def validate(
     from agent.bench.validate import validate as check
 
     paths = list(paths or [])
-    if kind is None:
-        kind = "terminal" if paths and all(p.is_dir() for p in paths) else "swe"
-        if suite and not paths:
-            fail("--suite needs --kind swe or --kind terminal", code=EXIT_USAGE)
-    if kind not in ("swe", "terminal"):
+    if kind is None and suite and not paths:
+        kinds = ["swe", "terminal"]  # a named suite of both kinds: validate both
+    elif kind is None:
+        kinds = ["terminal" if paths and all(p.is_dir() for p in paths) else "swe"]
+    else:
+        kinds = [kind]
+    if any(k not in ("swe", "terminal") for k in kinds):
         fail("--kind must be swe or terminal", code=EXIT_USAGE)
+    temporary = work is None
     work = work or Path(tempfile.mkdtemp(prefix="glm5-validate-"))
-    try:
-        tasks, _, base_dir = load_tasks(kind, paths, suite, work / "suite")
-    except (TaskError, FileExistsError) as e:
-        fail(str(e), code=EXIT_USAGE)
 
     def done(tid, found):
         if not as_json:
             mark = "[green]ok[/]    " if not found else "[red]broken[/]"
             err_console.print(f"{mark} {tid}" + "".join(f"\n         - {p}" for p in found), highlight=False)
 
-    found = check(tasks, work, env=env, concurrency=n, repos_dir=repos, base_dir=base_dir, on_done=done)
+    found: dict = {}
+    for k in kinds:
+        try:
+            tasks, _, base_dir = load_tasks(k, paths, suite, work / k / "suite")
+        except (TaskError, FileExistsError) as e:
+            if len(kinds) > 1 and "no " in str(e) and "suite named" in str(e):
+                continue  # the suite has no tasks of this kind
+            fail(str(e), code=EXIT_USAGE)
+        found |= check(tasks, work / k, env=env, concurrency=n, repos_dir=repos, base_dir=base_dir, on_done=done)
     broken = {t: p for t, p in found.items() if p}
+    if temporary and not broken:
+        shutil.rmtree(work, ignore_errors=True)  # nothing to look at: the trials of a temporary folder go
+    kept = str(work) if work.exists() else None
     if as_json:
-        print_json({"tasks": len(found), "broken": broken, "work": str(work)})
+        print_json({"tasks": len(found), "broken": broken, "work": kept})
     else:
-        console.print(f"{len(found) - len(broken)} of {len(found)} tasks valid; trials in {work}")
+        console.print(f"{len(found) - len(broken)} of {len(found)} tasks valid"
+                      + (f"; trials in {kept}" if kept else ""))  # fmt: skip
     if broken:
         raise typer.Exit(EXIT_BELOW)
 

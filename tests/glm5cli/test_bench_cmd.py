@@ -183,3 +183,23 @@ def test_report_says_when_the_rate_is_below_min_resolved_and_refuses_a_percentag
     r = bench("report", out, "--min-resolved", "50")  # 50 meant 50%: every run would have failed the gate
     assert r.exit_code == 2 and "--min-resolved" in r.output and "less than or equal to 1" in r.output, r.output
     assert bench("report", out, "--min-resolved", "0").exit_code == 0
+
+
+def test_validate_a_suite_checks_both_kinds_and_removes_its_temporary_trials(tmp_path, monkeypatch):
+    # the report: `bench validate --suite builtin` asked for --kind, and left its glm5-validate-* folders behind
+    import agent.bench.validate as validate
+
+    seen, folders = [], []
+
+    def check(tasks, work, **kw):
+        seen.append(type(tasks[0]).__name__)
+        folders.append(work)
+        (work / "trial").mkdir(parents=True, exist_ok=True)
+        return {getattr(t, "task_id", None) or t.instance_id: [] for t in tasks}
+
+    monkeypatch.setattr(validate, "validate", check)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    r = bench("validate", "--suite", "builtin", "--json")
+    assert r.exit_code == 0, r.output
+    assert len(set(seen)) == 2 and json.loads(r.stdout)["work"] is None, (seen, r.stdout)
+    assert not any(f.exists() for f in folders) and not list(tmp_path.glob("glm5-validate-*"))
