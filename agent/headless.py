@@ -196,6 +196,7 @@ def run_session_command(session: Any, line: str, output_format: str = "text", ou
         agent.env.close()
         session.close()
     code = EXIT_BAD_INPUT if res.error else EXIT_OK
+    res.text = res.text.replace("/rewind N", "glm5 code --rewind N")  # the command line's words, not the TUI's
     if output_format == "text":
         (err if res.error else out).write(res.text.rstrip("\n") + "\n")
     else:

@@ -114,13 +114,14 @@ def test_diff_undo_and_rewind_work_headless_on_the_latest_or_a_named_session(env
     r = code(repo, fake, "--diff")
     assert r.exit_code == 0, r.output
     assert "+++ b/b.txt" in r.stdout and "+++ b/c.txt" in r.stdout and "+beta" in r.stdout
-    r = code(repo, fake, "--rewind", "0")
-    assert r.exit_code == 0 and "1: 'make c'" in r.stdout and "2: 'make b'" in r.stdout
+    r = code(repo, fake, "--rewind", "0")  # one numbering: N of the list, and the turn it undoes, in CLI words
+    assert r.exit_code == 0 and "glm5 code --rewind N undoes the last N turns" in r.stdout and "/rewind" not in r.stdout
+    assert "1: turn 2 (the latest): 'make c'" in r.stdout and "2: turn 1: 'make b'" in r.stdout
 
     r = code(repo, fake, "--undo", "--output-format", "json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["session_id"] == sid and "undid turn 2" in out["result"]
+    assert out["session_id"] == sid and "undid the latest turn (turn 2)" in out["result"]
     assert (repo / "b.txt").exists() and not (repo / "c.txt").exists()
 
     other = code(repo, fake, "-p", "hello")  # a newer session: `--undo SID` must still find the first one
@@ -145,7 +146,7 @@ def test_print_slash_undo_runs_the_command_not_a_task(env):
     assert code(repo, fake, "-p", "make b", "--approval", "auto").exit_code == 0
     n = len(fake.requests)
     r = code(repo, fake, "-p", "/undo")
-    assert r.exit_code == 0 and "undid turn 1" in r.stdout and not (repo / "b.txt").exists()
+    assert r.exit_code == 0 and "undid the latest turn (turn 1)" in r.stdout and not (repo / "b.txt").exists()
     assert len(fake.requests) == n  # the model never saw "/undo"
 
 

@@ -79,7 +79,7 @@ async def test_tui_task_with_approval_diff_undo_and_shell(repo, fake_model):
         await submit(pilot, app, "/undo")
         await pilot.pause(0.1)
         assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
-        assert "undid turn 1" in texts(app)
+        assert "undid the latest turn (turn 1)" in texts(app)
 
         await submit(pilot, app, "!echo from-the-user")
         await until(pilot, lambda: not app.busy)
