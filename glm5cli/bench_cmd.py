@@ -197,7 +197,10 @@ def swe(
     tasks: list[Path] = typer.Argument(None, help=TASKS_HELP, show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="The run folder (resumes when it holds this run)."),
     agent: str = typer.Option(
-        "glm5", "--agent", help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).'
+        "glm5",
+        "--agent",
+        metavar="<glm5|oracle|nop|cmd:COMMAND>",
+        help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).',
     ),
     k: int = typer.Option(1, "-k", help="Attempts per task (pass@k)."),
     n: int = typer.Option(1, "-n", help="Trials run at once."),
@@ -265,7 +268,10 @@ def terminal(
     ),  # fmt: skip
     out: Path = typer.Option(..., "--out", "-o", help="The run folder (resumes when it holds this run)."),
     agent: str = typer.Option(
-        "glm5", "--agent", help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).'
+        "glm5",
+        "--agent",
+        metavar="<glm5|oracle|nop|cmd:COMMAND>",
+        help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).',
     ),
     k: int = typer.Option(1, "-k", help="Attempts per task (pass@k)."),
     n: int = typer.Option(1, "-n", help="Trials run at once."),

@@ -85,7 +85,9 @@ def rl(
     is_low: float = typer.Option(0.2, help="Agentic: keep tokens with pi/pi_rollout >= 1 - IS_LOW (GLM-5: 0.2)."),
     is_high: float = typer.Option(0.28, help="Agentic: keep tokens with pi/pi_rollout <= 1 + IS_HIGH (GLM-5: 0.28)."),
     objective: str = typer.Option(
-        "auto", help="Agentic: double-is (GLM-5's off-policy rule), icepop ([1/2, 2]), auto (icepop with --sync)."
+        "auto",
+        metavar="<auto|double-is|icepop>",
+        help="Agentic: double-is (GLM-5's off-policy rule), icepop ([1/2, 2]), auto (icepop with --sync)."
     ),
     reset_optimizer: bool = typer.Option(False, help="Agentic: reset AdamW at each weight push (GLM-5 does)."),
     sync: bool = typer.Option(False, "--sync", help="Agentic: the synchronous baseline (roll out, then train)."),
@@ -131,6 +133,7 @@ def rl(
     loss_agg: str = typer.Option(
         "sample",
         "--loss-agg",
+        metavar="<sample|token>",
         help="Agentic: how a step's token terms are averaged. sample: each sample's mean, then 1/G over sessions "
         "(GRPO; a long sample's tokens weigh less each). token: one mean over every sampled token of the step "
         "(DAPO's token-level loss, TRL's default).",

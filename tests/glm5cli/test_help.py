@@ -80,6 +80,9 @@ def test_glm5_serve_help_is_readable_at_80_columns():
         (["finetune", "rl"], "--env", "completion|swe|terminal|scripted"),
         (["finetune", "distill"], "--kl", "full|sampled"),
         (["bench", "swe"], "--agent-profile", "full|compact"),
+        (["bench", "swe"], "--agent", "glm5|oracle|nop|cmd:COMMAND"),
+        (["finetune", "rl"], "--objective", "auto|double-is|icepop"),
+        (["finetune", "rl"], "--loss-agg", "sample|token"),
     ],
 )
 def test_fixed_choice_options_list_their_choices(path, option, choices):
