@@ -11,12 +11,12 @@ The work happens in agent/bench (and serve/bench); these commands parse flags an
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+from glm5cli.progress import BenchProgress as _Progress
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
 
@@ -86,75 +86,6 @@ def _gate(report: dict, min_resolved: float | None) -> None:
         rate = report["summary"]["resolved_rate"]
         fail(f"resolved rate {'n/a' if rate is None else f'{rate:.3f}'} is below --min-resolved {min_resolved}",
              code=EXIT_BELOW)  # fmt: skip
-
-
-class _Progress:
-    """Progress on stderr: done / total, resolved so far, infra errors, cost, ETA. On a terminal a live bar;
-    otherwise (a log file, CI) one plain line per finished trial, so a log shows the run moving."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self.resolved = self.infra = self.done = self.total = 0
-        self.cost = 0.0
-
-    def __enter__(self):
-        self.p = None  # started by the first event, so an error before the run shows no empty bar
-        self.live, self.t0 = err_console.is_terminal, time.monotonic()
-        return self
-
-    def __exit__(self, *exc):
-        if self.p is not None:
-            self.p.__exit__(*exc)
-
-    def _start(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                          TimeRemainingColumn(), console=err_console, transient=False)  # fmt: skip
-        self.p.__enter__()
-        self.task = self.p.add_task(f"bench {self.kind}", total=None, status="")
-
-    def event(self, kind: str, data) -> None:
-        if kind == "start":
-            self.resolved, self.done, self.total = data["resolved"], data["done"], data["total"]
-            if data["done"]:
-                err_console.print(f"resuming: {data['done']} of {data['total']} trials already finished "
-                                  f"({data['resolved']} resolved)", highlight=False)  # fmt: skip
-        elif kind == "trial":
-            r = data["result"]
-            self.infra += 1 if r.status == "infra_error" else 0
-            self.resolved += 1 if r.resolved else 0
-            self.done += 1 if data["final"] else 0
-            self.cost += r.cost_usd
-        if not self.live:
-            if kind == "trial":
-                self._line(data["result"], data["final"])
-            return
-        if self.p is None:
-            self._start()
-        if kind == "start":
-            self.p.update(self.task, total=data["total"], completed=data["done"], status=self._status())
-        elif kind == "trial":
-            if data["final"]:
-                self.p.advance(self.task)
-            self.p.update(self.task, status=self._status())
-
-    def _line(self, r, final: bool) -> None:
-        """One line for a log: which trial ended how, the run's count so far and its time."""
-        what = r.status if final else f"{r.status}, retrying (try {r.try_})"
-        err_console.print(f"bench {self.kind}: {self.done}/{self.total} {r.instance_id} {what} in {r.seconds:.0f}s  "
-                          f"{self._status()}  {time.monotonic() - self.t0:.0f}s elapsed", highlight=False)  # fmt: skip
-
-    def _status(self) -> str:
-        return f"resolved {self.resolved}  infra {self.infra}  ${self.cost:.4f}"
 
 
 def _show(report: dict, as_json: bool, out: Path | None) -> None:

@@ -362,34 +362,11 @@ def _progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     if not err_console.is_terminal:
-        return _LogSteps()
+        from glm5cli.progress import LogSteps
+
+        return LogSteps()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     return Progress(*columns, console=err_console)
-
-
-class _LogSteps:
-    """rich Progress's add_task / update, written as one line per step for a log: a bar off a terminal draws
-    nothing until it ends (and then a blank line)."""
-
-    def __enter__(self) -> _LogSteps:
-        self.t0, self.tasks = time.monotonic(), []
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def add_task(self, description: str, total: int, completed: int = 0) -> int:
-        self.tasks.append({"description": description, "total": total, "completed": completed, "first": completed})
-        return len(self.tasks) - 1
-
-    def update(self, task: int, advance: int = 0, description: str | None = None, completed: int | None = None):
-        t = self.tasks[task]
-        t["description"] = description or t["description"]
-        t["completed"] = (t["completed"] if completed is None else completed) + advance
-        seconds, ran = time.monotonic() - self.t0, t["completed"] - t["first"]
-        eta = f", about {(t['total'] - t['completed']) * seconds / ran:.0f}s left" if ran > 0 else ""
-        err_console.print(f"{t['description']}: {t['completed']}/{t['total']} ({seconds:.0f}s{eta})",
-                          highlight=False, markup=False)  # fmt: skip
 
 
 def _write_checkpoint(source: Path, net, dest: Path, state: dict | None = None) -> None:
