@@ -3,7 +3,8 @@ torch's default threads (one per core, OpenMP's default spin-wait), one thread, 
 wait, and glm5's own choice (glm5cli/threads.py), each on the machine as it is and under a load this script adds
 (`--stress N` busy processes, stopped when the run ends; each also dies by itself after `--stress-limit` s).
 
-    .venv/bin/python benchmarks/bench_threads.py [--rounds 2] [--steps 5] [--stress 4] [--out benchmarks/bench_threads.json]
+    .venv/bin/python benchmarks/bench_threads.py [--rounds 2] [--steps 5] [--stress 4] \
+        [--out benchmarks/bench_threads.json]
 
 Each run is a fresh `python -m glm5cli finetune align-mtp` on a `tiny` checkpoint with 8 prompts of ~400
 tokens (shorter than an agent session, so that a run takes a minute); the variants are interleaved per round so a

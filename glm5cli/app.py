@@ -31,7 +31,8 @@ app.add_typer(
 app.add_typer(bench_cmd.app, name="bench", help="Run agentic and serving benchmarks; reports CI can read.")
 app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and quantize GLM-5 checkpoints.")
 app.command("doctor", help="Check which protections (sandbox, network, git, environment) work here.",
-            short_help="Check which protections (sandbox, network, git, env) work here.")(doctor_cmd.doctor)  # fmt: skip
+            short_help="Check which protections (sandbox, network, git, env) work here.",
+            )(doctor_cmd.doctor)  # fmt: skip
 
 
 # exceptions that mean the user's input is wrong (a checkpoint folder without config.json or weights, a config that
