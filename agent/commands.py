@@ -54,18 +54,24 @@ def handle(session: Any, line: str) -> CommandResult:
             if not agent.turns:
                 return CommandResult("nothing to undo", error=True)
             rec = agent.rewind(1)
-            return CommandResult(f"undid turn {rec['to_turn']}: code and conversation restored" + _saved(rec))
+            return CommandResult(f"undid the latest turn (turn {rec['to_turn']}): code and conversation restored"
+                                 + _saved(rec))  # fmt: skip
         if name == "/rewind":
-            if not arg:
+            if not arg or arg == "0":
                 if not agent.turns:
                     return CommandResult("no turns to rewind")
                 lines = []
                 for k, t in enumerate(reversed(agent.turns), start=1):
                     msg = agent.messages[t["n_messages"]] if t["n_messages"] < len(agent.messages) else {}
-                    lines.append(f"{k}: {str(msg.get('content', ''))[:70]!r}")
-                return CommandResult("/rewind N undoes the last N turns:\n" + "\n".join(lines))
-            rec = agent.rewind(int(arg))
-            return CommandResult(f"rewound to before turn {rec['to_turn']}" + _saved(rec))
+                    latest = " (the latest)" if k == 1 else ""
+                    lines.append(f"{k}: turn {t['turn']}{latest}: {str(msg.get('content', ''))[:70]!r}")
+                return CommandResult("/rewind N undoes the last N turns, N from this list:\n" + "\n".join(lines))
+            n = int(arg)
+            nums = [t["turn"] for t in agent.turns[-n:]] if 0 < n <= len(agent.turns) else []
+            rec = agent.rewind(n)
+            turns = f"turn {nums[0]}" if n == 1 else "turns " + ", ".join(map(str, nums))
+            return CommandResult(f"undid the last {n} turn{'s' if n > 1 else ''} ({turns}): code and conversation "
+                                 f"restored to before turn {rec['to_turn']}" + _saved(rec))  # fmt: skip
         if name == "/diff":
             d = session_diff(agent)
             return CommandResult(d, diff=True) if d else CommandResult("this session has changed nothing")

@@ -113,8 +113,9 @@ def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
         result = agent.run(prompt)
         status, final = result.exit_status, result.final
     except APIError as e:
-        status, final = ERROR, f"model endpoint error: {e}"
-        ui.on_notice(final)
+        status, final = ERROR, f"model endpoint error: {e}" + _key_hint(e, session)
+        if ui.format != "text":  # text: the result line below says it, once
+            ui.on_notice(final)
     except KeyboardInterrupt:
         status, final = INTERRUPTED, "interrupted"
     except Exception as e:  # noqa: BLE001 - a crash still ends with a result object and the trajectory closed
@@ -126,6 +127,8 @@ def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
         agent.finish(status, final)
         session.close()
     code = EXIT_CODES.get(status, EXIT_ERROR)
+    if status == SUBMITTED and not final.strip():  # a reply of reasoning only (or nothing): no answer to print
+        ui.on_notice("the model ended without an answer: its last reply held no text (reasoning only, or empty)")
     if code == EXIT_OK and ui.denied:
         code = EXIT_DENIED
     summary = {"type": "result", "session_id": session.id, "exit_status": status, "is_error": code != EXIT_OK,
@@ -143,6 +146,19 @@ def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
         ui.emit(summary)
     ui.out.flush()
     return code
+
+
+def _key_hint(e: APIError, session: Any) -> str:
+    """For a 401 / 403: which variable the key was read from, and whether it was set at all."""
+    if e.status not in (401, 403):
+        return ""
+    import os
+
+    var = getattr(session.settings.provider, "api_key_env", None)
+    if not var:
+        return " (the endpoint wants an API key: name the variable that holds it with --api-key-env)"
+    state = "is not set" if not os.environ.get(var) else "holds a key the endpoint refused"
+    return f" ({var} {state}: export the key there, or name another variable with --api-key-env)"
 
 
 class NoModel:
@@ -180,6 +196,7 @@ def run_session_command(session: Any, line: str, output_format: str = "text", ou
         agent.env.close()
         session.close()
     code = EXIT_BAD_INPUT if res.error else EXIT_OK
+    res.text = res.text.replace("/rewind N", "glm5 code --rewind N")  # the command line's words, not the TUI's
     if output_format == "text":
         (err if res.error else out).write(res.text.rstrip("\n") + "\n")
     else:

@@ -1,7 +1,8 @@
 """One tool call from the model's reply, carried out and recorded.
 
     run_call(agent, call)
-      tool lookup, JSON arguments, required arguments present (FormatError) -> approval.decide (allow / ask / deny)
+      tool lookup, JSON arguments, required arguments present (FormatError) -> what the tool refuses before any
+      approval prompt (an edit of a file not read) -> approval.decide (allow / ask / deny)
       -> PreToolUse hook (may block) -> checkpoint before -> tool.run -> checkpoint after
       -> PostToolUse hook (may add to the result) -> test-run label -> `tool` record -> tool message
 
@@ -48,6 +49,14 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
     subject = tool.subject(args)
     record: dict[str, Any] = {"step": agent.stats.steps, "call_id": call["id"], "name": name, "arguments": args}
 
+    refused = _refused_before_asking(agent, tool, args)
+    if refused is not None:  # asking the user to approve a call that cannot run would waste their yes
+        agent.ui.on_tool_start(name, args)
+        result = ToolResult(f"error: {refused}", is_error=True)
+        agent.writer.write("tool", **record, decision="unasked", result=result.output, is_error=True, failed="call")
+        agent.ui.on_tool_end(name, result)
+        agent.tool_message(call["id"], result.output)
+        return
     verdict = approval.decide(agent, name, tool, subject, args)
     agent.ui.on_tool_decision(call["id"], name, args, verdict.decision, verdict.reason)
     if not verdict.runs:
@@ -118,3 +127,18 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
     )
     agent.ui.on_tool_end(name, result)
     agent.tool_message(call["id"], result.output)
+
+
+def _refused_before_asking(agent: Agent, tool: Any, args: dict[str, Any]) -> str | None:
+    """A tool's `refuses(args, ctx)` (an edit of a file the model has not read): why it would refuse the call as
+    made, checked before the approval prompt, or None."""
+    refuses = getattr(tool, "refuses", None)
+    if refuses is None:
+        return None
+    try:
+        refuses(args, ToolContext(agent.env, agent.state))
+    except ToolError as e:
+        return str(e)
+    except (OSError, ValueError, TypeError):  # left for the run itself to report
+        return None
+    return None

@@ -17,7 +17,7 @@ object per line, each with a `type` and a wall-clock `ts`:
                  prompt_token_ids when the server sent them, "usage", "latency_s", "cost_usd"}
     tool         {"step", "call_id", "name", "arguments", "decision" (allow | approved | denied | blocked |
                  format_error: an unknown tool, unparsable arguments or a required one missing, then `arguments`
-                 is the raw string),
+                 is the raw string | unasked: the tool refused the call before any approval, `failed` "call"),
                  "reason" and "user_message" (a refusal's why, and what the user said with their no),
                  "result" (text shown to the model), "is_error" (also a command's nonzero exit), "failed"
                  (only when the call failed: "call", the tool refused it as made -- an argument of the wrong

@@ -10,6 +10,8 @@
 - bench_cmd.py  `glm5 bench`: agentic and serving benchmarks
 - bench_harness.py what `glm5 bench` says of the SWE-bench harness (predictions, compare) and of --env local's gaps
 - common.py     helpers shared by the commands (errors, console, JSON output)
+- progress.py   progress on stderr: a live bar on a terminal, a plain line per trial / step in a log
+- threads.py    torch's threads and OpenMP's wait policy, chosen in `app.main` before any command imports torch
 
 The CLI parses arguments, resolves configuration and shows progress; the work happens in
 `model`, `serve`, `agent` and `finetune`, which are imported inside each command so that

@@ -15,19 +15,24 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: option names whole and descriptions wide at 80 columns, [brackets] kept
 )
 
 app.command("code", help="Run the coding agent in the current git repository (TUI, or headless with -p).",
+            short_help="Run the coding agent in this git repository (TUI, or -p headless).",
             epilog=code_cmd.EPILOG)(code_cmd.code)  # fmt: skip
 app.command("serve", help="Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API.")(serve_cmd.serve)
 app.add_typer(
     finetune_cmd.app,
     name="finetune",
     help="Fine-tune on what `glm5 code` recorded: SFT (LoRA or full), agentic RL, cross-stage distillation, MTP alignment.",
+    short_help="Fine-tune: SFT (LoRA or full), RL, distillation, MTP alignment.",
 )
 app.add_typer(bench_cmd.app, name="bench", help="Run agentic and serving benchmarks; reports CI can read.")
 app.add_typer(model_cmd.app, name="model", help="Create, inspect, convert and quantize GLM-5 checkpoints.")
-app.command("doctor", help="Check which protections (sandbox, network, git, environment) work here.")(doctor_cmd.doctor)
+app.command("doctor", help="Check which protections (sandbox, network, git, environment) work here.",
+            short_help="Check which protections (sandbox, network, git, env) work here.",
+            )(doctor_cmd.doctor)  # fmt: skip
 
 
 # exceptions that mean the user's input is wrong (a checkpoint folder without config.json or weights, a config that
@@ -36,6 +41,9 @@ USER_ERRORS = (("model.config", "ConfigError"), ("model.checkpoint", "Checkpoint
 
 
 def main() -> None:
+    from glm5cli import threads
+
+    threads.choose()  # before any command imports torch: its thread count and OpenMP's wait (glm5cli/threads.py)
     try:
         app()
     except Exception as e:  # only the classes of modules already imported can have been raised

@@ -16,8 +16,9 @@ from pathlib import Path
 import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+from glm5cli.progress import BenchProgress as _Progress
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
 
 
 # -- agentic benchmarks ----------------------------------------------------------------------------------------
@@ -39,7 +40,7 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
          retry_infra_errors: bool = False, seed: int | None = None,
          predictions: Path | None = None) -> None:  # fmt: skip
     from agent.bench.agents import AgentLimits, make_agent
-    from agent.bench.job import below, load_tasks, run_job
+    from agent.bench.job import load_tasks, run_job
     from agent.bench.run_folder import RunFolderError
     from agent.bench.runner import RunOptions, parse_shard
     from agent.bench.tasks import TaskError
@@ -83,61 +84,17 @@ def _run(kind: str, paths: list[Path], out: Path, agent: str, k: int, n: int, sh
     if infra and not as_json:
         err_console.print(f"{infra} trial(s) ended in an infrastructure error and are not scored; once the cause is "
                           "fixed, rerun the same command with --retry-infra-errors to run them again", style="yellow")  # fmt: skip
+    _gate(report, min_resolved)
+
+
+def _gate(report: dict, min_resolved: float | None) -> None:
+    """--min-resolved: exit 1, saying why, when the run's resolved rate is below it."""
+    from agent.bench.job import below
+
     if below(report, min_resolved):
         rate = report["summary"]["resolved_rate"]
         fail(f"resolved rate {'n/a' if rate is None else f'{rate:.3f}'} is below --min-resolved {min_resolved}",
              code=EXIT_BELOW)  # fmt: skip
-
-
-class _Progress:
-    """Live progress on stderr: done / total, resolved so far, infra errors, cost, ETA."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self.resolved = self.infra = 0
-        self.cost = 0.0
-
-    def __enter__(self):
-        self.p = None  # started by the first event, so an error before the run shows no empty bar
-        return self
-
-    def __exit__(self, *exc):
-        if self.p is not None:
-            self.p.__exit__(*exc)
-
-    def _start(self) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                          TimeRemainingColumn(), console=err_console, transient=False)  # fmt: skip
-        self.p.__enter__()
-        self.task = self.p.add_task(f"bench {self.kind}", total=None, status="")
-
-    def event(self, kind: str, data) -> None:
-        if self.p is None:
-            self._start()
-        if kind == "start":
-            self.resolved = data["resolved"]
-            self.p.update(self.task, total=data["total"], completed=data["done"], status=self._status())
-        elif kind == "trial":
-            r = data["result"]
-            self.infra += 1 if r.status == "infra_error" else 0
-            self.resolved += 1 if r.resolved else 0
-            if data["final"]:
-                self.p.advance(self.task)
-            self.cost += r.cost_usd
-            self.p.update(self.task, status=self._status())
-
-    def _status(self) -> str:
-        return f"resolved {self.resolved}  infra {self.infra}  ${self.cost:.4f}"
 
 
 def _show(report: dict, as_json: bool, out: Path | None) -> None:
@@ -180,13 +137,21 @@ def swe(
     tasks: list[Path] = typer.Argument(None, help=TASKS_HELP, show_default=False),
     out: Path = typer.Option(..., "--out", "-o", help="The run folder (resumes when it holds this run)."),
     agent: str = typer.Option(
-        "glm5", "--agent", help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).'
+        "glm5",
+        "--agent",
+        metavar="<glm5|oracle|nop|cmd:COMMAND>",
+        help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).',
     ),
     k: int = typer.Option(1, "-k", help="Attempts per task (pass@k)."),
     n: int = typer.Option(1, "-n", help="Trials run at once."),
     shard: str = typer.Option("1/1", "--shard", help="Run shard I of N (CI matrix); `bench report` merges them."),
     filter_: str = typer.Option(None, "--filter", help="Only tasks whose id matches this regular expression."),
-    env: str = typer.Option("local", "--env", help="local (bubblewrap, no Docker) or docker."),
+    env: str = typer.Option(
+        "local",
+        "--env",
+        metavar="<local|docker>",
+        help="local (bubblewrap, no Docker) or docker.",
+    ),
     max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
     timeout: float = typer.Option(None, "--timeout", help="Wall-time limit of the agent per trial, seconds."),
     retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
@@ -205,7 +170,9 @@ def swe(
     repos: Path = typer.Option(None, "--repos", help="Folder of local clones for owner/name repos (offline CI)."),
     suite: str = typer.Option(None, "--suite", help="A named suite instead of TASKS (builtin)."),
     force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
-    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    min_resolved: float = typer.Option(
+        None, "--min-resolved", min=0.0, max=1.0, help="Exit 1 when the resolved rate (0-1, e.g. 0.5) is below this."
+    ),
     test_timeout: float = typer.Option(1800.0, "--test-timeout", help="Seconds for the graded test run."),
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
@@ -221,6 +188,7 @@ def swe(
     agent_profile: str = typer.Option(
         None,
         "--agent-profile",
+        metavar="<full|compact>",
         help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
     predictions: Path = typer.Option(None, "--predictions", help="Also write the SWE-bench harness's predictions "
@@ -242,13 +210,21 @@ def terminal(
     ),  # fmt: skip
     out: Path = typer.Option(..., "--out", "-o", help="The run folder (resumes when it holds this run)."),
     agent: str = typer.Option(
-        "glm5", "--agent", help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).'
+        "glm5",
+        "--agent",
+        metavar="<glm5|oracle|nop|cmd:COMMAND>",
+        help='glm5, oracle, nop, or cmd:"COMMAND" (task on stdin, $GLM5_TASK).',
     ),
     k: int = typer.Option(1, "-k", help="Attempts per task (pass@k)."),
     n: int = typer.Option(1, "-n", help="Trials run at once."),
     shard: str = typer.Option("1/1", "--shard", help="Run shard I of N (CI matrix); `bench report` merges them."),
     filter_: str = typer.Option(None, "--filter", help="Only tasks whose name matches this regular expression."),
-    env: str = typer.Option("local", "--env", help="local (bubblewrap, no Docker) or docker."),
+    env: str = typer.Option(
+        "local",
+        "--env",
+        metavar="<local|docker>",
+        help="local (bubblewrap, no Docker) or docker.",
+    ),
     max_turns: int = typer.Option(100, "--max-turns", help="Model calls per trial."),
     timeout: float = typer.Option(None, "--timeout", help="Agent wall time per trial (default: task.toml's)."),
     retries: int = typer.Option(1, "--retries", help="Retries of a trial that hit an infrastructure error."),
@@ -266,7 +242,9 @@ def terminal(
     api_key_env: str = typer.Option(None, "--api-key-env", help="glm5 agent: variable holding the API key."),
     suite: str = typer.Option(None, "--suite", help="A named suite instead of TASK_DIR (builtin)."),
     force: bool = typer.Option(False, "--force", help="Resume even though the config changed."),
-    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    min_resolved: float = typer.Option(
+        None, "--min-resolved", min=0.0, max=1.0, help="Exit 1 when the resolved rate (0-1, e.g. 0.5) is below this."
+    ),
     max_cost: float = typer.Option(None, "--max-cost", help="USD per trial (glm5 agent)."),
     memory_mb: int = typer.Option(None, "--memory-mb", help="Memory limit per command, MB."),
     temperature: float = typer.Option(None, "--temperature", help="glm5 agent: sampling temperature."),
@@ -275,6 +253,7 @@ def terminal(
     agent_profile: str = typer.Option(
         None,
         "--agent-profile",
+        metavar="<full|compact>",
         help="glm5 agent: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
 ) -> None:
@@ -291,14 +270,20 @@ def terminal(
 def validate(
     paths: list[Path] = typer.Argument(None, help="A SWE tasks file, or Harbor task folders.", show_default=False),
     suite: str = typer.Option(None, "--suite", help="Validate a named suite (builtin)."),
-    kind: str = typer.Option(None, "--kind", help="swe or terminal (default: guessed from the paths)."),
+    kind: str = typer.Option(
+        None,
+        "--kind",
+        metavar="<swe|terminal>",
+        help="swe or terminal (default: guessed from the paths).",
+    ),
     work: Path = typer.Option(None, "--work", help="Where the trials go (default: a temporary folder)."),
     n: int = typer.Option(1, "-n", help="Tasks checked at once."),
-    env: str = typer.Option("local", "--env", help="local or docker."),
+    env: str = typer.Option("local", "--env", metavar="<local|docker>", help="local or docker."),
     repos: Path = typer.Option(None, "--repos", help="Folder of local clones for owner/name repos."),
     as_json: bool = typer.Option(False, "--json", help="Print {task: [problems]} as JSON."),
 ) -> None:
     """Check tasks: the oracle solves each, nop none; each FAIL_TO_PASS test fails before the gold patch."""
+    import shutil
     import tempfile
 
     from agent.bench.job import load_tasks
@@ -306,29 +291,40 @@ def validate(
     from agent.bench.validate import validate as check
 
     paths = list(paths or [])
-    if kind is None:
-        kind = "terminal" if paths and all(p.is_dir() for p in paths) else "swe"
-        if suite and not paths:
-            fail("--suite needs --kind swe or --kind terminal", code=EXIT_USAGE)
-    if kind not in ("swe", "terminal"):
+    if kind is None and suite and not paths:
+        kinds = ["swe", "terminal"]  # a named suite of both kinds: validate both
+    elif kind is None:
+        kinds = ["terminal" if paths and all(p.is_dir() for p in paths) else "swe"]
+    else:
+        kinds = [kind]
+    if any(k not in ("swe", "terminal") for k in kinds):
         fail("--kind must be swe or terminal", code=EXIT_USAGE)
+    temporary = work is None
     work = work or Path(tempfile.mkdtemp(prefix="glm5-validate-"))
-    try:
-        tasks, _, base_dir = load_tasks(kind, paths, suite, work / "suite")
-    except (TaskError, FileExistsError) as e:
-        fail(str(e), code=EXIT_USAGE)
 
     def done(tid, found):
         if not as_json:
             mark = "[green]ok[/]    " if not found else "[red]broken[/]"
             err_console.print(f"{mark} {tid}" + "".join(f"\n         - {p}" for p in found), highlight=False)
 
-    found = check(tasks, work, env=env, concurrency=n, repos_dir=repos, base_dir=base_dir, on_done=done)
+    found: dict = {}
+    for k in kinds:
+        try:
+            tasks, _, base_dir = load_tasks(k, paths, suite, work / k / "suite")
+        except (TaskError, FileExistsError) as e:
+            if len(kinds) > 1 and "no " in str(e) and "suite named" in str(e):
+                continue  # the suite has no tasks of this kind
+            fail(str(e), code=EXIT_USAGE)
+        found |= check(tasks, work / k, env=env, concurrency=n, repos_dir=repos, base_dir=base_dir, on_done=done)
     broken = {t: p for t, p in found.items() if p}
+    if temporary and not broken:
+        shutil.rmtree(work, ignore_errors=True)  # nothing to look at: the trials of a temporary folder go
+    kept = str(work) if work.exists() else None
     if as_json:
-        print_json({"tasks": len(found), "broken": broken, "work": str(work)})
+        print_json({"tasks": len(found), "broken": broken, "work": kept})
     else:
-        console.print(f"{len(found) - len(broken)} of {len(found)} tasks valid; trials in {work}")
+        console.print(f"{len(found) - len(broken)} of {len(found)} tasks valid"
+                      + (f"; trials in {kept}" if kept else ""))  # fmt: skip
     if broken:
         raise typer.Exit(EXIT_BELOW)
 
@@ -340,10 +336,11 @@ def report(
     junit: Path = typer.Option(None, "--junit", help="Write the JUnit XML here."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the markdown summary (for $GITHUB_STEP_SUMMARY)."),
     out: Path = typer.Option(None, "--out", help="Write report.json, junit.xml, summary.md into this folder."),
-    min_resolved: float = typer.Option(None, "--min-resolved", help="Exit 1 when the resolved rate is below this."),
+    min_resolved: float = typer.Option(
+        None, "--min-resolved", min=0.0, max=1.0, help="Exit 1 when the resolved rate (0-1, e.g. 0.5) is below this."
+    ),
 ) -> None:
     """Rebuild the report of one run, or merge the folders of a sharded run into the report one job would write."""
-    from agent.bench.job import below
     from agent.bench.reports import build_report, junit_xml, write_reports
     from agent.bench.reports import markdown as to_markdown
     from agent.bench.run_folder import RunFolderError
@@ -364,8 +361,7 @@ def report(
         print_json(rep)
     else:
         _show(rep, False, out)
-    if below(rep, min_resolved):
-        raise typer.Exit(EXIT_BELOW)
+    _gate(rep, min_resolved)
 
 
 @app.command("compare")
@@ -417,11 +413,15 @@ def compare(
 @app.command("serve")
 def serve(
     base_url: str = typer.Option(..., help="The server, e.g. http://127.0.0.1:8000 (any OpenAI-compatible one)."),
-    dataset: str = typer.Option("random", help="random | shared-prefix"),
+    dataset: str = typer.Option("random", metavar="<random|shared-prefix>", help="Prompts: random, or shared-prefix."),
     num_prompts: int = typer.Option(32, help="Requests to send (random dataset)."),
     request_rate: float = typer.Option(float("inf"), help="Requests per second, Poisson arrivals; inf = burst."),
     max_concurrency: int | None = typer.Option(None, help="Most requests in flight at once."),
-    api: str = typer.Option("completions", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
+    api: str = typer.Option(
+        "completions",
+        metavar="<completions|chat>",
+        help="completions (/v1/completions) or chat (/v1/chat/completions).",
+    ),
     model: str | None = typer.Option(None, help="Model name (default: the first one /v1/models lists)."),
     api_key: str | None = typer.Option(None, envvar=["GLM5_API_KEY", "OPENAI_API_KEY"], help="Bearer token."),
     random_input_len: int = typer.Option(256, help="Prompt length in tokens (random)."),

@@ -18,13 +18,29 @@ EPILOG = (
 
 def code(
     prompt: str = typer.Option(None, "--print", "-p", help="Run headless on this task ('-' reads it from stdin)."),
-    output_format: str = typer.Option("text", "--output-format", help="Headless output: text, json or stream-json."),
+    output_format: str = typer.Option(
+        "text",
+        "--output-format",
+        metavar="<text|json|stream-json>",
+        help="Headless output: text, json or stream-json.",
+    ),
     max_turns: int = typer.Option(None, "--max-turns", min=1, help="At most this many model calls for the task."),
-    approval: str = typer.Option("deny", "--approval", help="Headless answer to permission asks: auto or deny."),
-    mode: str = typer.Option(None, "--mode", help="Permission mode: ask, accept-edits, plan or auto."),
+    approval: str = typer.Option(
+        "deny",
+        "--approval",
+        metavar="<auto|deny>",
+        help="Headless answer to permission asks: auto or deny.",
+    ),
+    mode: str = typer.Option(
+        None,
+        "--mode",
+        metavar="<ask|accept-edits|plan|auto>",
+        help="Permission mode: ask, accept-edits, plan or auto.",
+    ),
     profile: str = typer.Option(
         None,
         "--profile",
+        metavar="<full|compact>",
         help="Agent profile: full (default) or compact (read, edit, bash, glob and a short prompt: for small models).",
     ),
     continue_: bool = typer.Option(False, "--continue", "-c", help="Continue the latest session here."),

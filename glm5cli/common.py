@@ -19,6 +19,13 @@ class SafeConsole(Console):
     def render_str(self, text: str, **kw: Any):
         return super().render_str(terminal_safe(text), **kw)
 
+    def print(self, *objects: Any, **kw: Any) -> None:
+        """Off a terminal (a log file, a pipe, CI) a line is written whole: rich would wrap it at 80 columns, in
+        the middle of a progress line or a path. Tables still fit the width."""
+        if "soft_wrap" not in kw and not self.is_terminal:
+            kw["soft_wrap"] = True
+        super().print(*objects, **kw)
+
 
 console = SafeConsole()
 err_console = SafeConsole(stderr=True)

@@ -43,6 +43,7 @@ def distill(
     kl: str = typer.Option(
         "full",
         "--kl",
+        metavar="<full|sampled>",
         help="full: the reverse KL over the whole vocabulary at each sampled position (the default: it pulls "
         "the student towards tokens it no longer samples, which a forgotten skill needs). sampled: the report's "
         "Eq. 2, the log-ratio of the sampled token as its advantage (one token's information a position: fine "
@@ -197,6 +198,8 @@ def distill(
         "kl": kl,
         "reverse_kl_first": round(hist[0].lm, 4),
         "reverse_kl_last": round(sum(h.lm for h in hist[-10:]) / len(hist[-10:]), 4),
+        # with either --kl, what is logged is the sampled estimate, not the full sum the loss may use
+        "reverse_kl_is": "the mean log-ratio student/teacher at the sampled tokens (an estimate; can be negative)",
         "tokens_per_s": bar.tokens_per_s,
         "seconds": round(time.monotonic() - t0, 1),
     }
@@ -209,8 +212,9 @@ def distill(
         print_json(summary)
         return
     console.print(
-        f"[green]distilled[/] {student} on {len(chosen)} prompts, reverse KL to the teachers "
-        f"{summary['reverse_kl_first']:.3f} -> {summary['reverse_kl_last']:.3f} nats/token, in "
+        f"[green]distilled[/] {student} on {len(chosen)} prompts, reverse KL to the teachers (sampled estimate: "
+        f"the log-ratio at the sampled tokens) {summary['reverse_kl_first']:.3f} -> "
+        f"{summary['reverse_kl_last']:.3f} nats/token, in "
         f"{summary['seconds']:.0f}s; " + (f"checkpoint: {out}" if full else f"adapter: {out / 'adapter'}")
     )
     if not full:

@@ -17,7 +17,7 @@ from glm5cli.plan_cmd import preflight
 from glm5cli.rl_cmd import rl as rl_command
 from glm5cli.stages_cmd import apply_qat, dsa_warmup, qat_settings, write_qat_checkpoints
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
 
 
 @app.command("align-mtp")
@@ -361,10 +361,15 @@ def _load_for_training(model: Path, int4_hint: str):
 
 
 def _progress():
+    """A step bar: rich's live bar on a terminal; off one (a log file, CI) a plain line per step (_LogSteps)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    if not err_console.is_terminal:
+        from glm5cli.progress import LogSteps
+
+        return LogSteps()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    return Progress(*columns, console=err_console, transient=not err_console.is_terminal)
+    return Progress(*columns, console=err_console)
 
 
 def _write_checkpoint(source: Path, net, dest: Path, state: dict | None = None) -> None:
@@ -481,6 +486,7 @@ def sft(
     qat: str | None = typer.Option(
         None,
         "--qat",
+        metavar="<int4>",
         help="Quantization-aware training: 'int4' trains through the same group-wise INT4 rounding that `glm5 model "
         "quantize` applies (of the merged weights with LoRA, which then needs --merge), straight-through "
         "gradients; OUT/int4 is then the INT4 checkpoint to serve.",
@@ -691,7 +697,12 @@ def _filtered_hint(report: dict) -> str:
     left = report.get("filtered") or {}
     if not left:
         return "record sessions with `glm5 code`, or point --data at a bench run or a chat JSONL file"
-    return "left out: " + "; ".join(f"{n} {why}" for why, n in left.items()) + " (see the flags in --help)"
+    hint = "left out: " + "; ".join(f"{n} {why}" for why, n in left.items())
+    prefix = report.get("prefix_past_max_len")
+    if prefix:  # the system prompt, tool schemas and task come before the first model turn
+        return hint + (f". The shortest prompt before a model turn is {prefix} tokens: raise --max-len above it "
+                       "(or record with `glm5 code --profile compact`, a shorter prefix)")  # fmt: skip
+    return hint + " (see the flags in --help)"
 
 
 def _show_data(report: dict, json_out: bool) -> None:

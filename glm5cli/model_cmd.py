@@ -9,16 +9,16 @@ import typer
 from glm5cli.common import console, fail, print_json
 from glm5cli.quantize_cmd import quantize
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
 app.command("quantize")(quantize)
 
 
 @app.command("init")
 def init(
-    preset: str = typer.Option("tiny", "--preset", help="tiny (tests) or small (benchmarks)."),
+    preset: str = typer.Option("tiny", "--preset", metavar="<tiny|small>", help="tiny (tests) or small (benchmarks)."),
     out: Path = typer.Option(..., "--out", help="Directory to write the checkpoint into."),
     seed: int = typer.Option(0, "--seed", help="Random seed for the weights."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
+    dtype: str = typer.Option("float32", "--dtype", metavar="<float32|bfloat16>", help="float32 or bfloat16."),
     overrides: list[str] = typer.Option(
         None, "--set", help="Change one config.json field of the preset: KEY=VALUE (JSON value), repeatable."
     ),
@@ -144,7 +144,12 @@ def _quantization_label(q: dict | None) -> str | None:
 @app.command("info")
 def info(
     path: Path | None = typer.Argument(None, help="Checkpoint directory (with config.json)."),
-    preset: str | None = typer.Option(None, "--preset", help="Describe a preset instead: tiny, small, glm5."),
+    preset: str | None = typer.Option(
+        None,
+        "--preset",
+        metavar="<tiny|small|glm5>",
+        help="Describe a preset instead: tiny, small, glm5.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
 ) -> None:
     """Show a checkpoint's layers, total and active parameters, and memory for weights and KV cache."""
@@ -192,7 +197,7 @@ def info(
 def convert(
     src: Path = typer.Argument(..., help="Checkpoint directory: bf16, fp32 or block-FP8 (GLM-5-FP8) weights."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the converted checkpoint to."),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="bfloat16 or float32."),
+    dtype: str = typer.Option("bfloat16", "--dtype", metavar="<bfloat16|float32>", help="bfloat16 or float32."),
     max_shard_size: str = typer.Option("5GB", "--max-shard-size", help="Largest safetensors shard, e.g. 5GB."),
 ) -> None:
     """Rewrite a checkpoint in another dtype (FP8 weights are dequantised with their block scales).

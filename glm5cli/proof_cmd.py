@@ -60,12 +60,13 @@ def proof(
         None,
         "--threads",
         min=0,
-        help="Torch threads of every stage's process (0: one "
-        "per core; 1 is faster on a machine shared with other jobs).",
+        help="Torch threads of every stage's process (0: each chooses by the cores free when it starts, "
+        "glm5cli/threads.py; 1 is faster on a machine shared with other jobs).",
     ),
     agent_profile: str = typer.Option(
         None,
         "--agent-profile",
+        metavar="<compact|full>",
         help="The agent profile of every session: compact "
         "(the default: 4 tools, a short prompt) or full (`glm5 code`'s default).",
     ),

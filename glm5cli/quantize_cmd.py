@@ -22,7 +22,10 @@ def quantize(
         help="Regex of modules to keep in high precision, instead of GLM-5's FP8 split (repeatable).",
     ),
     observer: str = typer.Option(
-        "mse", "--observer", help="Range per group: 'mse' (search the clipping with least error) or 'minmax'."
+        "mse",
+        "--observer",
+        metavar="<mse|minmax>",
+        help="Range per group: 'mse' (search the clipping with least error) or 'minmax'.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:

@@ -51,6 +51,7 @@ def rl(
     env: str = typer.Option(
         "completion",
         "--env",
+        metavar="<completion|swe|terminal|scripted>",
         help="completion: one completion per task, scored by its reward (--tasks, a prompts file). swe: agent "
         "sessions on SWE-bench-format tasks (--tasks TASKS.jsonl), graded by the bench. terminal: agent sessions "
         "on Harbor task folders (TASK_DIR...). scripted: a built-in toy family (answers must hold a digit).",
@@ -88,7 +89,9 @@ def rl(
     is_low: float = typer.Option(0.2, help="Agentic: keep tokens with pi/pi_rollout >= 1 - IS_LOW (GLM-5: 0.2)."),
     is_high: float = typer.Option(0.28, help="Agentic: keep tokens with pi/pi_rollout <= 1 + IS_HIGH (GLM-5: 0.28)."),
     objective: str = typer.Option(
-        "auto", help="Agentic: double-is (GLM-5's off-policy rule), icepop ([1/2, 2]), auto (icepop with --sync)."
+        "auto",
+        metavar="<auto|double-is|icepop>",
+        help="Agentic: double-is (GLM-5's off-policy rule), icepop ([1/2, 2]), auto (icepop with --sync)."
     ),
     reset_optimizer: bool = typer.Option(False, help="Agentic: reset AdamW at each weight push (GLM-5 does)."),
     sync: bool = typer.Option(False, "--sync", help="Agentic: the synchronous baseline (roll out, then train)."),
@@ -102,6 +105,7 @@ def rl(
     rollout_engine: str | None = typer.Option(
         None,
         "--rollout-engine",
+        metavar="<thread|process>",
         help="Agentic: process (the run starts a local `glm5 serve` child on 127.0.0.1, pushes each step's "
         "adapter to it and stops it at the end: sampling and training do not share one Python interpreter's "
         "lock; 1.15-1.41x the rollouts/s of thread on 2 shared cores, benchmarks/RESULTS.md; costs a second "
@@ -133,6 +137,7 @@ def rl(
     loss_agg: str = typer.Option(
         "sample",
         "--loss-agg",
+        metavar="<sample|token>",
         help="Agentic: how a step's token terms are averaged. sample: each sample's mean, then 1/G over sessions "
         "(GRPO; a long sample's tokens weigh less each). token: one mean over every sampled token of the step "
         "(DAPO's token-level loss, TRL's default).",
@@ -157,6 +162,7 @@ def rl(
     quant: str | None = typer.Option(
         None,
         "--quant",
+        metavar="<int4>",
         help="Agentic: int4 trains the adapter for the INT4 deployment, `glm5 serve MODEL --quant int4 --lora "
         "OUT/adapter`, which serves it beside the int4 weights. The trainer's frozen weights are rounded as that "
         "INT4 rounds them, and the rollout engine (process) serves --quant int4 with each pushed adapter: the "
@@ -171,6 +177,9 @@ def rl(
         help="completion: checkpoint every N steps; rerun resumes. Agentic (which checkpoints every step): also "
         "write the LoRA adapter of every N-th step and of the last to OUT/adapters/step-K (each servable: `glm5 "
         "serve MODEL --lora OUT/adapters/step-K`, for a learning curve measured by `glm5 bench`); 0: none.",
+    ),
+    suite: str | None = typer.Option(
+        None, "--suite", help="swe / terminal: a named bench suite (builtin) in place of --tasks / task folders."
     ),
     eval_tasks: Path | None = typer.Option(
         None,
@@ -219,6 +228,8 @@ def rl(
     """
     if env not in ENVS:
         fail(f"--env must be one of {', '.join(ENVS)}, not {env!r}", code=EXIT_USAGE)
+    if suite is not None:
+        tasks_file, task_dirs = _suite(env, suite, tasks_file, task_dirs)
     if trainer not in ("glm5", "slime"):
         fail(f"--trainer must be glm5 or slime, not {trainer!r}", code=EXIT_USAGE)
     if trainer == "slime":  # glm5cli/slime_cmd.py
@@ -260,6 +271,27 @@ def rl(
     held_out = (eval_tasks, eval_samples)
     _agentic(model, out, env, tasks_file, task_dirs or [], reward, cfg, rank, alpha, max_model_len, rollout_url,
              merge, json_out, save_every, held_out, (rollout_engine, engine_threads), quant)  # fmt: skip
+
+
+def _suite(env: str, name: str, tasks_file: Path | None, task_dirs: list[Path] | None):
+    """--suite NAME, as `glm5 bench --suite` reads it -> (the tasks file, the task folders) it materialized, in
+    the bench's cache folder (.glm5-bench-cache/suites), reused by a rerun."""
+    from agent.bench.suites import available
+
+    if env not in ("swe", "terminal"):
+        fail("--suite is for --env swe / terminal (the bench's suites)", code=EXIT_USAGE)
+    if tasks_file is not None or task_dirs:
+        fail("give --suite or tasks (--tasks, task folders), not both", code=EXIT_USAGE)
+    suites = available(env)
+    if f"{env}:{name}" not in suites:
+        known = ", ".join(k.split(":", 1)[1] for k in sorted(suites)) or "none"
+        fail(f"no {env} suite named {name!r} (installed: {known})", code=EXIT_USAGE)
+    paths = [Path(p) for p in suites[f"{env}:{name}"].materialize(Path(".glm5-bench-cache", "suites", env, name))]
+    if env == "terminal":
+        return None, paths
+    if len(paths) != 1:
+        fail(f"suite {name!r} has {len(paths)} task files; --env swe trains on one", code=EXIT_USAGE)
+    return paths[0], []
 
 
 def _environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg, reward: str | None):

@@ -26,9 +26,15 @@ def serve(
         None, "--api-key", envvar="GLM5_API_KEY", help="Require this bearer token (env GLM5_API_KEY)."
     ),
     served_model_name: str | None = typer.Option(None, help="Model name clients send (default: the directory name)."),
-    quant: str | None = typer.Option(None, help="Quantize weights at load: int4 (embedded engine only)."),
+    quant: str | None = typer.Option(
+        None,
+        metavar="<int4>",
+        help="Quantize weights at load: int4 (embedded engine only).",
+    ),
     speculative: str | None = typer.Option(
-        None, help="mtp: draft with GLM-5's MTP layer; off: none. Default: mtp for sglang/vllm, off embedded."
+        None,
+        metavar="<mtp|off>",
+        help="mtp: draft with GLM-5's MTP layer; off: none. Default: mtp for sglang/vllm, off embedded.",
     ),
     num_draft_tokens: int = typer.Option(3, min=1, max=3, help="Tokens the MTP layer drafts per step (1-3)."),
     draft_vocab: Path | None = typer.Option(
@@ -49,6 +55,7 @@ def serve(
     kv_cache_gib: float | None = typer.Option(None, help="KV-cache memory for the embedded engine, GiB."),
     dtype: str = typer.Option(
         "auto",
+        metavar="<auto|float32|bfloat16>",
         help="Weights and KV cache of the embedded engine: auto (bfloat16 on a GPU, float32 on CPU, where it "
         "decodes faster), float32 or bfloat16 (on CPUs with AMX, bfloat16 prefills long prompts 1.2-2x faster).",
     ),
@@ -76,7 +83,7 @@ def serve(
     dp: int = typer.Option(1, help="Data parallel size."),
     ep: int = typer.Option(1, help="Expert parallel size."),
     dp_attention: bool = typer.Option(False, "--dp-attention", help="Data-parallel attention (high concurrency)."),
-    precision: str = typer.Option("auto", help="auto (read the checkpoint), fp8 or bf16."),
+    precision: str = typer.Option("auto", metavar="<auto|fp8|bf16>", help="auto (read the checkpoint), fp8 or bf16."),
     gpu_memory_gib: float = typer.Option(141.0, help="Memory per GPU, to check the weights fit (H200: 141)."),
     engine_program: str | None = typer.Option(
         None, help="Run this instead of the engine's own entry point (e.g. a container wrapper)."
@@ -138,8 +145,11 @@ def serve(
 
                 if quant == "int4":  # served beside the int4 weights after quantization (load_engine)
                     check_base(m, lora)
+                    err_console.print(f"LoRA adapter {lora}: served beside the INT4 weights", highlight=False)
                     return m
-                return merge_lora(load_adapter(m, lora))
+                merged = merge_lora(load_adapter(m, lora))
+                err_console.print(f"LoRA adapter {lora}: loaded and merged into the weights", highlight=False)
+                return merged
 
         code = run_embedded(
             model_dir=Path(model),

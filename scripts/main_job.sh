@@ -5,6 +5,7 @@
 # the fine-tuned model's MTP layer (glm5 finetune align-mtp).
 # A tiny random model writes nonsense: this shows the loop works, not the model's skill.
 # Usage: bash scripts/main_job.sh [WORKDIR]   (default: a new temporary folder)
+# Rerun with the same WORKDIR to resume: finished stages are kept and skipped, a killed training run resumes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GLM5=${GLM5:-.venv/bin/glm5}
@@ -34,6 +35,9 @@ $GLM5 bench serve --base-url "http://127.0.0.1:$PORT" --model glm5-tiny --num-pr
 
 echo "== 4. glm5 code -p in a scratch repository (every tool call denied, 2 turns at most)"
 REPO="$WORK/repo"
+if [ -s "$WORK/code_result.json" ] && ls "$REPO/.glm5/sessions/"*.jsonl >/dev/null 2>&1; then
+  echo "(done before: $WORK/code_result.json)"
+else
 if [ ! -d "$REPO/.git" ]; then
   mkdir -p "$REPO" && git -C "$REPO" init -q
   printf 'def add(a, b):\n    return a - b\n' >"$REPO/calc.py"
@@ -48,17 +52,21 @@ set -e
 echo "glm5 code exit code: $rc (0 done, 3 turn limit reached)"
 .venv/bin/python -c "import json,sys; r=json.load(open(sys.argv[1])); print('trajectory:', r['trajectory']); print('stats:', r['stats'])" "$WORK/code_result.json"
 [ "$rc" = 0 ] || [ "$rc" = 3 ]
+fi
+# Each training command below works in .OUT.partial and renames it to OUT when it finishes: an OUT that exists is
+# a finished stage (skipped), and a killed one resumes from its .partial folder.
 echo "== 5. glm5 finetune sft (LoRA) on what the agent just recorded, merged into a servable checkpoint"
-rm -rf "$WORK/tiny-sft" "$WORK/tiny-sft-aligned"
-$GLM5 finetune sft "$WORK/tiny" --out "$WORK/tiny-sft" --trajectories "$REPO/.glm5/sessions" --steps 10 --merge
+[ -d "$WORK/tiny-sft" ] && echo "(done before: $WORK/tiny-sft)" \
+  || $GLM5 finetune sft "$WORK/tiny" --out "$WORK/tiny-sft" --trajectories "$REPO/.glm5/sessions" --steps 10 --merge
 echo "== 6. glm5 finetune align-mtp: the MTP layer re-aligned with the fine-tuned model (outputs unchanged)"
-$GLM5 finetune align-mtp "$WORK/tiny-sft" --out "$WORK/tiny-sft-aligned" --trajectories "$REPO/.glm5/sessions" \
-  --steps 20
+[ -d "$WORK/tiny-sft-aligned" ] && echo "(done before: $WORK/tiny-sft-aligned)" \
+  || $GLM5 finetune align-mtp "$WORK/tiny-sft" --out "$WORK/tiny-sft-aligned" \
+    --trajectories "$REPO/.glm5/sessions" --steps 20
 echo "== 7. glm5 finetune rl: GRPO on tasks a command checks (here: does the completion contain a digit?)"
-rm -rf "$WORK/tiny-rl"
 printf '%s\n' '{"prompt": "def add(a, b):"}' '{"messages": [{"role": "user", "content": "Count to three."}]}' \
   >"$WORK/rl_tasks.jsonl"
-$GLM5 finetune rl "$WORK/tiny-sft" --out "$WORK/tiny-rl" --tasks "$WORK/rl_tasks.jsonl" --steps 4 \
+[ -d "$WORK/tiny-rl" ] && echo "(done before: $WORK/tiny-rl)" \
+  || $GLM5 finetune rl "$WORK/tiny-sft" --out "$WORK/tiny-rl" --tasks "$WORK/rl_tasks.jsonl" --steps 4 \
   --prompts-per-step 2 --group-size 4 --max-new-tokens 16 \
   --reward '{"type": "command", "run": "grep -qE \"[0-9]\"", "timeout": 10}'
 echo "== done: everything is under $WORK"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up glm5 for development on a fresh machine: a virtual environment in .venv with torch
-# (a CPU build where there is no NVIDIA GPU, so no several-GB CUDA download) and glm5[dev].
+# (a CPU build where there is no NVIDIA GPU, so no several-GB CUDA download) and glm5[dev,proof].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -29,5 +29,5 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
       || $PIP install torch --index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
   fi
 fi
-$PIP install -e ".[dev]"
+$PIP install -e ".[dev,proof]"  # proof: matplotlib, for `glm5 bench proof` plots
 echo "glm5 is set up: activate with 'source $VENV/bin/activate', or run $VENV/bin/glm5"

@@ -10,7 +10,7 @@ from typing import Any
 
 from agent.tools import fence
 from agent.tools.base import EDIT, ToolContext, ToolError, ToolResult, require
-from agent.tools.write import check_fresh, unified_diff
+from agent.tools.write import check_fresh, refuses_unread, unified_diff
 
 
 class EditTool:
@@ -33,6 +33,12 @@ class EditTool:
 
     def subject(self, args: dict[str, Any]) -> str | None:
         return args.get("path")
+
+    def refuses(self, args: dict[str, Any], ctx: ToolContext) -> None:
+        """Before any approval prompt: a file that does not exist, or that the model has not read (ToolError)."""
+        if isinstance(args.get("path"), str) and not ctx.env.resolve(args["path"]).is_file():
+            raise ToolError(f"{ctx.env.display(ctx.env.resolve(args['path']))} does not exist; use write to create it")
+        refuses_unread(args, ctx)
 
     def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         path = ctx.env.resolve(require(args, "path"))

@@ -26,6 +26,14 @@ def check_fresh(path, ctx: ToolContext) -> None:
         raise ToolError(f"{ctx.env.display(path)} changed on disk since it was read; read it again")
 
 
+def refuses_unread(args: dict[str, Any], ctx: ToolContext) -> None:
+    """check_fresh on the call's path, where it names an existing file."""
+    if isinstance(args.get("path"), str):
+        path = ctx.env.resolve(args["path"])
+        if path.is_file():
+            check_fresh(path, ctx)
+
+
 class WriteTool:
     name = "write"
     kind = EDIT
@@ -44,6 +52,10 @@ class WriteTool:
 
     def subject(self, args: dict[str, Any]) -> str | None:
         return args.get("path")
+
+    def refuses(self, args: dict[str, Any], ctx: ToolContext) -> None:
+        """Before any approval prompt: an existing file not read (or changed since) is refused (ToolError)."""
+        refuses_unread(args, ctx)
 
     def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         path = ctx.env.resolve(require(args, "path"))

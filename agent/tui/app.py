@@ -87,6 +87,7 @@ class CodeApp(App):
         self._stream: Any = None
         self._reasoning: Reasoning | None = None
         self._streamed_chars = 0  # of the reply streaming now: the status line's live token estimate
+        self._drawn_chars = 0  # what the status line last showed of it
         self._last_ctrl_c = float("-inf")
         self._status_at = float("-inf")
         self.exit_code = 0
@@ -115,6 +116,9 @@ class CodeApp(App):
         if self.session.resumed:
             self.notice(f"resumed session {self.session.id} ({len(self.session.agent.messages)} messages)")
         self.refresh_status()
+        # the live token estimate is redrawn on a clock too, not only when a delta arrives past the interval:
+        # the count of a burst's last deltas is shown without waiting for the next one
+        self.set_interval(STATUS_EVERY_S * 3, self._tick_status)
         self.query_one("#prompt", Input).focus()
 
     def _terminals(self) -> Any:
@@ -166,7 +170,7 @@ class CodeApp(App):
         state = "working… (Esc / Ctrl-C interrupts)" if self.busy else "ready"
         live = f" · ↓ ~{(self._streamed_chars + 3) // 4:,} tokens" if self._streamed_chars else ""
         line = f"{a.model.config.model} · {a.permissions.mode}{live} · {commands.cost_line(a)} · {state}"
-        self._status_at = time.monotonic()
+        self._status_at, self._drawn_chars = time.monotonic(), self._streamed_chars
         self.query_one("#status", Static).update(Text(line))
 
     # -- input -------------------------------------------------------------------------------------------------
@@ -220,8 +224,15 @@ class CodeApp(App):
         finally:
             self.call_from_thread(self._done)
 
+    def _tick_status(self) -> None:
+        if self._streamed_chars != self._drawn_chars:  # deltas arrived that no redraw showed
+            at = self._status_at
+            self.refresh_status()
+            self._status_at = at  # the clock's redraw does not hold back the next delta's
+
     def _done(self) -> None:
         self.busy = False
+        self._streamed_chars = 0  # an interrupted reply never reached end_stream: no stale estimate stays
         self.refresh_status()
         self.query_one("#prompt", Input).focus()
 

@@ -24,6 +24,7 @@ class DataReport:
     tokens: int = 0
     targets: int = 0
     truncated: int = 0  # sequences cut to max_len
+    prefix_past_max_len: int = 0  # the shortest prompt (tokens before a first target) of those max_len left empty
     skipped: list[str] = field(default_factory=list)  # "FILE:LINE: why"
     filtered: Counter = field(default_factory=Counter)  # what a filter left out -> how many
 
@@ -42,6 +43,7 @@ class DataReport:
             "tokens": self.tokens,
             "target_tokens": self.targets,
             "truncated_to_max_len": self.truncated,
+            "prefix_past_max_len": self.prefix_past_max_len,
             "skipped_records": list(self.skipped),
             "filtered": dict(self.filtered),
         }

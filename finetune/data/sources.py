@@ -99,9 +99,14 @@ def load_sequences(paths: Iterable[Path], tokenizer, opts: DataOptions) -> tuple
                 except (ValueError, KeyError, TypeError) as e:
                     report.skip(branch[-1].where, f"cannot render the conversation ({e})")
                     continue
+                first = next((i for i, m in enumerate(seq.mask) if i and m), None)  # the first target token
                 if len(seq.ids) > opts.max_len:
                     seq = TrainSequence(seq.ids[: opts.max_len], seq.mask[: opts.max_len], seq.source, seq.tito)
                     report.truncated += 1
+                if first is not None and first >= opts.max_len:  # the prompt before any model turn fills max_len
+                    report.filtered["sequences whose prompt before the first model turn fills --max-len"] += 1
+                    report.prefix_past_max_len = min(report.prefix_past_max_len or first, first)
+                    continue
                 if not any(seq.mask[1:]):  # the first token is never a target (nothing predicts it)
                     report.filtered["sequences with nothing to train"] += 1
                     continue

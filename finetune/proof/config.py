@@ -144,8 +144,9 @@ class ProofConfig:
     # expert's), RL's and the measurement's. `compact` (4 tools, a short prompt) makes an expert session
     # 954 tokens instead of 2,075 (the prefix 560 instead of 1,681); what was trained is what is measured.
     agent_profile: str = "compact"
-    # torch threads of every subprocess (OMP_NUM_THREADS); 0: torch's default, one per core. On a machine shared
-    # with other jobs 1 was 3.7-7.2x faster than 2 for a compact session's training step (benchmarks/RESULTS.md)
+    # torch threads of every subprocess (OMP_NUM_THREADS); 0: each stage's glm5 chooses by the cores free when it
+    # starts (glm5cli/threads.py). On a machine shared with other jobs 1 was 3.7-7.2x faster than 2 for a compact
+    # session's training step (benchmarks/RESULTS.md)
     threads: int = 0
     # every session with thinking off (`chat_template_kwargs.enable_thinking=false` at the bench's server, RL's
     # --no-thinking, the distillation prompts'): the expert and the corpus write no reasoning, so their turns are

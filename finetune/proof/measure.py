@@ -45,7 +45,8 @@ def child_env(run: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     setting, and the run's own config folder (RUN/config), so the user's ~/.config/glm5 cannot change a stage.
     The run's pinned `threads` (RUN/proof.json), when set, becomes OMP_NUM_THREADS."""
     root = str(Path(__file__).resolve().parents[2])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GLM5_")}
+    # GLM5_AUTO_THREADS stays: it tells a stage that OMP_NUM_THREADS was this process's own choice, not a pin
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GLM5_") or k == "GLM5_AUTO_THREADS"}
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     (run / "config").mkdir(parents=True, exist_ok=True)
     env["GLM5_CONFIG_DIR"] = str(run / "config")
@@ -55,6 +56,7 @@ def child_env(run: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
         threads = 0
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+        env.pop("GLM5_AUTO_THREADS", None)
     env.update(extra or {})
     return env
 

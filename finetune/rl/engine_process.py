@@ -65,6 +65,7 @@ class ServeChild:
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
         key = secrets.token_hex(16)
         env = {**os.environ, "GLM5_API_KEY": key, "OMP_NUM_THREADS": str(self.threads), "COLUMNS": "300"}
+        env.pop("GLM5_AUTO_THREADS", None)  # the child's threads are chosen here (glm5cli/threads.py)
         cmd = [sys.executable, "-m", "glm5cli", "serve", str(Path(model_dir).resolve()), "--host", "127.0.0.1",
                "--port", "0", "--max-num-seqs", str(max_num_seqs), "--max-model-len", str(max_model_len),
                "--no-prefix-caching", "--no-access-log", *(("--quant", quant) if quant else ())]  # fmt: skip

@@ -21,6 +21,7 @@ never an unconstrained answer that pretends to follow the request.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any
 
@@ -144,7 +145,7 @@ def generate_constraint(state, sp) -> Any:
             return grammars.compile(grammars.json_format(schema), "JSON schema")
         return grammars.regex(sp.regex) if kind == "regex" else grammars.ebnf(sp.ebnf)
     except (RuntimeError, ValueError, TypeError) as e:  # xgrammar's word on what it cannot compile
-        raise bad_request(f"{param} cannot be compiled to a grammar: {e}", param=param) from None
+        raise bad_request(f"{param} cannot be compiled to a grammar: {_said(e)}", param=param) from None
 
 
 def _compile(grammars, fmt: dict, description: str, param: str):
@@ -152,4 +153,13 @@ def _compile(grammars, fmt: dict, description: str, param: str):
     try:
         return grammars.compile(fmt, description)
     except (RuntimeError, ValueError, TypeError) as e:  # xgrammar's word on a schema it cannot compile
-        raise bad_request(f"{param}: the schema cannot be compiled to a grammar: {e}", param=param) from None
+        raise bad_request(f"{param}: the schema cannot be compiled to a grammar: {_said(e)}", param=param) from None
+
+
+# xgrammar's C++ errors open with a time and the source file they were raised in: "[01:31:18]
+# /project/cpp/json_schema_converter.cc:5082: Unsupported type ..."; a client gets the words, not our build's paths
+_CPP_PREFIX = re.compile(r"^\s*(\[[0-9:]+\]\s*)?(\S+\.(cc|cpp|h|hpp):\d+:\s*)?")
+
+
+def _said(e: Exception) -> str:
+    return _CPP_PREFIX.sub("", str(e)).strip()

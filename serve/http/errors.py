@@ -19,15 +19,17 @@ TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_fo
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str | None = None):  # fmt: skip
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.kind = kind  # the error's `type` where OpenAI's differs from the status's usual one
 
     def body(self) -> dict:
-        kind = TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
+        kind = self.kind or TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
     def response(self) -> JSONResponse:

@@ -67,11 +67,12 @@ class ServerState:
 
     def check_model(self, name: str) -> None:
         if name != self.settings.served_model_name:
-            raise APIError(
-                400,
+            raise APIError(  # 404 model_not_found, as OpenAI answers for a model it does not have
+                404,
                 f"model {name!r} is not served here; this server serves {self.settings.served_model_name!r}",
                 param="model",
                 code="model_not_found",
+                kind="invalid_request_error",
             )
 
     def admit(self, n: int) -> Ticket:

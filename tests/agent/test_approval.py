@@ -91,3 +91,26 @@ def test_always_saved_to_settings_holds_in_the_next_session(repo, fake_model, sc
     s.agent.run("touch again")
     s.close()
     assert ui.requests == [] and (repo / "b.txt").exists()
+
+
+def test_an_edit_that_cannot_run_is_refused_before_the_user_is_asked(repo, fake_model):
+    # the report: the TUI showed the diff of an edit to a file not yet read, asked, and after `y` the edit failed
+    fake_model.script = [
+        reply(tools=[("edit", {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"})]),
+        reply(tools=[("edit", {"path": "nope.py", "old_string": "x", "new_string": "y"})]),
+        reply(tools=[("write", {"path": "calc.py", "content": "def add(a, b):\n    return a + b\n"})]),
+        reply(tools=[("read", {"path": "calc.py"})]),
+        reply(tools=[("edit", {"path": "calc.py", "old_string": "a - b", "new_string": "a + b"})]),
+        reply("done"),
+    ]
+    ui = RecordingUI(answers=[NO])
+    s = make_session(repo, fake_model, ui)
+    s.agent.run("fix")
+    s.close()
+    assert [r.tool for r in ui.requests] == ["edit"] and "a + b" in ui.requests[0].preview  # only the read-first edit
+    tools = [r for r in Trajectory.load(s.path).records if r["type"] == "tool"]
+    said = ("read calc.py before changing it", "nope.py does not exist", "read calc.py before changing it")
+    for rec, why in zip(tools[:3], said, strict=True):
+        assert rec["decision"] == "unasked" and rec["failed"] == "call" and why in rec["result"], rec
+    assert tools[4]["decision"] == "denied"
+    assert (repo / "calc.py").read_text().endswith("a - b\n")

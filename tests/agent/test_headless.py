@@ -114,13 +114,14 @@ def test_diff_undo_and_rewind_work_headless_on_the_latest_or_a_named_session(env
     r = code(repo, fake, "--diff")
     assert r.exit_code == 0, r.output
     assert "+++ b/b.txt" in r.stdout and "+++ b/c.txt" in r.stdout and "+beta" in r.stdout
-    r = code(repo, fake, "--rewind", "0")
-    assert r.exit_code == 0 and "1: 'make c'" in r.stdout and "2: 'make b'" in r.stdout
+    r = code(repo, fake, "--rewind", "0")  # one numbering: N of the list, and the turn it undoes, in CLI words
+    assert r.exit_code == 0 and "glm5 code --rewind N undoes the last N turns" in r.stdout and "/rewind" not in r.stdout
+    assert "1: turn 2 (the latest): 'make c'" in r.stdout and "2: turn 1: 'make b'" in r.stdout
 
     r = code(repo, fake, "--undo", "--output-format", "json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["session_id"] == sid and "undid turn 2" in out["result"]
+    assert out["session_id"] == sid and "undid the latest turn (turn 2)" in out["result"]
     assert (repo / "b.txt").exists() and not (repo / "c.txt").exists()
 
     other = code(repo, fake, "-p", "hello")  # a newer session: `--undo SID` must still find the first one
@@ -145,7 +146,7 @@ def test_print_slash_undo_runs_the_command_not_a_task(env):
     assert code(repo, fake, "-p", "make b", "--approval", "auto").exit_code == 0
     n = len(fake.requests)
     r = code(repo, fake, "-p", "/undo")
-    assert r.exit_code == 0 and "undid turn 1" in r.stdout and not (repo / "b.txt").exists()
+    assert r.exit_code == 0 and "undid the latest turn (turn 1)" in r.stdout and not (repo / "b.txt").exists()
     assert len(fake.requests) == n  # the model never saw "/undo"
 
 
@@ -192,3 +193,26 @@ def test_endpoint_origin_of_the_builtin_default(tmp_path, monkeypatch):
     monkeypatch.delenv("GLM5_BASE_URL", raising=False)
     s = load_settings(tmp_path, {})
     assert "built-in provider 'local'" in origin(s) and s.provider.base_url == "http://127.0.0.1:8000/v1"
+
+
+def test_a_refused_key_is_said_once_and_names_the_variable(env, monkeypatch):
+    # the report: the 401 printed twice, then "glm5: error", with no word of GLM5_API_KEY / --api-key-env
+    repo, fake = env
+    monkeypatch.delenv("GLM5_API_KEY", raising=False)
+    fake.script = [{"status": 401, "message": "missing or invalid API key"}]
+    r = code(repo, fake, "-p", "hi")
+    assert r.exit_code == 1
+    assert r.output.count("401") == 1, r.output
+    assert "GLM5_API_KEY is not set" in r.output and "--api-key-env" in r.output, r.output
+    monkeypatch.setenv("MY_KEY", "wrong")
+    fake.script = [{"status": 401, "message": "invalid API key"}]
+    r = code(repo, fake, "-p", "hi", "--api-key-env", "MY_KEY", "--output-format", "json")
+    assert r.exit_code == 1 and "MY_KEY holds a key the endpoint refused" in json.loads(r.stdout)["result"]
+
+
+def test_a_reply_of_reasoning_only_says_no_answer_was_given(env):
+    repo, fake = env
+    fake.script = [reply("", reasoning="let me think about it at length")]
+    r = code(repo, fake, "-p", "hi")
+    assert r.exit_code == 0 and r.stdout == ""
+    assert "ended without an answer" in r.stderr and "reasoning only" in r.stderr, r.stderr

@@ -79,7 +79,7 @@ async def test_tui_task_with_approval_diff_undo_and_shell(repo, fake_model):
         await submit(pilot, app, "/undo")
         await pilot.pause(0.1)
         assert (repo / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
-        assert "undid turn 1" in texts(app)
+        assert "undid the latest turn (turn 1)" in texts(app)
 
         await submit(pilot, app, "!echo from-the-user")
         await until(pilot, lambda: not app.busy)
@@ -194,6 +194,23 @@ async def test_token_count_moves_while_a_reply_streams(repo, fake_model):
         await app.end_stream({"role": "assistant", "content": "x"})
         app.refresh_status()
         assert "tokens ·" not in str(status.render()).split("context")[-1]
+        await pilot.pause()
+
+
+@pytest.mark.asyncio
+async def test_the_live_count_shows_a_bursts_last_deltas_and_goes_when_the_turn_ends(repo, fake_model):
+    # the report: "~606 tokens" stood while far more streamed, and stayed after Ctrl-C
+    app = CodeApp(lambda ui: make_session(repo, fake_model, ui))
+    async with app.run_test() as pilot:
+        status = app.query_one("#status", Static)
+        app.busy = True
+        await pilot.pause(0.15)
+        await app.stream_delta("reasoning", "x" * 400)
+        await app.stream_delta("reasoning", "y" * 400)  # within the redraw interval: not drawn by the delta
+        await pilot.pause(0.6)  # no further delta: the clock draws it
+        assert "~200 tokens" in str(status.render()), str(status.render())
+        app._done()  # the turn ended without the reply's end (interrupted)
+        assert "tokens ·" not in str(status.render()).split("context")[-1], str(status.render())
         await pilot.pause()
 
 

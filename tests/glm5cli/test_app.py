@@ -71,3 +71,19 @@ def test_a_broken_checkpoint_is_an_error_message_not_a_traceback(tmp_path):
         assert r.returncode == 1, r.stderr
         said = " ".join(r.stderr.split())  # rich wraps at the terminal's width
         assert "Traceback" not in said and words in said and "hint:" in said, r.stderr
+
+
+def test_off_a_terminal_a_line_is_written_whole():
+    # CI logs: rich wrapped every line at 80 columns, mid-word in a progress line or a path
+    import io
+
+    from glm5cli.common import SafeConsole
+
+    out = io.StringIO()
+    c = SafeConsole(file=out, width=80)
+    line = "step 3/10  loss 2.345  " + "/a/long/path" * 12
+    c.print(line)
+    assert out.getvalue() == line + "\n"
+    out = io.StringIO()
+    SafeConsole(file=out, width=80, force_terminal=True).print(line)
+    assert out.getvalue().count("\n") > 1  # a terminal still wraps at its width

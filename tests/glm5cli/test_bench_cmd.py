@@ -159,3 +159,47 @@ def test_a_resolved_prediction_that_changed_test_configuration_is_named(tmp_path
     assert line["resolved"] is True and line["test_config_changed"] == ["conftest.py"]
     assert "`acme__calc-1` (conftest.py)" in (out / "summary.md").read_text()
     assert json.loads(r.stdout)["summary"]["resolved_with_test_config_changed"] == 1
+
+
+def test_a_log_gets_one_line_per_trial_and_a_resumed_run_says_so(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    # off a terminal (CI logs, a file) rich's bar wrote nothing until the final table; a long line wrapped at 80
+    out = tmp_path / ("a-long-folder-name-" * 4) / "run"
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle")
+    assert r.exit_code == 0, r.output
+    lines = [line for line in r.stderr.splitlines() if line.startswith("bench swe: ")]
+    assert len(lines) == 2, r.stderr
+    for n, line in enumerate(sorted(lines), 1):
+        assert f" {n}/2 acme__calc-" in line and " resolved in " in line and "elapsed" in line, line
+    assert "resuming" not in r.stderr
+    r = bench("swe", calc_tasks, "--out", out, "--agent", "oracle")
+    assert r.exit_code == 0 and "resuming: 2 of 2 trials already finished (2 resolved)" in r.stderr, r.stderr
+
+
+def test_report_says_when_the_rate_is_below_min_resolved_and_refuses_a_percentage(tmp_path, calc_tasks):  # noqa: F811 (the imported fixtures)
+    out = tmp_path / "nop"
+    assert bench("swe", calc_tasks, "--out", out, "--agent", "nop").exit_code == 0
+    r = bench("report", out, "--min-resolved", "0.5")
+    assert r.exit_code == 1 and "resolved rate 0.000 is below --min-resolved 0.5" in " ".join(r.stderr.split())
+    r = bench("report", out, "--min-resolved", "50")  # 50 meant 50%: every run would have failed the gate
+    assert r.exit_code == 2 and "--min-resolved" in r.output and "less than or equal to 1" in r.output, r.output
+    assert bench("report", out, "--min-resolved", "0").exit_code == 0
+
+
+def test_validate_a_suite_checks_both_kinds_and_removes_its_temporary_trials(tmp_path, monkeypatch):
+    # the report: `bench validate --suite builtin` asked for --kind, and left its glm5-validate-* folders behind
+    import agent.bench.validate as validate
+
+    seen, folders = [], []
+
+    def check(tasks, work, **kw):
+        seen.append(type(tasks[0]).__name__)
+        folders.append(work)
+        (work / "trial").mkdir(parents=True, exist_ok=True)
+        return {getattr(t, "task_id", None) or t.instance_id: [] for t in tasks}
+
+    monkeypatch.setattr(validate, "validate", check)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    r = bench("validate", "--suite", "builtin", "--json")
+    assert r.exit_code == 0, r.output
+    assert len(set(seen)) == 2 and json.loads(r.stdout)["work"] is None, (seen, r.stdout)
+    assert not any(f.exists() for f in folders) and not list(tmp_path.glob("glm5-validate-*"))

@@ -155,6 +155,8 @@ def test_agentic_rl_on_the_scripted_family_writes_an_adapter_and_a_log(ckpt, tmp
     assert summary["env"] == "scripted" and summary["steps"] == 3 and summary["window"] == 1
     log = [json.loads(line) for line in (out / "rl_log.jsonl").read_text().splitlines()]
     assert [row["step"] for row in log] == [1, 2, 3]
+    steps = [line for line in r.stderr.splitlines() if line.startswith("RL (scripted), reward")]  # a log's lines
+    assert [line.split(": ")[-1].split(" ")[0] for line in steps] == ["1/3", "2/3", "3/3"], r.stderr
     want = {"reward_mean", "reward_std", "solved_rate", "groups_kept", "groups_dropped", "dropped_by_reason",
             "staleness_hist", "is_masked", "mismatch", "kl_rollout", "pg_grad_norm", "rollout_tokens_per_s",
             "train_tokens_per_s", "server_idle_s", "trainer_idle_s"}  # fmt: skip

@@ -320,3 +320,16 @@ def test_dense_attention_trains_with_every_key_visible_and_keeps_the_checkpoints
     with dense_attention(model):
         assert all(ix.topk > 1 << 40 for ix in indexers)
     assert {ix.topk for ix in indexers} == {16}
+
+
+def test_a_prompt_that_fills_max_len_is_named_with_the_length_to_raise_it_to(tiny_checkpoint, tmp_path):  # noqa: F811
+    # the report: "no responses to train on ... see the flags" when the ~1.7k-token prefix filled --max-len 512
+    sessions = _sessions(tmp_path / "sessions", n=2)
+    base = ["finetune", "sft", str(tiny_checkpoint), "--trajectories", str(sessions), "--out", str(tmp_path / "o")]
+    r = runner.invoke(app, [*base, "--max-len", "8"])
+    said = " ".join(r.output.split())
+    assert r.exit_code != 0 and "fills --max-len" in said and "raise --max-len above" in said, r.output
+    prefix = int(said.split("The shortest prompt before a model turn is ")[1].split(" ")[0])
+    assert prefix > 8
+    r = runner.invoke(app, [*base, "--max-len", str(prefix + 1), "--steps", "1", "--rank", "2", "--json"])
+    assert r.exit_code == 0, r.output  # one token past the prompt: there is a response to train on

@@ -139,3 +139,21 @@ def test_an_empty_api_key_is_refused_not_read_as_no_key(tmp_path, monkeypatch):
             monkeypatch.setenv("GLM5_API_KEY", env)
         r = CliRunner().invoke(app, ["serve", *map(str, args)])
         assert r.exit_code == 2 and "the API key is empty" in " ".join(r.output.split()), (args, r.output)
+
+
+def test_serve_lora_says_the_adapter_is_loaded(tmp_path, monkeypatch, tiny_checkpoint):  # noqa: F811
+    # the report: `serve --lora` said nothing of the adapter; the user could not tell it was used
+    import serve.http.server as server
+    from finetune.lora import LoraSettings, add_lora, save_adapter
+    from model import GLM5ForCausalLM
+
+    save_adapter(add_lora(GLM5ForCausalLM.from_pretrained(tiny_checkpoint), LoraSettings(rank=2)), tmp_path / "ad",
+                 base=str(tiny_checkpoint))  # fmt: skip
+
+    def run_embedded(**kw):  # the engine's load: the checkpoint, then the command's adapt
+        kw["adapt"](GLM5ForCausalLM.from_pretrained(kw["model_dir"]))
+        return 0
+
+    monkeypatch.setattr(server, "run_embedded", run_embedded)
+    r = CliRunner(env={"COLUMNS": "300"}).invoke(app, ["serve", str(tiny_checkpoint), "--lora", str(tmp_path / "ad")])
+    assert r.exit_code == 0 and f"LoRA adapter {tmp_path / 'ad'}: loaded and merged" in r.output, r.output

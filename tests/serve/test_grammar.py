@@ -224,6 +224,15 @@ def test_bad_response_format_is_a_400(server):
         assert r.status_code == 400 and word in r.json()["error"]["message"], r.text
 
 
+def test_a_schema_xgrammar_cannot_compile_is_a_400_without_our_build_paths(server):
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}
+    body = {"model": MODEL, "messages": ask("x"), "response_format": fmt}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body)
+    said = r.json()["error"]["message"]
+    assert r.status_code == 400 and 'Unsupported type "nonsense"' in said, r.text
+    assert ".cc:" not in said and "/project/" not in said, said
+
+
 # ---- the grammar and the sampler, without the server ------------------------------------------------------
 
 

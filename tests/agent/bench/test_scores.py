@@ -74,3 +74,24 @@ def test_trial_pairs_count_outcomes_and_sessions_alike_call_for_call(tmp_path):
                    "t2": {"attempts": [{"attempt": 0, "resolved": False, "trial_dir": None}]}}}  # fmt: skip
     # call ids differ between runs (random per session): not what the model said, so not compared
     assert trial_pairs(a, b) == {"compared": 3, "outcomes_alike": 1, "sessions_compared": 2, "sessions_alike": 1}
+
+
+def test_the_paired_interval_is_honest_when_every_task_moved_alike():
+    # the report: `bench compare` gave +100 to +100 over 15 tasks (mean ± t·sd with sd 0)
+    a = per_task([_r(f"t{i}", 0, "unresolved") for i in range(15)])
+    b = per_task([_r(f"t{i}", 0, "resolved") for i in range(15)])
+    d = paired_difference(a, b)
+    lo, hi = d["ci95"]
+    assert d["mean_difference"] == 1.0 and hi == 1.0 and lo == pytest.approx(0.7112, abs=1e-3)
+    same = paired_difference(a, a)["ci95"]  # no change at all: an interval around 0, not [0, 0]
+    assert same[0] < 0 < same[1] and same[1] == pytest.approx(0.204, abs=1e-3)
+    # widths shrink with more tasks and the interval always holds the observed difference, inside [-1, 1]
+    import random
+
+    rng = random.Random(0)
+    for m in (2, 5, 30, 200):
+        ra = [_r(f"t{i}", 0, "resolved" if rng.random() < 0.4 else "unresolved") for i in range(m)]
+        rb = [_r(f"t{i}", 0, "resolved" if rng.random() < 0.6 else "unresolved") for i in range(m)]
+        d = paired_difference(per_task(ra), per_task(rb))
+        lo, hi = d["ci95"]
+        assert -1 <= lo <= d["mean_difference"] <= hi <= 1 and hi > lo
