@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sysconfig
+
 import pytest
 
 from agent.bench.environments import EnvSpec
@@ -155,7 +157,10 @@ def test_a_task_setup_cannot_make_the_grader_write_a_host_file(tmp_path, calc_re
         f"rm -f {d}/{n}; ln -s {victim} {d}/{n};"
         for d in (tmp_path / "s" / "tmp", "/logs/verifier") for n in ("prediction.diff", "test.patch")
     )  # fmt: skip
-    task = swe_task_from_row(calc_row(calc_repo, setup=f"mkdir -p /logs/verifier; {plant} true"), "t:1")
+    # a setup makes the task's own venv (agent/bench/setup_cache.py): this one lends it the test runner's pytest
+    runner = sysconfig.get_paths()["purelib"]
+    lend = f"echo {runner} > \"$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')/runner.pth\";"
+    task = swe_task_from_row(calc_row(calc_repo, setup=f"{lend} mkdir -p /logs/verifier; {plant} true"), "t:1")
     cache = RepoCache(tmp_path / "cache")
     env = LocalEnvironment(EnvSpec(tmp_path / "s", app_source=lambda d: cache.checkout(task.repo, task.base_commit, d),
                                    setup=task.setup, setup_key="calc@1", cache_dir=tmp_path / "cache"))  # fmt: skip
