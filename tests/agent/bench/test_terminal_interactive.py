@@ -43,7 +43,8 @@ def _last_screen(body) -> str:
 
 
 def _send(session, text, wait_for):
-    return reply(tools=[("terminal_send", {"session": session, "input": [text, "<Enter>"], "wait_for": wait_for})])
+    return reply(tools=[("terminal_send", {"session": session, "input": [text, "<Enter>"], "wait_for": wait_for,
+                                               "timeout": 60})])
 
 
 @pytest.mark.parametrize("profile", ["full", "compact"])
@@ -102,7 +103,8 @@ def test_glm5_reads_a_value_in_pdb_and_fixes_the_crash(tmp_path, suite, fake_mod
 @pytest.mark.skipif(shutil.which("vi") is None, reason="git's default editor, vi, is not installed")
 def test_glm5_squashes_commits_in_git_rebase_i_driving_the_editor(tmp_path, suite, fake_model):
     def keys(*items, wait_for):
-        return reply(tools=[("terminal_send", {"session": "git", "input": list(items), "wait_for": wait_for})])
+        return reply(tools=[("terminal_send", {"session": "git", "input": list(items), "wait_for": wait_for,
+                                                   "timeout": 60})])
 
     r, tools = _trial(tmp_path, suite["rebase-squash"], fake_model, [
         reply(tools=[("terminal_open", {"session": "git", "rows": 30})]),
