@@ -6,6 +6,7 @@ Both interfaces (the TUI and headless `-p`) start here, so they behave the same.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def build_session(
     if resume is not None or continue_latest:
         path = find_session(folder, resume, root=root)
         traj = Trajectory.load(path)
-        sid = traj.header["id"]
+        sid = _session_id(traj.header.get("id"), path)
     else:
         sid = new_id()
         path = folder / f"{sid}.jsonl"
@@ -179,3 +180,13 @@ def build_session(
     # env.close: background jobs and terminal sessions end with the session, however it ends
     session.closers = [env.close, *pctx.closers, writer.close, getattr(client, "close", lambda: None)]
     return session
+
+
+def _session_id(recorded: Any, path: Path) -> str:
+    """The id a resumed session goes on under: the one its header records, or its file's name when the header has
+    none (a session written elsewhere). It names the scratch folder, so one that is not a plain name (`../x`) is
+    never taken: the session goes on under a new id."""
+    for sid in (recorded, path.stem):
+        if isinstance(sid, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", sid) and ".." not in sid:
+            return sid
+    return new_id()

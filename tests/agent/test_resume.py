@@ -70,3 +70,21 @@ def test_a_shared_sessions_folder_continues_this_repository_only(repo, fake_mode
     s3 = make_session(repo, fake_model, flags={"sessions_dir": str(shared)}, continue_latest=True)
     s3.close()
     assert s3.id == s1.id
+
+
+def test_a_foreign_session_resumed_by_name_goes_on_under_a_plain_id(repo, fake_model):
+    # issue 40: a session file another party put in .glm5/sessions, named explicitly with --resume, may lack the
+    # header's id (a KeyError before) or carry one that is a path; the id names the scratch folder, so neither is
+    # taken as it is.
+    import json
+
+    folder = sessions_dir(repo)
+    folder.mkdir(parents=True, exist_ok=True)
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    for name, header in (("noid", {"type": "session"}), ("pathid", {"type": "session", "id": "../../escape"})):
+        lines = [header, *({"type": "message", "message": m} for m in msgs)]
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        fake_model.script = [reply("again")]
+        s = make_session(repo, fake_model, resume=name)
+        assert s.id == name and ".." not in str(s.agent.env.scratch_dir.relative_to(repo))
+        s.close()
