@@ -119,7 +119,8 @@ class Environment:
 
             self.scratch_dir.mkdir(parents=True, exist_ok=True)
             sandboxed = self.sandbox is not None and self.sandbox.active
-            self._terminals = Terminals(self.wrap_argv, str(self.cwd), self.env, sandboxed)
+            self._terminals = Terminals(lambda argv: self.wrap_argv(argv, tty=True), str(self.cwd), self.env,
+                                        sandboxed)  # fmt: skip
         return self._terminals
 
     # -- paths -------------------------------------------------------------------------------------------------
@@ -157,12 +158,14 @@ class Environment:
     def _argv(self, command: str) -> list[str]:
         return self.wrap_argv(["bash", "-c", command])
 
-    def wrap_argv(self, argv: list[str]) -> list[str]:
+    def wrap_argv(self, argv: list[str], tty: bool = False) -> list[str]:
         """`argv` as every command runs: in the sandbox when it is active, under the limits. Whatever runs it, the
         folders it may write are guarded from host-program lookups from here on (again, after a close)."""
         self._guard_folders()
         if self.sandbox is not None and self.sandbox.active:
-            return self.sandbox.wrap(argv, root=self.root, cwd=self.cwd, scratch=self.scratch_dir, limits=self.limits)
+            kw = {"tty": True} if tty else {}  # a terminal session's program: the sandbox keeps it on a terminal
+            return self.sandbox.wrap(argv, root=self.root, cwd=self.cwd, scratch=self.scratch_dir, limits=self.limits,
+                                     **kw)  # fmt: skip
         return limit_argv(argv, self.limits)
 
     def execute(self, command: str, timeout_s: float | None = None) -> CommandResult:

@@ -135,9 +135,11 @@ class Sandbox:
         ro_binds: Sequence[tuple[str | Path, str | Path]] = (),
         limits: SandboxLimits | None = None,
         hide: Sequence[str | Path] = (),
+        tty: bool = False,  # noqa: ARG002 - bubblewrap hands the caller's terminal through as it is
     ) -> list[str]:
         """`hide`: host folders (an empty tmpfs over each) and files (/dev/null over each) a command must not read,
-        though the rest of the filesystem is readable: a benchmark's task files, with their gold patches."""
+        though the rest of the filesystem is readable: a benchmark's task files, with their gold patches. `tty`:
+        the command runs on a terminal (a terminal session); another kind of sandbox must give it one."""
         root = Path(root)
         # found now, not at start, and never in a folder commands write (an active .venv/bin in the repository)
         exe = host_path.which("bwrap") or "/usr/bin/bwrap"

@@ -141,11 +141,13 @@ class BenchSandbox:
     def __init__(self, env: Any):
         self.env = env
 
-    def wrap(self, argv: list[str], root: Path, cwd: Path, scratch: Path, **_: Any) -> list[str]:
+    def wrap(self, argv: list[str], root: Path, cwd: Path, scratch: Path, tty: bool = False, **_: Any) -> list[str]:
         cwd = Path(cwd)
         app = Path(self.env.app_dir)
         inside = APP if cwd == app else (f"{APP}/{cwd.relative_to(app)}" if app in cwd.parents else str(cwd))
-        return self.env.wrap(argv, inside)
+        # a terminal session's program needs a terminal in the container (docker exec -t); bubblewrap passes ours
+        return self.env.wrap(argv, inside, tty=True) if tty and getattr(self.env, "name", "") == "docker" \
+            else self.env.wrap(argv, inside)  # fmt: skip
 
 
 class Glm5Agent:

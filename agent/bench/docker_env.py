@@ -168,14 +168,22 @@ class DockerEnvironment:
 
         exclude_generated(self.app_dir)
 
-    def wrap(self, argv: list[str], cwd: str = APP, env: dict[str, str] | None = None) -> list[str]:
+    def wrap(self, argv: list[str], cwd: str = APP, env: dict[str, str] | None = None, tty: bool = False) -> list[str]:
+        """`argv` run in the container; `tty`: on a terminal of its own there (-t: a terminal session's program,
+        whose docker CLI runs on glm5's pty and passes its size and keys through)."""
         if self.container is None:
             raise InfraError("the docker environment is not started")
         flags = [f"--env={k}={v}" for k, v in {**self.spec.env, **(env or {})}.items()]
         # the daemon named in argv: whoever runs it (the glm5 agent's tools, with their scrubbed environment) may
         # not have DOCKER_HOST
         host = ["-H", os.environ["DOCKER_HOST"]] if os.environ.get("DOCKER_HOST") else []
-        return ["docker", *host, "exec", "-i", "-w", cwd, *flags, self.container, *argv]
+        if tty and argv and os.path.basename(argv[0]) == "setsid":
+            # docker exec -t already starts the program as its session's leader on the container's terminal, which
+            # setsid -c cannot take again (EPERM): the terminal session's setsid is not needed there
+            argv = argv[1:]
+            while argv and argv[0].startswith("-"):
+                argv = argv[1:]
+        return ["docker", *host, "exec", "-it" if tty else "-i", "-w", cwd, *flags, self.container, *argv]
 
     def exec(self, command: str, *, cwd: str = APP, timeout_s: float | None = None,
              env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:  # fmt: skip

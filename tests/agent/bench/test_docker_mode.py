@@ -261,3 +261,32 @@ def test_the_glm5_agent_works_through_its_tools_in_a_container(docker, tmp_path,
     assert r.status == "resolved", r.reason
     traj = (tmp_path / "g" / "trajectory.jsonl").read_text()
     assert "/app\\n5" in traj  # bash ran in the container's /app
+
+
+def test_a_terminal_session_runs_on_a_terminal_in_the_container(docker, tmp_path, calc_repo):
+    """The agent's terminal tools under --env docker: the program gets a terminal of its own in the container
+    (docker exec -t), so `setsid -c` can make it the controlling one and a shell is interactive there."""
+    from agent.bench.agents import BenchSandbox
+    from agent.bench.docker_env import BASE_IMAGE, DockerEnvironment
+    from agent.bench.environments import EnvSpec
+    from agent.bench.repos import RepoCache
+    from agent.environment import Environment
+    from tests.agent.bench.conftest import calc_row
+
+    row = calc_row(calc_repo)
+    repos = RepoCache(tmp_path / "cache")
+    denv = DockerEnvironment(EnvSpec(tmp_path / "t", image=BASE_IMAGE,
+                                     app_source=lambda d: repos.checkout(str(calc_repo), row["base_commit"], d)))  # fmt: skip
+    denv.start()
+    agent_env = Environment(denv.app_dir, sandbox=BenchSandbox(denv), scratch_dir=tmp_path / "scratch")
+    try:
+        s = agent_env.terminals.open("sh", ["bash", "-i"], cols=100, rows=20)
+        assert s.wait(pattern=r"/app# ?$", timeout_s=60) == "pattern", s._screen_text()  # the shell's prompt
+        s.send("tty; echo $((6 * 7)); head -1 calc.py\n")
+        assert s.wait(pattern=r"^def add", timeout_s=60) == "pattern", s._screen_text()
+        screen = s._screen_text()
+        assert "/dev/pts/" in screen and "not a tty" not in screen, screen
+        assert "def add" in screen, screen  # /app is the trial's checkout
+    finally:
+        agent_env.close()
+        denv.stop()
