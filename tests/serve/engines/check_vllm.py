@@ -1,9 +1,14 @@
 """Run inside .venv-engines: parse each argv on stdin (JSON list of argv lists, `serve MODEL ...`) with vLLM's own
 `vllm serve` parser and its own post-parse validation; print one JSON result per argv."""
 
-import cpu_shim  # noqa: F401 -- first: see its docstring
 import json
+import os
 import sys
+
+import cpu_shim  # noqa: F401 -- first: see its docstring
+
+# vLLM's own switch for a machine without its GPUs (what `vllm bench` falls back to): the parser needs a platform.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
 def main() -> None:
