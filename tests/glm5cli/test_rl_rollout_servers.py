@@ -146,3 +146,24 @@ def test_glm5_serve_refuses_what_sglang_refuses_and_holds_requests_while_paused(
     assert httpx.post(s.url + "/continue_generation", json={}, headers=key).status_code == 200
     t.join(60)
     assert done and done[0].status_code == 200 and len(done[0].json()["output_ids"]) == 2
+
+
+def test_pause_in_abort_mode_ends_the_running_requests(two_servers):
+    """sglang's default mode: running requests come back at once with finish reason abort."""
+    import threading
+    import time
+
+    s = two_servers[1]
+    key = {"Authorization": "Bearer sekret"}
+    done = []
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 500, "ignore_eos": True}}
+    t = threading.Thread(target=lambda: done.append(httpx.post(s.url + "/generate", json=body, headers=key,
+                                                               timeout=120)))  # fmt: skip
+    t.start()
+    time.sleep(1.0)
+    assert httpx.post(s.url + "/pause_generation", json={}, headers=key).status_code == 200  # mode: abort
+    t.join(60)
+    assert done and done[0].status_code == 200, done
+    meta = done[0].json()["meta_info"]
+    assert meta["finish_reason"] == {"type": "abort"} and meta["completion_tokens"] < 500
+    assert httpx.post(s.url + "/continue_generation", json={}, headers=key).status_code == 200
