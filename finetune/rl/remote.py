@@ -127,10 +127,21 @@ class HttpServer:
 
     def load_lora_adapter(self, name: str, path: str, version: int) -> int:
         versioned = f"{name}-v{version}"
-        if versioned in self._loaded:  # the same version pushed again (a resumed run): a fresh name
-            versioned = f"{versioned}-{time.monotonic_ns()}"
-        out = self._paused("in_place", lambda: self._post("/load_lora_adapter",
-                                                          {"lora_name": versioned, "lora_path": path}))  # fmt: skip
+        body = {"lora_name": versioned, "lora_path": path}
+
+        def load() -> dict:
+            try:
+                return self._post("/load_lora_adapter", body)
+            except ServerFailure as e:
+                if "already exists" not in str(e):
+                    raise
+            # Left on the server by an earlier run of ours (a resumed run pushes its version again): replace it.
+            self._post("/unload_lora_adapter", {"lora_name": versioned})
+            return self._post("/load_lora_adapter", body)
+
+        out = self._paused("in_place", load)
+        if versioned in self._loaded:
+            self._loaded.remove(versioned)
         with self._lock:
             self._loaded.append(versioned)
             self.adapter = (versioned, version)

@@ -167,3 +167,23 @@ def test_pause_in_abort_mode_ends_the_running_requests(two_servers):
     meta = done[0].json()["meta_info"]
     assert meta["finish_reason"] == {"type": "abort"} and meta["completion_tokens"] < 500
     assert httpx.post(s.url + "/continue_generation", json={}, headers=key).status_code == 200
+
+
+def test_a_resumed_run_replaces_the_adapter_an_earlier_run_left_under_its_name(two_servers, ckpt, tmp_path):  # noqa: F811
+    """A run killed after pushing v3 and resumed pushes v3 again: sglang refuses a name already loaded, so the
+    client unloads its own earlier adapter and loads the new one, instead of failing the run."""
+    from finetune.lora import LoraSettings, add_lora, save_adapter
+    from finetune.rl.remote import HttpServer
+    from model import GLM5ForCausalLM
+
+    adapter = tmp_path / "adapter"
+    save_adapter(add_lora(GLM5ForCausalLM.from_pretrained(ckpt), LoraSettings(rank=4, alpha=8)), adapter)
+    s = two_servers[0]
+    first = HttpServer(s.url, api_key="sekret")
+    first.load_lora_adapter("glm5-rl", str(adapter), 3)
+    again = HttpServer(s.url, api_key="sekret")  # the resumed run's client knows nothing of the first
+    again.load_lora_adapter("glm5-rl", str(adapter), 3)
+    loads = [(p, code) for p, code, _ in s.rec.seen if p in ("/load_lora_adapter", "/unload_lora_adapter")]
+    assert loads == [("/load_lora_adapter", 200), ("/load_lora_adapter", 400), ("/unload_lora_adapter", 200),
+                     ("/load_lora_adapter", 200)]  # fmt: skip
+    assert again.adapter == ("glm5-rl-v3", 3)
