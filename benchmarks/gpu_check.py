@@ -43,8 +43,13 @@ def cut_glm5(layers: int = 3) -> GLM5Config:
 def build(cfg: GLM5Config, device: str, dtype: torch.dtype, seed: int = 0) -> GLM5ForCausalLM:
     """Random weights made on the device (a real-width model is tens of GB: no CPU copy)."""
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = GLM5ForCausalLM(cfg)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # made in bf16: an fp32 copy of the real-width model would not fit
+    try:
+        with torch.device(device):
+            model = GLM5ForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(default)
     with torch.no_grad():
         for name, t in model.state_dict(keep_vars=True).items():
             if not t.is_floating_point():
@@ -143,19 +148,29 @@ def run_model(name: str, cfg: GLM5Config, device: str, dtype, hw: dict, args) ->
     bound = hw["bf16_flops"] / (2 * res["active_params"])
     res["prefill"] = {"tokens": args.prefill_tokens, "tokens_per_s": pps, "flop_bound_tokens_per_s": bound,
                       "share_of_flop_bound": pps / bound}  # fmt: skip
-    spec = engine(model, device, speculative="mtp", num_draft_tokens=3)
-    t1 = time.perf_counter()
-    mtp_ids = spec.generate([prompt], greedy)[0].token_ids
-    res["mtp"] = {"greedy_equal": list(mtp_ids) == list(plain_ids),
-                  "tokens_per_s": len(mtp_ids) / (time.perf_counter() - t1)}  # fmt: skip
-    del spec
-    with torch.no_grad():
-        ids = torch.randint(0, cfg.vocab_size, (1, 48), device=device)
-        ref = model(ids)
-        quantize_int4(model, strict=False)
-        res["int4"] = {"logits_vs_bf16": rel(model(ids), ref)}
-    res["int4"]["decode_tokens_per_s"] = decode_rate(engine(model, device), cfg.vocab_size, args.decode_tokens)
-    del model
+
+    def mtp() -> dict:
+        spec = engine(model, device, speculative="mtp", num_draft_tokens=3)
+        t1 = time.perf_counter()
+        mtp_ids = spec.generate([prompt], greedy)[0].token_ids
+        return {"greedy_equal": list(mtp_ids) == list(plain_ids),
+                "tokens_per_s": len(mtp_ids) / (time.perf_counter() - t1)}  # fmt: skip
+
+    def int4() -> dict:
+        with torch.no_grad():
+            ids = torch.randint(0, cfg.vocab_size, (1, 48), device=device)
+            ref = model(ids)
+            quantize_int4(model, strict=False)
+            out = {"logits_vs_bf16": rel(model(ids), ref)}
+        out["decode_tokens_per_s"] = decode_rate(engine(model, device), cfg.vocab_size, args.decode_tokens)
+        return out
+
+    for section, fn in (("mtp", mtp), ("int4", int4)):  # a failure is recorded, and the other numbers kept
+        try:
+            res[section] = fn()
+        except Exception as e:  # noqa: BLE001 -- whatever it is, the record says it
+            res[section] = {"error": f"{type(e).__name__}: {e}"}
+    model = None  # the next model needs the memory (the closures above hold it by cell)
     if device == "cuda":
         torch.cuda.empty_cache()
     return res
