@@ -66,6 +66,19 @@ def client_bodies() -> dict[str, list[dict]]:
     return sent
 
 
+def options_argv(engine: str) -> tuple[str, ...]:
+    """The server options every launch may add (key, name, batch bound, an --engine-arg), without MTP."""
+    from serve.launchers.common import ServerOptions
+    from serve.launchers.sglang import sglang_command
+    from serve.launchers.topology import Topology
+    from serve.launchers.vllm import vllm_command
+
+    opts = ServerOptions(model="m", api_key="k", served_model_name="glm-5", max_num_seqs=32, mem_fraction=0.8,
+                         extra_args=("--max-model-len" if engine == "vllm" else "--context-length", "65536"))  # fmt: skip
+    build_cmd = sglang_command if engine == "sglang" else vllm_command
+    return build_cmd(Topology(speculative=None), opts, ("x", "serve")).argv[2:]
+
+
 @pytest.fixture(scope="module")
 def sglang_verdicts():
     recipes = [r for r in RECIPES if r.engine == "sglang"]
@@ -73,7 +86,8 @@ def sglang_verdicts():
     controls = [[route, body] for route, bodies in sent.items() if route != "/generate" for body in bodies]
     bad_generate = [{"input_ids": [1], "sampling_params": {"max_new_tokens": 4, "seed": 3}}]  # glm5's old body
     payload = {
-        "argv": [list(build(r).argv[2:]) for r in recipes] + [["--model-path", "m", "--enable-dp-attention-x"]],
+        "argv": [list(build(r).argv[2:]) for r in recipes]
+        + [list(options_argv("sglang")), ["--model-path", "m", "--enable-dp-attention-x"]],
         "generate": sent["/generate"] + bad_generate,
         "control": controls + [["/pause_generation", {"mode": "pause"}]],
     }
@@ -96,6 +110,8 @@ def test_sglang_parses_every_recipe_to_the_layout_glm5_meant(sglang_verdicts):
         if recipe.options.get("rollout_lora_rank"):
             assert got["enable_lora"] and got["max_lora_rank"] == recipe.options["rollout_lora_rank"]
             assert sorted(got["lora_target_modules"]) == sorted(recipe.options["rollout_lora_targets"])
+    options = out["argv"][-2]
+    assert options["ok"] and options["value"]["api_key"] == "k", options  # --api-key, --max-running-requests, ...
     assert not out["argv"][-1]["ok"]  # sglang's parser refuses what it does not know: the check can fail
 
 
@@ -121,7 +137,9 @@ def test_sglang_accepts_every_body_the_rl_client_sends(sglang_verdicts):
 
 def test_vllm_parses_every_recipe_to_the_layout_glm5_meant():
     recipes = [r for r in RECIPES if r.engine == "vllm"]
-    out = run_check("check_vllm.py", [["serve", *build(r).argv[2:]] for r in recipes] + [["serve", "m", "--bogus"]])
+    argvs = [["serve", *build(r).argv[2:]] for r in recipes] + [["serve", *options_argv("vllm")]]
+    out = run_check("check_vllm.py", argvs + [["serve", "m", "--bogus"]])
+    assert out[-2]["ok"] and out[-2]["args"]["max_num_seqs"] == 32, out[-2]  # --api-key, --max-num-seqs, ...
     for recipe, verdict in zip(recipes, out, strict=False):
         assert verdict["ok"], (recipe.name, verdict)
         args = verdict["args"]
