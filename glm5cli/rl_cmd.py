@@ -102,6 +102,13 @@ def rl(
         help="Agentic: a rollout server (`glm5 serve` or sglang: /generate + /load_lora_adapter) instead of the "
         "in-process engine; repeat for several (each session sticks to one, by consistent hashing).",
     ),
+    rollout_api_key: str | None = typer.Option(
+        None,
+        "--rollout-api-key",
+        envvar=["GLM5_ROLLOUT_API_KEY", "GLM5_API_KEY"],
+        help="Agentic: the bearer token of the --rollout-url servers (their --api-key; env GLM5_ROLLOUT_API_KEY, "
+        "else GLM5_API_KEY). Not written to the run folder.",
+    ),
     rollout_engine: str | None = typer.Option(
         None,
         "--rollout-engine",
@@ -270,7 +277,8 @@ def rl(
         fail("--eval-tasks is for --env swe / terminal (held-out bench tasks)", code=EXIT_USAGE)
     held_out = (eval_tasks, eval_samples)
     _agentic(model, out, env, tasks_file, task_dirs or [], reward, cfg, rank, alpha, max_model_len, rollout_url,
-             merge, json_out, save_every, held_out, (rollout_engine, engine_threads), quant)  # fmt: skip
+             merge, json_out, save_every, held_out, (rollout_engine, engine_threads), quant,
+             api_key=rollout_api_key or None)  # fmt: skip
 
 
 def _suite(env: str, name: str, tasks_file: Path | None, task_dirs: list[Path] | None):
@@ -342,7 +350,7 @@ def _held_out(env: str, path: Path, rl_env, tasks: list):
 
 
 def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, max_model_len, urls, merge, json_out,
-             save_every=0, held_out=(None, 2), engine=("thread", 0), quant=None):  # fmt: skip
+             save_every=0, held_out=(None, 2), engine=("thread", 0), quant=None, api_key=None):  # fmt: skip
     import dataclasses
     import os
     import shutil
@@ -374,7 +382,7 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     if urls:
         from finetune.rl.remote import HttpServer, Router
 
-        server = Router([HttpServer(u) for u in urls])
+        server = Router([HttpServer(u, api_key=api_key) for u in urls])
     t0 = time.monotonic()
     net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
     fingerprint: list[str] = []  # MODEL's weights', recorded beside every adapter written

@@ -36,7 +36,9 @@ def serve(
         metavar="<mtp|off>",
         help="mtp: draft with GLM-5's MTP layer; off: none. Default: mtp for sglang/vllm, off embedded.",
     ),
-    num_draft_tokens: int = typer.Option(3, min=1, max=3, help="Tokens the MTP layer drafts per step (1-3)."),
+    num_draft_tokens: int = typer.Option(
+        3, min=1, max=3, help="Tokens the MTP layer drafts per step (1-3; sglang: EAGLE steps N, draft tokens N+1)."
+    ),
     draft_vocab: Path | None = typer.Option(
         None,
         help="JSON file of the token ids drafts are drawn from (FR-Spec: each draft then reads only those rows of "
@@ -83,8 +85,28 @@ def serve(
     dp: int = typer.Option(1, help="Data parallel size."),
     ep: int = typer.Option(1, help="Expert parallel size."),
     dp_attention: bool = typer.Option(False, "--dp-attention", help="Data-parallel attention (high concurrency)."),
-    precision: str = typer.Option("auto", metavar="<auto|fp8|bf16>", help="auto (read the checkpoint), fp8 or bf16."),
-    gpu_memory_gib: float = typer.Option(141.0, help="Memory per GPU, to check the weights fit (H200: 141)."),
+    precision: str = typer.Option(
+        "auto", metavar="<auto|fp8|bf16|int4>", help="auto (read the checkpoint), fp8, bf16 or int4."
+    ),
+    gpu_memory_gib: float | None = typer.Option(
+        None,
+        help="Memory per GPU, to check the weights fit (default by --hardware: H100 80, H200 141, B200 180, "
+        "AMD 192 as on MI300X; MI325X 256, MI355X 288).",
+    ),
+    hardware: str = typer.Option(
+        "h200",
+        metavar="<h200|h100|b200|amd>",
+        help="h200, h100, b200 or amd (MI300X/MI325X/MI355X): the sglang recipe's backends for it.",
+    ),
+    socket_ifname: str | None = typer.Option(
+        None, help="Multi-node: the network interface the nodes talk over (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)."
+    ),
+    rollout_lora_rank: int | None = typer.Option(
+        None,
+        min=1,
+        help="sglang: start an RL rollout server for `glm5 finetune rl --rollout-url` (LoRA adapters up to this "
+        "rank, the run's --rank, loaded while it serves).",
+    ),
     engine_program: str | None = typer.Option(
         None, help="Run this instead of the engine's own entry point (e.g. a container wrapper)."
     ),
@@ -188,7 +210,7 @@ def serve(
         fail("--lora applies to the embedded engine; merge the adapter first (`glm5 finetune sft --merge`)")
     if precision == "auto":
         precision = checkpoint_precision(model)
-    spec = None if speculative == "off" else (speculative or "mtp")
+    spec = None if speculative == "off" else (speculative or ("mtp" if hardware != "amd" else None))
     if spec == "mtp" and not _has_mtp(model, default=True):
         if speculative == "mtp":
             fail(f"--speculative mtp: {model} has no MTP layer (transformers' save_pretrained writes none)",
@@ -203,6 +225,9 @@ def serve(
         api_key=api_key,
         max_num_seqs=max_num_seqs,
         extra_args=tuple(engine_arg),
+        socket_ifname=socket_ifname,
+        rollout_lora_rank=rollout_lora_rank,
+        rollout_lora_targets=_rollout_targets() if rollout_lora_rank else (),
     )
     try:
         topo = Topology(
@@ -216,8 +241,12 @@ def serve(
             dp_attention=dp_attention,
             precision=precision,
             speculative=spec,
+            spec_steps=num_draft_tokens,
+            spec_draft_tokens=num_draft_tokens + 1,
+            hardware=hardware,
         ).validate()
-        topo.check_fits(checkpoint_bytes(model), gpu_memory_gib)
+        memory = gpu_memory_gib or {"h100": 80.0, "b200": 180.0, "amd": 192.0}.get(hardware, 141.0)
+        topo.check_fits(checkpoint_bytes(model), memory)
         program = tuple(shlex.split(engine_program)) if engine_program else None
         build = sglang_command if engine is EngineChoice.sglang else vllm_command
         command = build(topo, opts, program)
@@ -257,6 +286,13 @@ def serve(
         ),
     )
     raise typer.Exit(server.run())
+
+
+def _rollout_targets() -> tuple[str, ...]:
+    """The modules `glm5 finetune rl` puts its adapter on (finetune.grpo.RL_TARGETS), by sglang's names."""
+    from finetune.grpo import RL_TARGETS
+
+    return tuple(RL_TARGETS)
 
 
 def _has_mtp(model: str, default: bool) -> bool:

@@ -30,4 +30,9 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   fi
 fi
 $PIP install -e ".[dev,proof]"  # proof: matplotlib, for `glm5 bench proof` plots
+# The real sglang and vLLM packages (.venv-engines, parsers and request classes only: no CUDA needed) that
+# tests/serve/test_engine_contracts.py checks glm5's launch commands and RL requests with; GLM5_NO_ENGINES=1 skips it.
+if [ -z "${GLM5_NO_ENGINES:-}" ]; then
+  bash scripts/engines_env.sh || echo "note: could not build .venv-engines; the engine contract tests will skip"
+fi
 echo "glm5 is set up: activate with 'source $VENV/bin/activate', or run $VENV/bin/glm5"

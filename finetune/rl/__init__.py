@@ -9,8 +9,9 @@ Module map:
                     where GLM-5's template rewrites earlier turns
 - session_model.py  SessionModel: the agent loop's Model over a rollout server, recording every call via TITO
 - server.py         RolloutServer protocol; InProcessServer: our engine on a thread, weights swapped between steps
-- remote.py         HttpServer (`glm5 serve` / sglang: /generate, /load_lora_adapter, /update_weights_from_disk)
-                    and Router (session-affine consistent hashing over several)
+- remote.py         HttpServer (`glm5 serve` / sglang, their API as sglang defines it: /generate naming the
+                    adapter; pushes as pause -> /load_lora_adapter `glm5-rl-vN` or /update_weights_from_disk ->
+                    continue; the API key) and Router (session-affine consistent hashing over several)
 - engine_process.py ServeChild: `--rollout-engine process`, the run's own `glm5 serve` child (127.0.0.1, port 0,
                     a random key in its environment, killed with the run), driven as an HttpServer
 - env.py            RolloutEnv / EnvSession protocol: reset(task) -> session; run(model); grade() -> Grade

@@ -1,14 +1,22 @@
-"""Rollout servers over HTTP: `glm5 serve` or sglang, anything with sglang's native routes.
+"""Rollout servers over HTTP: `glm5 serve` or sglang, with sglang's native routes exactly as sglang defines them
+(checked against sglang's own request classes: tests/serve/test_engine_contracts.py).
 
-- `/generate` {input_ids, sampling_params, return_logprob: true} -> output_ids, meta_info.output_token_logprobs
-  ([logprob, id] pairs) and meta_info.weight_version;
-- `/load_lora_adapter` {lora_name, lora_path} and `/update_weights_from_disk` {model_path}: the weight push.
+- `/generate` {input_ids, sampling_params: {max_new_tokens, temperature, sampling_seed}, return_logprob: true,
+  lora_path: the adapter of the trainer's version} -> output_ids, meta_info.output_token_logprobs ([logprob, id]
+  pairs) and meta_info.weight_version;
+- the weight push, in sglang's documented order (sglang_for_rl.md: pause_generation -> update weights ->
+  continue_generation): a LoRA adapter is loaded under a name per version, `glm5-rl-v{N}` (sglang refuses a name
+  already loaded), and every later /generate names it (sglang samples the base model for a request that names no
+  adapter); older adapters are unloaded once no request of ours still runs on them (pause mode `in_place`: those
+  finish on the adapter they started with). Full weights go through `/update_weights_from_disk` with the version as
+  its `weight_version` label (pause mode `retract`). Every request carries the API key when one is given.
 
-Versions are the trainer's (its optimizer steps). A server counts its own updates (`glm5 serve`: one per push;
-a label where the push names one): after each push the client notes the server's number for the trainer's
-version and translates what /generate reports (weight_version_first / weight_version: the first and last
-token's weights). A server that reports none gets the version last pushed. `Router` spreads sessions over several
-servers by consistent hashing (GLM-5's DP-aware routing): every call of a session goes to the same replica,
+Versions are the trainer's (its optimizer steps). Which weights sampled a call: a server that reports its own count
+for a push (`glm5 serve` answers each with its `weight_version`) is translated through that (weight_version_first /
+weight_version: the first and last token's weights; `glm5 serve` serves one adapter at a time, to every request).
+sglang's LoRA pushes report no version and its label is not the adapter a request named, so there the call's
+version is that of the adapter it named, which sglang applies to the whole request. `Router` spreads sessions over
+several servers by consistent hashing (GLM-5's DP-aware routing): every call of a session goes to the same replica,
 whose prefix cache then holds the session's earlier turns; a push goes to all of them.
 """
 
@@ -18,6 +26,7 @@ import bisect
 import hashlib
 import threading
 import time
+from collections import Counter
 
 import httpx
 
@@ -32,7 +41,11 @@ class HttpServer:
         self._http = httpx.Client(base_url=self.url, timeout=timeout_s, headers=headers)
         self._version = 0
         self._offset = 0  # the server's version number minus the trainer's
+        self._reports = False  # whether the server's weight_version numbers follow our pushes (see the docstring)
         self._lock = threading.Lock()
+        self.adapter: tuple[str, int] | None = None  # (name, trainer version) every new request names
+        self._on_adapter: Counter = Counter()  # adapter name -> our requests running on it
+        self._loaded: list[str] = []  # adapters we loaded and have not unloaded, oldest first
         self.generated_tokens = 0
         self.busy_s = 0.0
         self._inflight = 0
@@ -53,58 +66,98 @@ class HttpServer:
             raise ServerFailure(f"{self.url}{path}: {e}") from None
         if r.status_code != 200:
             raise ServerFailure(f"{self.url}{path} answered {r.status_code}: {r.text[:500]}")
-        return r.json()
+        try:
+            return r.json()
+        except ValueError:
+            raise ServerFailure(f"{self.url}{path} answered 200 with a body that is not JSON: {r.text[:200]}") from None
 
     def generate(self, prompt_ids: list[int], params: GenParams, session: str = "") -> Generated:
-        v0 = self._version
         with self._lock:
             if self._inflight == 0:
                 self.idle_s += time.monotonic() - self._idle_since
             self._inflight += 1
+            v0, adapter = self._version, self.adapter
+            if adapter is not None:
+                self._on_adapter[adapter[0]] += 1
         try:
-            body = {
-                "input_ids": list(prompt_ids),
-                "sampling_params": {
-                    "max_new_tokens": params.max_new_tokens,
-                    "temperature": params.temperature,
-                    "seed": params.seed,
-                    "skip_special_tokens": False,
-                },
-                "return_logprob": True,
-                "rid": None,
-            }
+            sampling = {"max_new_tokens": params.max_new_tokens, "temperature": params.temperature}
+            if params.seed is not None:
+                sampling["sampling_seed"] = params.seed
+            body = {"input_ids": list(prompt_ids), "sampling_params": sampling, "return_logprob": True}
+            if adapter is not None:
+                body["lora_path"] = adapter[0]
             out = self._post("/generate", body)
         finally:
             with self._lock:
                 self._inflight -= 1
                 if self._inflight == 0:
                     self._idle_since = time.monotonic()
+                if adapter is not None:
+                    self._on_adapter[adapter[0]] -= 1
         meta = out.get("meta_info") or {}
         pairs = meta.get("output_token_logprobs") or []
         ids = list(out.get("output_ids") or [p[1] for p in pairs])
-        last = _int(meta.get("weight_version"), None)
-        first = _int(meta.get("weight_version_first"), last)
-        v_end = last - self._offset if last is not None else self._version
+        if adapter is not None:
+            v0 = adapter[1]
+        last = _int(meta.get("weight_version"), None) if self._reports else None
+        first = _int(meta.get("weight_version_first"), last) if self._reports else None
+        v_end = last - self._offset if last is not None else v0
         v_start = min(v0, first - self._offset) if first is not None else v0
         self.generated_tokens += len(ids)
         reason = meta.get("finish_reason")
         finish = reason.get("type") if isinstance(reason, dict) else None
         return Generated(ids, [float(p[0]) for p in pairs], v_start, v_end, finish)
 
-    def _pushed(self, out, version: int) -> int:
+    def _pushed(self, out, version: int, label: str | None = None) -> int:
         reported = _int(out.get("weight_version"), None) if isinstance(out, dict) else None
+        if label is not None:  # the server takes our label (update_weights_from_disk): its reports are ours
+            reported = _int(label, None)
+        self._reports = reported is not None
         self._offset = reported - version if reported is not None else 0
         self._version = version
         return version
 
+    def _paused(self, mode: str, push):
+        """Run `push()` between /pause_generation and /continue_generation; continue whatever happens."""
+        self._post("/pause_generation", {"mode": mode})
+        try:
+            return push()
+        finally:
+            self._post("/continue_generation", {})
+
     def load_lora_adapter(self, name: str, path: str, version: int) -> int:
-        # One name: the server replaces its adapter with the new weights (glm5 serve; sglang reloads by name).
-        out = self._post("/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        versioned = f"{name}-v{version}"
+        body = {"lora_name": versioned, "lora_path": path}
+
+        def load() -> dict:
+            try:
+                return self._post("/load_lora_adapter", body)
+            except ServerFailure as e:
+                if "already exists" not in str(e):
+                    raise
+            # Left on the server by an earlier run of ours (a resumed run pushes its version again): replace it.
+            self._post("/unload_lora_adapter", {"lora_name": versioned})
+            return self._post("/load_lora_adapter", body)
+
+        out = self._paused("in_place", load)
+        if versioned in self._loaded:
+            self._loaded.remove(versioned)
+        with self._lock:
+            self._loaded.append(versioned)
+            self.adapter = (versioned, version)
+            stale = [n for n in self._loaded[:-1] if self._on_adapter[n] <= 0]
+        for old in stale:  # no request of ours runs on it any more; later pushes retry the others
+            self._post("/unload_lora_adapter", {"lora_name": old})
+            with self._lock:
+                self._loaded.remove(old)
         return self._pushed(out, version)
 
     def update_weights_from_disk(self, path: str, version: int) -> int:
-        out = self._post("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
-        return self._pushed(out, version)
+        body = {"model_path": path, "weight_version": str(version)}
+        out = self._paused("retract", lambda: self._post("/update_weights_from_disk", body))
+        with self._lock:
+            self.adapter = None  # the checkpoint is the policy now; no request names an adapter
+        return self._pushed(out, version, label=str(version))
 
     def stats(self) -> dict:
         idle = self.idle_s + (time.monotonic() - self._idle_since if self._inflight == 0 else 0.0)

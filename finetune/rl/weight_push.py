@@ -6,7 +6,8 @@ serving (no restart), and later calls report the new version.
 - in-process, shared model (the synchronous run): the engine serves the trainer's model itself, so the push
   only tells it the weights changed (its version moves);
 - over HTTP (`--rollout-url`): the LoRA adapter is written in peft's format to PUSH_DIR/v{version} and loaded
-  with sglang's `/load_lora_adapter` (`glm5 serve` speaks the same), or, for full-weight training, the
+  with sglang's `/load_lora_adapter` under the version's own name (remote.HttpServer: between
+  /pause_generation and /continue_generation; `glm5 serve` speaks the same), or, for full-weight training, the
   checkpoint is written there and loaded with `/update_weights_from_disk`.
 """
 

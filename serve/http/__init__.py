@@ -22,8 +22,11 @@ Module map:
 - completions.py      /v1/completions.
 - tokenize.py         /v1/tokenize and /v1/detokenize.
 - native.py           /generate: token ids in; ids, logprobs and the weights' version out (for RL).
-- weight_updates.py   sglang's /update_weights_from_disk, /load_lora_adapter, /unload_lora_adapter,
-                      /get_weight_version: weight pushes between engine steps, each a new weights version.
+- weight_updates.py   sglang's /update_weights_from_disk, /load_lora_adapter, /unload_lora_adapter (its adapter
+                      registry: a name loaded once), /get_weight_version, /update_weight_version: weight pushes
+                      between engine steps, each a new weights version.
+- pause.py            sglang's /pause_generation (abort | retract | in_place) and /continue_generation: new
+                      generations wait while paused, around a weight push.
 - metrics.py          Prometheus text exposition: latency histograms, token counters, engine gauges.
 - app.py              `create_app(engine, tokenizer, settings)`: routes, auth, /health (503 until the warm-up
                       generation succeeded), /v1/models, /metrics.

@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from serve.engine.sampling_params import SamplingParams
-from serve.http import chat, completions, native, tokenize, weight_updates
+from serve.http import chat, completions, native, pause, tokenize, weight_updates
 from serve.http.auth import BearerAuth
 from serve.http.engine_protocol import AsyncEngine, EngineBusy
 from serve.http.errors import APIError, install_error_handlers
@@ -107,6 +107,18 @@ def create_app(
     @app.get("/get_weight_version")
     async def _weight_version():
         return await weight_updates.get_weight_version(state)
+
+    @app.post("/update_weight_version")
+    async def _update_weight_version(request: Request):
+        return await weight_updates.update_weight_version(state, request)
+
+    @app.post("/pause_generation")
+    async def _pause(request: Request):
+        return await pause.pause_generation(state, request)
+
+    @app.post("/continue_generation")
+    async def _continue(request: Request):
+        return await pause.continue_generation(state, request)
 
     @app.post("/v1/tokenize")
     async def _tokenize(request: Request):

@@ -69,7 +69,9 @@ class Generation:
         state, res = self.state, self.result
         done = False
         ttft, gaps, last = None, [], None
+        await state.pause.wait()  # held while /pause_generation holds, as sglang holds new requests
         agen = state.engine.generate(self.prompt_ids, self.params, self.request_id)
+        state.pause.running.add(self.request_id)
         try:
             while True:
                 try:
@@ -125,6 +127,7 @@ class Generation:
             yield Step(finish_reason="abort")
         finally:
             with anyio.CancelScope(shield=True):
+                state.pause.running.discard(self.request_id)
                 if not done:
                     await state.abort(self.request_id)
                     res.finish_reason = res.finish_reason or "abort"

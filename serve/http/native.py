@@ -1,7 +1,10 @@
 """/generate: sglang's native route, token ids only, for RL rollouts.
 
 In: `input_ids`, `sampling_params` (`max_new_tokens`, temperature, top_p, top_k, min_p, stop_token_ids, ignore_eos,
-seed; `json_schema` / `regex` / `ebnf` constrain the output, serve/http/constraints.py), `return_logprob`, `top_logprobs_num`, `stream`. Out: `output_ids`, `text`, and `meta_info` with the finish
+sampling_seed; `json_schema` / `regex` / `ebnf` constrain the output, serve/http/constraints.py; any other key is a
+400, as in sglang), `return_logprob`, `top_logprobs_num`, `stream`, `lora_path` (the name of a loaded adapter: one
+that is not loaded is a 400, as in sglang; the embedded engine serves the last one loaded, and `weight_version` says
+which weights sampled). Out: `output_ids`, `text`, and `meta_info` with the finish
 reason, token counts, `output_token_logprobs` as `[logprob, token_id]` pairs, and `weight_version` (the weights
 that sampled the last token; `weight_version_first`: the first token's, which differs when an update landed
 mid-request), so a trainer can tell which policy produced a rollout (IcePop-style off-policy corrections need it). Streaming sends cumulative
@@ -22,7 +25,7 @@ from serve.http.logprobs import finite
 from serve.http.protocol import GenerateRequest, parse_body
 from serve.http.state import ServerState, new_id
 from serve.http.streaming import drain, event_stream, merged, sse
-from serve.http.weight_updates import weight_version
+from serve.http.weight_updates import UpdateError, weight_version
 
 
 def response_body(state: ServerState, gen: Generation, req: GenerateRequest) -> dict:
@@ -57,6 +60,15 @@ async def generate(state: ServerState, request: Request):
     if req.top_logprobs_num > state.settings.max_top_logprobs:
         # The same cap as chat's top_logprobs: each one costs a sort and a JSON entry per token.
         raise bad_request(f"top_logprobs_num is at most {state.settings.max_top_logprobs}", param="top_logprobs_num")
+    if req.lora_path is not None:
+        up = state.weight_updater
+        try:
+            if up is None:
+                raise UpdateError(f"The following requested LoRA adapters are not loaded: {req.lora_path}\n"
+                                  "Loaded adapters: [].")  # fmt: skip
+            up.check_loaded(req.lora_path)
+        except UpdateError as e:
+            raise bad_request(str(e), param="lora_path") from None
     sp = req.sampling_params
     max_tokens = state.max_new_tokens(len(req.input_ids), sp.max_new_tokens, "input_ids", "max_new_tokens")
     want_lp = req.return_logprob
@@ -70,7 +82,7 @@ async def generate(state: ServerState, request: Request):
             top_k=max(0, sp.top_k),
             min_p=sp.min_p,
             repetition_penalty=sp.repetition_penalty,
-            seed=sp.seed,
+            seed=sp.sampling_seed,
             stop_token_ids=tuple(sp.stop_token_ids or ()),
             ignore_eos=sp.ignore_eos,
             logprobs=req.top_logprobs_num if want_lp else None,

@@ -203,7 +203,21 @@ class CompletionRequest(_Sampling):
         return list(p)  # type: ignore[arg-type]
 
 
+# sglang's SamplingParams fields (sglang/api/v1/api_types.py, 0.5.23: "unknown keys rejected"); glm5 serve takes the
+# ones GenerateSamplingParams declares and names the others, so a body that sglang refuses is refused here too.
+SGLANG_SAMPLING_FIELDS = frozenset(
+    "max_new_tokens stop stop_token_ids stop_regex temperature top_p top_k min_p frequency_penalty presence_penalty "
+    "repetition_penalty min_new_tokens n json_schema regex ebnf structural_tag ignore_eos skip_special_tokens "
+    "spaces_between_special_tokens no_stop_trim stream_interval logit_bias sampling_seed custom_params beam_width "
+    "watermark choice".split()
+)
+
+
 class GenerateSamplingParams(_Body):
+    """/generate's `sampling_params`: sglang's names, and as strict as sglang about keys it does not know."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -212,11 +226,25 @@ class GenerateSamplingParams(_Body):
     repetition_penalty: float = Field(1.0, gt=0.0)
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
-    seed: int | None = None
+    sampling_seed: int | None = None
     # sglang's constrained decoding: at most one of a JSON schema (as a JSON string), a regex, an EBNF grammar.
     json_schema: str | None = None
     regex: str | None = None
     ebnf: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sglang_keys(cls, data):
+        if isinstance(data, dict):
+            for key in data:
+                if key in cls.model_fields:
+                    continue
+                if key == "seed":
+                    raise ValueError("unknown field 'seed': sglang's name for it is sampling_seed")
+                if key in SGLANG_SAMPLING_FIELDS:
+                    raise ValueError(f"sglang's field {key!r} is not supported by glm5 serve")
+                raise ValueError(f"unknown field {key!r} (sglang's SamplingParams has no such field)")
+        return data
 
     @model_validator(mode="after")
     def _one_constraint(self):
@@ -227,7 +255,8 @@ class GenerateSamplingParams(_Body):
 
 
 class GenerateRequest(_Body):
-    """/generate (sglang's native route, token ids only): what an RL trainer sends."""
+    """/generate (sglang's native route, token ids only): what an RL trainer sends. Other top-level keys are
+    ignored, as sglang ignores them."""
 
     input_ids: list[int] = Field(min_length=1)
     sampling_params: GenerateSamplingParams = Field(default_factory=GenerateSamplingParams)
@@ -235,6 +264,8 @@ class GenerateRequest(_Body):
     top_logprobs_num: int = Field(0, ge=0)
     stream: bool = False
     rid: str | None = None
+    lora_path: str | None = None  # the name of a loaded adapter (/load_lora_adapter's lora_name)
+    session_id: str | None = None
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -15,6 +15,7 @@ from serve.engine.sampling_params import SamplingParams
 from serve.http.engine_protocol import AsyncEngine
 from serve.http.errors import APIError, bad_request
 from serve.http.metrics import ServerMetrics
+from serve.http.pause import Pause
 from serve.http.settings import ServerSettings
 
 # Characters per token at most, for `check_text_length`: far above any real text's (about 4).
@@ -45,6 +46,7 @@ class ServerState:
     grammars: object | None = None  # serve.engine.grammar.Grammars, made at the first constrained request
     weight_updater: object | None = None  # serve.http.weight_updates.WeightUpdater, made at the first update
     eos_ids: frozenset[int] = field(init=False)
+    pause: Pause = field(default_factory=Pause)  # /pause_generation's state: new generations wait while it holds
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.settings.served_model_name)

@@ -8,9 +8,14 @@
   adapter_model.safetensors, as `glm5 finetune` writes) is merged into the served weights, W + s*B@A with
   s = lora_alpha/r (alpha/sqrt(r) with rslora); an INT4 layer serves it beside its int4 weight instead,
   W_int4 x + s*B(A x) (merged and rounded anew, every weight would move further than a small adapter does).
-  Unloading puts the original tensors back. One adapter is active
-  at a time and applies to every request (the embedded engine has no per-request adapters); loading another,
-  or the same name again with new weights (what a trainer pushes after each step), replaces it.
+  Adapters are registered by name as sglang's LoRARegistry registers them: a name already loaded is refused
+  ("LoRA with name X already exists", so a trainer pushes each version under a new name and unloads the old one),
+  unloading a name not loaded is refused, and /generate's `lora_path` must name a loaded adapter. The embedded
+  engine has no per-request adapters: it serves the adapter loaded last, merged, to every request, and /generate's
+  `weight_version` says which weights sampled. Unloading that one puts the original tensors back; unloading an
+  older one only takes it off the registry.
+- POST /update_weight_version `{"new_version", "abort_all_requests"?}` -> `{"success", "message", "new_version"}`:
+  the label the served weights report from now on.
 - GET /get_weight_version -> `{"weight_version"}`.
 
 Each update is applied by the engine thread between two steps (`AsyncLLM.update_weights`): no step sees half
@@ -47,11 +52,18 @@ class LoadLoraRequest(_Body):
     lora_name: str = Field(min_length=1)
     lora_path: str = Field(min_length=1)
     pinned: bool = False
+    lora_id: str | None = None  # sglang's (its tokenizer manager fills it in); not used here
     weight_version: str | None = None  # ours (sglang's update_weights_from_disk has it): the version to report
 
 
 class UnloadLoraRequest(_Body):
     lora_name: str = Field(min_length=1)
+    lora_id: str | None = None
+
+
+class UpdateVersionRequest(_Body):
+    new_version: str
+    abort_all_requests: bool = False
 
 
 class UpdateError(ValueError):
@@ -153,12 +165,19 @@ class WeightUpdater:
         self.engine = engine
         self.lock = asyncio.Lock()  # one update at a time
         self.originals: dict[str, torch.Tensor] = {}  # weights the loaded adapter changed, as they were
-        self.adapter: tuple[str, str] | None = None  # (lora_name, lora_path)
+        self.adapter: tuple[str, str] | None = None  # (lora_name, lora_path) of the adapter served (merged)
+        self.registry: dict[str, str] = {}  # every loaded adapter, name -> path, in load order (sglang's registry)
         self.low_rank: set[str] = set()  # INT4 layers that serve the loaded adapter's factors beside their weight
         self.labels: dict[int, str] = {}  # engine version -> the weight_version its caller named
 
     def loaded(self) -> dict[str, str]:
-        return {self.adapter[0]: self.adapter[1]} if self.adapter else {}
+        return dict(self.registry)
+
+    def check_loaded(self, name: str) -> None:
+        """/generate's `lora_path`: the name of a loaded adapter, else sglang's error."""
+        if name not in self.registry:
+            raise UpdateError(f"The following requested LoRA adapters are not loaded: {name}\n"
+                              f"Loaded adapters: {list(self.registry)}.")  # fmt: skip
 
     def _weights(self) -> dict[str, torch.Tensor]:
         weights = getattr(self.engine, "named_weights", None)
@@ -207,10 +226,12 @@ class WeightUpdater:
         check_covers(state, weights, path)
         state = {k: v for k, v in state.items() if k in weights}
         version = await self._apply(state, req.weight_version)
-        self.originals, self.adapter = {}, None  # the new checkpoint is the base now
+        self.originals, self.adapter, self.registry = {}, None, {}  # the new checkpoint is the base now
         return version
 
     async def load_lora(self, req: LoadLoraRequest) -> str:
+        if req.lora_name in self.registry:
+            raise UpdateError(f"LoRA with name {req.lora_name} already exists. Loaded LoRAs: {list(self.registry)}")
         weights = self._weights()
         int4 = getattr(self.engine, "int4_layers", dict)()
         path = Path(req.lora_path)
@@ -229,13 +250,18 @@ class WeightUpdater:
         low_rank = {**{n: None for n in self.low_rank if n not in low}, **low}  # the previous adapter's others go
         version = await self._apply(update, req.weight_version, low_rank)
         self.originals, self.adapter, self.low_rank = originals, (req.lora_name, req.lora_path), set(low)
+        self.registry[req.lora_name] = req.lora_path
         return version
 
     async def unload_lora(self, req: UnloadLoraRequest) -> str:
+        if req.lora_name not in self.registry:
+            raise UpdateError(f"LoRA with name {req.lora_name} does not exist. Loaded LoRAs: {list(self.registry)}")
         if self.adapter is None or self.adapter[0] != req.lora_name:
-            raise UpdateError(f"no adapter named {req.lora_name!r} is loaded (loaded: {list(self.loaded()) or 'none'})")
+            del self.registry[req.lora_name]  # not the one served: the weights stay as they are
+            return self.label(self.engine.weights_version)
         version = await self._apply(dict(self.originals), None, {n: None for n in self.low_rank})
         self.originals, self.adapter, self.low_rank = {}, None, set()
+        del self.registry[req.lora_name]
         return version
 
 
@@ -314,3 +340,15 @@ def weight_version(state, version=None) -> str:
 
 async def get_weight_version(state):
     return {"weight_version": weight_version(state)}
+
+
+async def update_weight_version(state, request: Request):
+    """sglang's /update_weight_version: label the weights served now (a trainer's step after a push)."""
+    req = parse_body(UpdateVersionRequest, await request.body())
+    if req.abort_all_requests:
+        for rid in list(state.pause.running):
+            await state.abort(rid)
+    up = _updater(state)
+    async with up.lock:
+        up.labels[state.engine.weights_version] = req.new_version
+    return {"success": True, "message": f"Weight version updated to {req.new_version}", "new_version": req.new_version}

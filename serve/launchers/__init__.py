@@ -3,7 +3,8 @@
 Module map:
 - topology.py  `Topology`: nodes x GPUs, parallelism (TP / EP / DP, dp-attention), precision, MTP speculation;
                reads the checkpoint's precision and checks there are enough GPUs for it.
-- sglang.py    `sglang_command(topology, ...)`: the `python -m sglang.launch_server` argv with GLM-5's flags.
+- sglang.py    `sglang_command(topology, ...)`: the `sglang serve` argv with GLM-5's flags, per hardware (and an RL
+               rollout server's LoRA flags).
 - vllm.py      `vllm_command(topology, ...)`: the `vllm serve` argv with GLM-5's flags.
 - process.py   `ExternalServer`: runs that argv as a child process, streams its log, waits for its /health,
                forwards SIGINT / SIGTERM, and returns its exit code.

@@ -11,6 +11,21 @@ TOOL_CALL_PARSER = "glm47"
 REASONING_PARSER = "glm45"
 
 
+def socket_env(nnodes: int, ifname: str | None) -> dict[str, str]:
+    """The network interface a multi-node launch talks over (the vLLM recipes' multi-node strategies set both)."""
+    return {"GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname} if nnodes > 1 and ifname else {}
+
+
+def console_script(name: str, *sub: str) -> tuple[str, ...]:
+    """An engine's console script beside this interpreter, else on PATH, else the name alone."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    beside = Path(sys.executable).with_name(name)
+    return (str(beside) if beside.exists() else shutil.which(name) or name, *sub)
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     """Options that are the same whichever engine runs: where it listens and what it calls itself."""
@@ -21,8 +36,11 @@ class ServerOptions:
     served_model_name: str | None = None
     api_key: str | None = None
     max_num_seqs: int | None = None
-    mem_fraction: float = 0.85
+    mem_fraction: float | None = None  # None: the recipe's for the hardware (0.85; B200 0.9, AMD 0.80)
     extra_args: tuple[str, ...] = ()
+    socket_ifname: str | None = None  # multi-node: GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME (the interface to use)
+    rollout_lora_rank: int | None = None  # an RL rollout server (sglang): adapters up to this rank loaded at run time
+    rollout_lora_targets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from serve.http.settings import check_api_key

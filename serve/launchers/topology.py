@@ -25,6 +25,10 @@ KNOWN_CHECKPOINT_BYTES = {"glm-5-fp8": 756e9, "glm-5": 1.51e12, "glm-5.1-fp8": 7
 WEIGHT_SHARE = 0.80
 
 
+# The GPUs the GLM-5 recipes name: NVIDIA Hopper (h100, h200), Blackwell (b200), AMD Instinct (amd: MI300X/MI325X/MI355X).
+HARDWARE = ("h200", "h100", "b200", "amd")
+
+
 class TopologyError(ValueError):
     """A topology that cannot work; the message says which flag to change."""
 
@@ -46,11 +50,12 @@ class Topology:
     dp: int = 1
     ep: int = 1
     dp_attention: bool = False
-    precision: str = "fp8"  # "fp8" | "bf16": the checkpoint's weights
+    precision: str = "fp8"  # "fp8" | "bf16" | "int4" (compressed-tensors W4A16, `glm5 model quantize`): the weights
     speculative: str | None = "mtp"  # GLM-5's MTP layer as the draft (EAGLE in sglang); None turns it off
     spec_steps: int = 3
     spec_topk: int = 1
     spec_draft_tokens: int = 4
+    hardware: str = "h200"  # h200 | h100 | b200 | amd: the recipes' per-hardware backends (sglang.py)
 
     @property
     def world_size(self) -> int:
@@ -89,8 +94,8 @@ class Topology:
                 )
             if not self.dist_init_addr.rsplit(":", 1)[1].isdigit():
                 raise TopologyError(f"--dist-init-addr {self.dist_init_addr!r}: the port must be a number")
-        if self.precision not in ("fp8", "bf16"):
-            raise TopologyError(f"precision {self.precision!r}: expected fp8 or bf16")
+        if self.precision not in ("fp8", "bf16", "int4"):
+            raise TopologyError(f"precision {self.precision!r}: expected fp8, bf16 or int4")
         for name in ("dp", "ep"):
             if getattr(self, name) < 1:
                 raise TopologyError(f"--{name} must be at least 1")
@@ -105,6 +110,8 @@ class Topology:
             raise TopologyError(f"--dp-attention needs --dp >= 2 dividing tp={self.tp_size} (got dp={self.dp})")
         if self.ep > 1 and self.tp_size % self.ep:
             raise TopologyError(f"--ep {self.ep} must divide tp={self.tp_size}")
+        if self.hardware not in HARDWARE:
+            raise TopologyError(f"--hardware {self.hardware!r}: expected one of {', '.join(HARDWARE)}")
         if self.speculative not in (None, "mtp"):
             raise TopologyError(f"--speculative {self.speculative!r}: only 'mtp' is supported")
         if self.speculative and self.spec_topk == 1 and self.spec_draft_tokens != self.spec_steps + 1:
@@ -127,11 +134,13 @@ class Topology:
 
 
 def checkpoint_precision(model: str) -> str:
-    """fp8 if the checkpoint is FP8 (config.json's quantization_config, else the name), bf16 otherwise."""
+    """fp8 if the checkpoint is FP8, int4 if it is compressed-tensors (the W4A16 `glm5 model quantize` writes; both
+    engines read it from config.json's quantization_config, no flag), else bf16; a hub id by its name."""
     config = Path(model) / "config.json"
     if config.is_file():
         quant = json.loads(config.read_text()).get("quantization_config") or {}
-        return "fp8" if str(quant.get("quant_method", "")).lower() == "fp8" else "bf16"
+        method = str(quant.get("quant_method", "")).lower()
+        return {"fp8": "fp8", "compressed-tensors": "int4"}.get(method, "bf16")
     return "fp8" if model.lower().rstrip("/").endswith("fp8") else "bf16"
 
 

@@ -90,10 +90,18 @@ def test_lora_push_changes_outputs_and_unload_restores_them(server, adapter, tin
         ref = merged[name]
         assert (served[name] - ref).abs().max() <= 1e-5 * ref.abs().max(), name
 
-    # The same name again (a trainer's next push) replaces it; unloading puts the base back, bit for bit.
-    r = post(server, "/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapter), "weight_version": "step-2"})
+    # The same name again is refused, as sglang's LoRARegistry refuses it ("already exists"): a trainer pushes each
+    # version under its own name. The newest is served; unloading an older one leaves the weights as they are.
+    r = post(server, "/load_lora_adapter", {"lora_name": "a", "lora_path": str(adapter)})
+    assert r.status_code == 400 and "LoRA with name a already exists" in r.json()["error_message"], r.text
+    r = post(server, "/load_lora_adapter", {"lora_name": "b", "lora_path": str(adapter), "weight_version": "step-2"})
     assert r.json()["success"] and r.json()["weight_version"] == "step-2" and generate(server) == (ids1, "step-2")
+    assert r.json()["loaded_adapters"] == {"a": str(adapter), "b": str(adapter)}
     r = post(server, "/unload_lora_adapter", {"lora_name": "a"})
+    assert r.status_code == 200 and r.json()["loaded_adapters"] == {"b": str(adapter)}
+    assert generate(server) == (ids1, "step-2")
+    # unloading the served one puts the base back, bit for bit
+    r = post(server, "/unload_lora_adapter", {"lora_name": "b"})
     assert r.status_code == 200 and r.json() == {
         "success": True,
         "error_message": "",
@@ -102,7 +110,8 @@ def test_lora_push_changes_outputs_and_unload_restores_them(server, adapter, tin
     }
     assert generate(server)[0] == ids0
     r = post(server, "/unload_lora_adapter", {"lora_name": "a"})
-    assert r.status_code == 400 and not r.json()["success"] and "no adapter named 'a'" in r.json()["error_message"]
+    assert r.status_code == 400 and not r.json()["success"]
+    assert "LoRA with name a does not exist" in r.json()["error_message"]
 
 
 def test_update_from_disk_swaps_the_checkpoint_with_a_named_version(server, other_checkpoint, tiny_checkpoint):

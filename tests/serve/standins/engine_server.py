@@ -1,4 +1,4 @@
-"""A stand-in for `python -m sglang.launch_server` / `vllm serve`: a tiny HTTP server, for launcher lifecycle tests.
+"""A stand-in for `sglang serve` / `vllm serve`: a tiny HTTP server, for launcher lifecycle tests.
 
 It accepts the engine's argv (it reads --host / --port and ignores the rest), logs its argv, answers /health with
 503 until STANDIN_READY_AFTER seconds have passed and 200 after, and on SIGTERM / SIGINT logs which signal it got
