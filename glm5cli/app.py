@@ -7,6 +7,7 @@ import sys
 import typer
 
 from glm5cli import bench_cmd, code_cmd, doctor_cmd, finetune_cmd, model_cmd, serve_cmd
+from glm5cli.help_format import WholeSummaries
 
 app = typer.Typer(
     name="glm5",
@@ -16,6 +17,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: option names whole and descriptions wide at 80 columns, [brackets] kept
+    cls=WholeSummaries,  # command lists give each summary whole
 )
 
 app.command("code", help="Run the coding agent in the current git repository (TUI, or headless with -p).",

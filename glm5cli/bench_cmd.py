@@ -16,9 +16,10 @@ from pathlib import Path
 import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+from glm5cli.help_format import WholeSummaries
 from glm5cli.progress import BenchProgress as _Progress
 
-app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaries)  # plain help (glm5cli/app.py)
 
 
 # -- agentic benchmarks ----------------------------------------------------------------------------------------

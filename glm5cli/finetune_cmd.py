@@ -12,12 +12,15 @@ import typer
 from glm5cli import qlora_run
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.distill_cmd import distill as distill_command
+from glm5cli.help_format import WholeSummaries
 from glm5cli.plan_cmd import plan_cmd as plan_command
 from glm5cli.plan_cmd import preflight
 from glm5cli.rl_cmd import rl as rl_command
 from glm5cli.stages_cmd import apply_qat, dsa_warmup, qat_settings, write_qat_checkpoints
 
-app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
+app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaries
+)  # plain help: readable at 80 columns (glm5cli/app.py)
 
 
 @app.command("align-mtp")

@@ -7,9 +7,12 @@ from pathlib import Path
 import typer
 
 from glm5cli.common import console, fail, print_json
+from glm5cli.help_format import WholeSummaries
 from glm5cli.quantize_cmd import quantize
 
-app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)  # plain help: readable at 80 columns (glm5cli/app.py)
+app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, cls=WholeSummaries
+)  # plain help: readable at 80 columns (glm5cli/app.py)
 app.command("quantize")(quantize)
 
 

@@ -108,3 +108,11 @@ def test_no_command_help_imports_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", r.stdout
+
+
+@pytest.mark.parametrize("group", [[], ["bench"], ["finetune"], ["model"]], ids=["glm5", "bench", "finetune", "model"])
+def test_command_lists_give_each_summary_whole(group):
+    # click cut each summary where the 80-column line ended ("... so that more..."): the list shows it whole
+    out = _help(group)
+    listing = out.split("Commands:", 1)[1]
+    assert "..." not in listing and all(len(line) <= 80 for line in listing.splitlines()), listing
