@@ -60,22 +60,9 @@ class RepoCache:
         src = self.source(repo)
         key = re.sub(r"[^A-Za-z0-9_.-]", "_", repo.rstrip("/").split("/")[-1])[:40]
         dest = self.dir / f"{key}-{hashlib.sha256(src.encode()).hexdigest()[:10]}.git"
-        with self._guard:
-            lock = self._locks.setdefault(str(dest), threading.Lock())
-        with lock:
-            if (dest / "HEAD").exists():
-                return dest
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_suffix(".partial")
-            shutil.rmtree(tmp, ignore_errors=True)
-            hint = "" if self.repos_dir or not OWNER_NAME.match(repo) else " (offline? map it with --repos DIR)"
-            try:
-                git(self.dir, "clone", "--bare", "--quiet", src, str(tmp), timeout=1800)
-            except (GitError, subprocess.TimeoutExpired) as e:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise InfraError(f"could not clone {src}{hint}: {e}") from None
-            tmp.rename(dest)  # a half-made mirror is never taken for a whole one
-        return dest
+        hint = "" if self.repos_dir or not OWNER_NAME.match(repo) else " (offline? map it with --repos DIR)"
+        return self._once(dest, lambda tmp: git(self.dir, "clone", "--bare", "--quiet", src, str(tmp), timeout=1800),
+                          f"could not clone {src}{hint}")  # fmt: skip
 
     def snapshot(self, repo: str, commit: str) -> Path:
         """A bare repository in the cache holding `commit` and its history and nothing else (no later commit, no
@@ -89,6 +76,17 @@ class RepoCache:
         except GitError:
             raise InfraError(f"{repo} has no commit {commit!r}") from None
         dest = self.dir / "at" / f"{mirror.stem}-{full}.git"
+
+        def take(tmp: Path) -> None:
+            git(dest.parent, "init", "--bare", "--quiet", str(tmp), timeout=60)
+            git(tmp, "fetch", "--quiet", "--no-tags", str(mirror), f"{full}:refs/heads/base",
+                env={"GIT_DIR": str(tmp)}, timeout=3600)  # fmt: skip
+
+        return self._once(dest, take, f"could not take {commit} of {repo} from its mirror")
+
+    def _once(self, dest: Path, make, failed: str) -> Path:
+        """`dest` (a bare repository), made by `make(tmp)` on first use by one thread while others wait, in a
+        `.partial` folder renamed whole: a half-made one is never taken for a whole one."""
         with self._guard:
             lock = self._locks.setdefault(str(dest), threading.Lock())
         with lock:
@@ -98,13 +96,11 @@ class RepoCache:
             tmp = dest.with_suffix(".partial")
             shutil.rmtree(tmp, ignore_errors=True)
             try:
-                git(dest.parent, "init", "--bare", "--quiet", str(tmp), timeout=60)
-                git(tmp, "fetch", "--quiet", "--no-tags", str(mirror), f"{full}:refs/heads/base",
-                    env={"GIT_DIR": str(tmp)}, timeout=3600)  # fmt: skip
+                make(tmp)
             except (GitError, subprocess.TimeoutExpired) as e:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise InfraError(f"could not take {commit} of {repo} from its mirror: {e}") from None
-            tmp.rename(dest)  # a half-made snapshot is never taken for a whole one
+                raise InfraError(f"{failed}: {e}") from None
+            tmp.rename(dest)
         return dest
 
     def checkout(self, repo: str, commit: str, dest: Path) -> None:
