@@ -64,7 +64,7 @@ def test_glm5_serve_help_is_readable_at_80_columns():
         (["serve"], "--speculative", "mtp|off"),
         (["serve"], "--quant", "int4"),
         (["serve"], "--dtype", "auto|float32|bfloat16"),
-        (["serve"], "--precision", "auto|fp8|bf16"),
+        (["serve"], "--precision", "auto|fp8|bf16|int4"),
         (["serve"], "--engine", "embedded|sglang|vllm"),
         (["code"], "--output-format", "text|json|stream-json"),
         (["code"], "--approval", "auto|deny"),
