@@ -396,7 +396,7 @@ def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, m
     net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=cfg.seed)
     # The agentic run keeps its own state.pt in the work folder (finetune/rl/run.py), without _Run's "step" (its
     # resume line failed on it: a killed run could not be rerun); the resume line is printed below.
-    run._dir.start({"tasks": len(tasks)})
+    run._dir.start({"tasks": len(tasks)}, load=False)  # its state.pt is read by finetune/rl/run.py (check_rl_state)
     if hasattr(rl_env, "isolate"):  # a session sees neither this run's folders nor any task file's gold
         rl_env.isolate([run.work, out], [*tasks, *(held or [])])
     evaluate = None
