@@ -55,7 +55,7 @@ def test_keystrokes_to_a_repl_run_and_a_job_in_cooked_mode_is_judged(repo, fake_
     (repo / ".glm5" / "settings.toml").write_text('[permissions]\ndeny = ["bash(touch:*)"]\n')
     recs, ui, _ = _run(repo, fake_model, [
         ("terminal_open", {"session": "py", "command": f"{sys.executable} -q"}),
-        ("terminal_send", {"session": "py", "input": ["print(6 * 7)\n"], "wait_for": r"^42\n>>>"}),
+        ("terminal_send", {"session": "py", "input": ["print(6 * 7)\n"], "wait_for": r"^42\n>>> ?$"}),
         ("terminal_open", {"session": "sh"}),
         ("terminal_send", {"session": "sh", "input": ["sleep 5", "<Enter>"], "timeout": 0.5}),
         # typed ahead while `sleep` runs: the shell would run it once sleep ends
