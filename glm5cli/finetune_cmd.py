@@ -432,7 +432,9 @@ def sft(
     rank: int = _RANK,
     alpha: int = _ALPHA,
     batch_size: int = typer.Option(4, min=1, help="Sequences per step."),
-    max_len: int = typer.Option(2048, min=8, help="Longer sequences keep their first MAX_LEN tokens."),
+    max_len: int = typer.Option(
+        4096, min=8, help="Longer sequences keep their first MAX_LEN tokens (the full agent profile's prompt is ~2.6k)."
+    ),
     seed: int = typer.Option(0, help="Seed for batch order."),
     include_denied: bool = typer.Option(
         False, help="Also train on turns whose tool calls were denied or blocked (default: context only)."
