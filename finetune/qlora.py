@@ -19,6 +19,7 @@ is `weight_fp8`, the one name that differs from the checkpoint's (`weight`): `CH
 
 from __future__ import annotations
 
+import abc
 import math
 
 import torch
@@ -45,7 +46,7 @@ class _DequantMatmul(torch.autograd.Function):
         return grad_y @ ctx.module.dequantize(grad_y.dtype), None
 
 
-class _Frozen(nn.Module):
+class _Frozen(nn.Module, abc.ABC):
     compute_dtype = torch.float32  # what peft keeps the adapter in (see the module docstring)
 
     def __init__(self, in_features: int, out_features: int):
@@ -76,8 +77,9 @@ class _Frozen(nn.Module):
     def dense_weight(self) -> torch.Tensor:  # MLA's absorbed path reads kv_b_proj's matrix
         return self.dequantize(torch.float32)
 
+    @abc.abstractmethod
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
-        raise NotImplementedError
+        """The weight as a dense matrix of `dtype` (each format's own rule)."""
 
 
 class FrozenFP8Linear(_Frozen):
