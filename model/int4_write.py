@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from model.checkpoint import side_files
+from model.checkpoint import INDEX_FILE, side_files
 from model.compressed_tensors import Int4Scheme, Int4Tensors, QuantizationConfig, compress
 from model.fp8 import dequantize_fp8
 from model.int4_linear import GROUP_SIZES
@@ -105,7 +105,7 @@ def write_quantized_checkpoint(
     tally = _Tally()
     tensors = _converted_tensors(shards, where, quantize_fn, classify, progress, tally)
     weight_map, n_files = _write_shards(out, tensors)
-    (out / "model.safetensors.index.json").write_text(
+    (out / INDEX_FILE).write_text(
         json.dumps(
             {"metadata": {"total_size": tally.bytes_out}, "weight_map": dict(sorted(weight_map.items()))}, indent=2
         )
