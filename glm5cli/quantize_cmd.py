@@ -30,6 +30,7 @@ def quantize(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Quantize a checkpoint's linear weights to int4, group-wise, in the compressed-tensors format."""
+    # model imports torch: imported here, for speed, so that `glm5 --help` loads neither
     from model.compressed_tensors import CompressedTensorsError
     from model.int4_linear import GROUP_SIZES
     from model.int4_write import quantize_checkpoint
