@@ -107,11 +107,10 @@ def session_diff(agent: Any) -> str:
     """The unified diff from the working tree at the session's first turn to the working tree now (untracked
     files included: both ends are checkpoints)."""
     from agent.git_safe import git
-    from agent.outcomes import first_checkpoint
 
     if not (agent.checkpoints and agent.checkpoints.enabled):
         raise RuntimeError("no checkpoints here (not a git repository): the session's changes are unknown")
-    first = first_checkpoint(agent)
+    first = agent.first_checkpoint()
     now = agent.checkpoints.snapshot("diff")
     if first is None or now is None:
         return ""

@@ -183,7 +183,6 @@ def run_session_command(session: Any, line: str, output_format: str = "text", ou
     """`glm5 code --undo / --rewind N / --diff`: one slash command on a recorded session, without the model.
     Exit 0 done, 2 when it cannot be done (nothing to undo, N out of range, not a git repository)."""
     from agent import commands
-    from agent.outcomes import labels
 
     out, err = out or sys.stdout, err or sys.stderr
     agent = session.agent
@@ -191,7 +190,7 @@ def run_session_command(session: Any, line: str, output_format: str = "text", ou
         res = commands.handle(session, line)
         name, _, arg = line.partition(" ")
         if not res.error and (name == "/undo" or (name == "/rewind" and arg.strip())):
-            agent.writer.write("outcome", labels=labels(agent))  # files_changed / diff_kept after the undo
+            agent.writer.write("outcome", labels=agent.labels())  # files_changed / diff_kept after the undo
     finally:
         agent.env.close()
         session.close()
