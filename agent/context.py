@@ -15,8 +15,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from agent.config_dir import config_dir
 from agent.environment import shown_path
-from agent.settings import config_dir
 
 MAX_FILE_BYTES = 32 * 1024
 NAMES = ("AGENTS.md", "CLAUDE.md")

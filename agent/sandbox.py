@@ -27,6 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from agent import host_path
+from agent.config_dir import config_dir
+from agent.git_safe import GitError, git
 
 PROTECTED_NAMES = (".git", ".glm5")
 
@@ -77,8 +79,6 @@ def probe(network: bool) -> str | None:
 
 def git_dirs(root: Path) -> list[Path]:
     """The repository's `.git` entry, its real git directory and its common directory (worktrees share one)."""
-    from agent.git_safe import GitError, git
-
     out = [root / ".git"]
     try:
         r = git(root, "rev-parse", "--absolute-git-dir", "--git-common-dir", check=False, timeout=30)
@@ -247,8 +247,6 @@ def configured_read_only() -> list[str]:
     out = [p for p in os.environ.get(READ_ONLY_ENV, "").split(os.pathsep) if p]
     try:
         import tomllib
-
-        from agent.settings import config_dir
 
         f = config_dir() / "config.toml"
         if f.is_file():

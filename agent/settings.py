@@ -46,6 +46,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from agent import own_files
+from agent.config_dir import config_dir
 from agent.profiles import PROFILES
 
 MODES = ("ask", "accept-edits", "plan", "auto")
@@ -130,11 +131,6 @@ class Settings:
         from agent.sandbox import SandboxLimits
 
         return SandboxLimits(**dict(self.sandbox_limits)) if self.sandbox_limits else None
-
-
-def config_dir() -> Path:
-    d = os.environ.get("GLM5_CONFIG_DIR")
-    return Path(d) if d else Path.home() / ".config" / "glm5"
 
 
 def _seed(value: Any) -> int | None:
