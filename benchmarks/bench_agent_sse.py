@@ -6,8 +6,8 @@ whole streamed call, up to ~18 us more per event, on the shared 2-core machine; 
 so the client keeps its loop. Issue 45 asked again: with the two variants interleaved after a warm-up (the first
 version ran ours first, cold, and its ratio swung 0.5-1.3x between runs), httpx-sse took 1.15-1.29x the whole
 streamed call in seven runs on 2026-12-05 at load 4-5 (median 17.7-37 ms against 14.3-29 ms; about 0.8 us more per
-event), so the client still keeps its loop. Each run streams one reply of N_CHUNKS content deltas (one token per event, as servers send
-them) through `ChatClient.query`; the httpx-sse variant is swapped in for `_post_stream`.
+event), so the client still keeps its loop. Each run streams one reply of N_CHUNKS content deltas (one token per
+event, as servers send them) through `ChatClient.query`; the httpx-sse variant is swapped in for `_post_stream`.
 
     python benchmarks/bench_agent_sse.py
 """
