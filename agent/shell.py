@@ -15,6 +15,7 @@ checks can expand them.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 
 OPERATORS = ("&&", "||", "|&", ";;", "|", ";", "&", "\n")
@@ -64,8 +65,6 @@ class SimpleCommand:
         return [w.text for w in self.words]
 
     def __str__(self) -> str:
-        import shlex
-
         return shlex.join(self.argv)
 
 
