@@ -14,9 +14,10 @@ Unknown keys are ignored, as they always were. Knows nothing of files, trust or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from agent.profiles import PROFILES
 
@@ -58,33 +59,10 @@ class AgentOptions(_Table):
     seed: int | None = None
     send_reasoning: bool = True
 
-    @field_validator("seed", mode="before")
+    @field_validator("mode", "profile", "terminal", "seed", mode="before")
     @classmethod
-    def _seed(cls, value: Any) -> Any:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"[agent] seed = {value!r}: expected a whole number >= 0")
-        return value
-
-    @field_validator("profile", mode="before")
-    @classmethod
-    def _profile(cls, value: Any) -> Any:
-        if value not in PROFILES:
-            raise ValueError(f"agent profile {value!r} is not one of {', '.join(PROFILES)} ([agent] profile)")
-        return value
-
-    @field_validator("terminal", mode="before")
-    @classmethod
-    def _terminal(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, bool):
-            raise ValueError(f"[agent] terminal (GLM5_AGENT_TERMINAL) must be true or false, not {value!r}")
-        return value
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _mode(cls, value: Any) -> Any:
-        if value not in MODES:
-            raise ValueError(f"permission mode {value!r} is not one of {', '.join(MODES)}")
-        return value
+    def _checked(cls, value: Any, info: ValidationInfo) -> Any:
+        return _check(_AGENT_CHECKS, value, info)
 
 
 class SandboxTable(_Table):
@@ -96,19 +74,33 @@ class SandboxTable(_Table):
     cpu_s: int | None = None
     file_mb: int | None = None
 
-    @field_validator("env", mode="before")
+    @field_validator("env", "pass_env", mode="before")
     @classmethod
-    def _env(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise ValueError("[sandbox] env must be a table")
-        return value
+    def _checked(cls, value: Any, info: ValidationInfo) -> Any:
+        return _check(_SANDBOX_CHECKS, value, info)
 
-    @field_validator("pass_env", mode="before")
-    @classmethod
-    def _pass_env(cls, value: Any) -> Any:
-        if not isinstance(value, list):
-            raise ValueError("[sandbox] pass_env must be a list of names")
-        return value
+
+# field -> (what a good value is, the message of a wrong one): the words users have always been shown
+_AGENT_CHECKS = {
+    "mode": (lambda v: v in MODES, "permission mode {!r} is not one of " + ", ".join(MODES)),
+    "profile": (lambda v: v in PROFILES,
+                "agent profile {!r} is not one of " + ", ".join(PROFILES) + " ([agent] profile)"),
+    "terminal": (lambda v: v is None or isinstance(v, bool),
+                 "[agent] terminal (GLM5_AGENT_TERMINAL) must be true or false, not {!r}"),
+    "seed": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+             "[agent] seed = {!r}: expected a whole number >= 0"),
+}  # fmt: skip
+_SANDBOX_CHECKS = {
+    "env": (lambda v: isinstance(v, dict), "[sandbox] env must be a table"),
+    "pass_env": (lambda v: isinstance(v, list), "[sandbox] pass_env must be a list of names"),
+}
+
+
+def _check(checks: dict[str, tuple[Callable[[Any], bool], str]], value: Any, info: ValidationInfo) -> Any:
+    good, message = checks[info.field_name]
+    if not good(value):
+        raise ValueError(message.format(value))
+    return value
 
 
 T = TypeVar("T", bound=BaseModel)
