@@ -78,6 +78,7 @@ def code(
     diff: bool = typer.Option(False, "--diff", help="Print what the latest (or given) session changed so far."),
 ) -> None:
     """Run the coding agent in the current git repository (the help text and EPILOG are what --help shows)."""
+    # the agent's modules are imported in the command and its helpers below, so that `glm5 --help` stays fast
     from agent.headless import EXIT_BAD_INPUT, FORMATS, HeadlessUI, is_session_command, run_headless
 
     if output_format not in FORMATS:
@@ -139,9 +140,6 @@ def code(
     raise typer.Exit(
         run_tui(cwd, settings, resume=resume_id, continue_latest=continue_ or (wants_resume and resume_id is None))
     )
-
-
-# The agent's modules are imported inside these functions, as in every glm5cli module, so `glm5 --help` stays fast.
 
 
 def _settings(cwd: Path, flags: dict) -> Any:
