@@ -50,28 +50,28 @@ Time:        2.871s
 Ran all test suites matching /client\\/lib\\/url\\/test\\/index.js/i.
 """
 
-# Chart.js (version 4.x): karma's progress reporter (karma.conf.cjs: reporters ['progress', 'kjhtml']) under
-# xvfb in Chrome; a failure is karma's SPEC_FAILURE "%s %s FAILED" written after the escape codes that erase the
-# progress line (\x1b[1A\x1b[2K); passing specs are only counted ("Executed N of M")
+# Chart.js (versions 2.x): `xvfb-run ... su chromeuser -c "gulp test"` (constants/javascript.py SPECS_CHART_JS);
+# gulp's task log, then karma's progress reporter (karma.conf.js: reporters ['progress', 'kjhtml'], log level
+# WARN): a failure is karma's SPEC_FAILURE "%s %s FAILED" written after the escape codes that erase the progress
+# line (\x1b[1A\x1b[2K), its jasmine error tab-indented; passing specs are only counted ("Executed N of M")
 CHART_JS = (
-    "+ xvfb-run '--server-args=-screen 0 1280x1024x24 -ac :99' su chromeuser -c './node_modules/.bin/cross-env "
-    "NODE_ENV=test ./node_modules/.bin/karma start ./karma.conf.cjs --single-run --coverage --grep --auto-watch "
-    "false'\n"
-    "05 12 2024 10:01:02.345:INFO [karma-server]: Karma v6.4.2 server started at http://localhost:9876/\n"
-    "05 12 2024 10:01:02.346:INFO [launcher]: Launching browsers chrome with concurrency unlimited\n"
-    "05 12 2024 10:01:02.350:INFO [launcher]: Starting browser Chrome\n"
-    "05 12 2024 10:01:03.512:INFO [Chrome 120.0.0.0 (Linux x86_64)]: Connected on socket 7Rk2 with id 4127\n"
-    "Chrome 120.0.0.0 (Linux x86_64): Executed 0 of 2338 SUCCESS (0 secs / 0 secs)\n"
-    f"{ESC}[1A{ESC}[2KChrome 120.0.0.0 (Linux x86_64): Executed 212 of 2338 SUCCESS (0 secs / 2.1 secs)\n"
+    "+ xvfb-run '--server-args=-screen 0 1280x1024x24 -ac :99' su chromeuser -c 'gulp test'\n"
+    "[10:01:02] Using gulpfile /testbed/gulpfile.js\n"
+    "[10:01:02] Starting 'test'...\n"
+    "[10:01:02] Starting 'lint'...\n"
+    "[10:01:02] Starting 'unittest'...\n"
+    "[10:01:09] Finished 'lint' after 6.83 s\n"
+    "Chrome 120.0.0.0 (Linux x86_64): Executed 0 of 2101 SUCCESS (0 secs / 0 secs)\n"
+    f"{ESC}[1A{ESC}[2KChrome 120.0.0.0 (Linux x86_64): Executed 212 of 2101 SUCCESS (0 secs / 2.1 secs)\n"
     f"{ESC}[1A{ESC}[2KChrome 120.0.0.0 (Linux x86_64) Chart.controllers.bar should correctly count the number "
     "of stacks when a group is not specified FAILED\n"
     "\tExpected 3 to be 2.\n"
-    "\t    at <Jasmine>\n"
-    "\t    at UserContext.<anonymous> (test/specs/controller.bar.tests.js:61:36 <- test/index.js:18324:38)\n"
-    "\t    at <Jasmine>\n"
-    "Chrome 120.0.0.0 (Linux x86_64): Executed 213 of 2338 (1 FAILED) (0 secs / 2.1 secs)\n"
-    f"{ESC}[1A{ESC}[2KChrome 120.0.0.0 (Linux x86_64): Executed 2338 of 2338 (1 FAILED) (24.63 secs / 23.9 secs)\n"
-    "TOTAL: 1 FAILED, 2337 SUCCESS\n"
+    "\t    at UserContext.<anonymous> (test/specs/controller.bar.tests.js:61:36)\n"
+    "Chrome 120.0.0.0 (Linux x86_64): Executed 213 of 2101 (1 FAILED) (0 secs / 2.1 secs)\n"
+    f"{ESC}[1A{ESC}[2KChrome 120.0.0.0 (Linux x86_64): Executed 2101 of 2101 (1 FAILED) (21.63 secs / 20.9 secs)\n"
+    "TOTAL: 1 FAILED, 2100 SUCCESS\n"
+    "[10:01:33] 'unittest' errored after 31 s\n"
+    "[10:01:33] Error: 1\n"
 )
 
 # marked (version 1.x): `./node_modules/.bin/jasmine --no-color --config=jasmine.json`; jasmine's console
@@ -183,10 +183,11 @@ Ran all test suites matching /__tests__\\/OrderedMap.ts|__tests__\\/OrderedSet.t
 # --grep="test/browser/components.test.js"` (constants/javascript.py SPECS_PREACT); karma-mocha-reporter
 # (no colors without a tty): describe blocks indented, "✔ name" / "✖ name", then SUMMARY and FAILED TESTS
 KARMA = """+ COVERAGE=false BABEL_NO_MODULES=true npx karma start karma.conf.js --single-run --grep=test/browser/components.test.js
+isFork true
 START:
 05 12 2024 10:04:11.201:INFO [karma-server]: Karma v6.4.3 server started at http://localhost:9876/
 05 12 2024 10:04:11.202:INFO [launcher]: Launching browsers ChromeNoSandboxHeadless with concurrency 2
-05 12 2024 10:04:11.207:INFO [launcher]: Starting browser ChromeHeadless
+05 12 2024 10:04:11.207:INFO [launcher]: Starting browser Chrome
 05 12 2024 10:04:12.015:INFO [Chrome Headless 120.0.6099.109 (Linux x86_64)]: Connected on socket ab12 with id 63
   Components
     ✔ should render components
@@ -404,12 +405,13 @@ LIGHTHOUSE = """+ ./node_modules/.bin/mocha --reporter json lighthouse-core/test
 
 # alibaba-fusion/next (karma versions): `timeout 2m bash -c '... xvfb-run ... su chromeuser -c "npm run test
 # balloon"'` (get_test_cmds_next); karma-spec-reporter after karma's "Starting browser Chrome": suites indented,
-# "✓ name" / "✗ name" (colored by the `colors` module), a failure's error lines tab-indented after it
+# "✓ name" / "✗ name" (colored by the `colors` module, scripts/test/karma.js: colors true), a failure's error
+# lines tab-indented after it; then the browser's line, TOTAL and the reporter's error summary
 NEXT = (
     "+ timeout 2m bash -c 'PUPPETEER_EXECUTABLE_PATH=/usr/bin/google-chrome-stable xvfb-run "
     '--server-args="-screen 0 1280x1024x24 -ac :99" su chromeuser -c "npm run test balloon"\'\n'
     '\n> @alifd/next@1.19.21 test /testbed\n> node ./scripts/test/index.js "balloon"\n\n'
-    "05 12 2024 10:10:20.555:INFO [karma-server]: Karma v4.4.1 server started at http://0.0.0.0:9876/\n"
+    "05 12 2024 10:10:20.555:INFO [karma-server]: Karma v4.4.1 server started at http://localhost:9877/\n"
     "05 12 2024 10:10:20.556:INFO [launcher]: Launching browsers Chrome with concurrency unlimited\n"
     "05 12 2024 10:10:20.561:INFO [launcher]: Starting browser Chrome\n"
     "05 12 2024 10:10:22.101:INFO [Chrome 120.0.6099 (Linux 0.0.0)]: Connected on socket x1 with id 9821\n"
@@ -422,6 +424,13 @@ NEXT = (
     "\t    at Context.<anonymous> (test/balloon/index-spec.js:88:38)\n"
     "\n"
     f"Chrome 120.0.6099 (Linux 0.0.0): Executed 3 of 3 {ESC}[31m(1 FAILED){ESC}[39m (1.204 secs / 1.113 secs)\n"
+    f"{ESC}[31mTOTAL: 1 FAILED, 2 SUCCESS{ESC}[39m\n"
+    "\n\n"
+    f"{ESC}[31m1) should be controlled by visible\n{ESC}[39m"
+    f"{ESC}[31m     Balloon\n{ESC}[39m"
+    f"{ESC}[90m     AssertionError: expected false to be true\n"
+    f"    at Context.<anonymous> (test/balloon/index-spec.js:88:38)\n{ESC}[39m"
+    "\n"
     "\n"
 )
 
