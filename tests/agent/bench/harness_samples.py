@@ -89,7 +89,7 @@ Failures:
   Stack:
     Error: Expected 'text' to equal 'paragraph'.
         at <Jasmine>
-        at UserContext.<anonymous> (/testbed/test/unit/marked-spec.js:23:27)
+        at UserContext.<anonymous> (/testbed/test/unit/marked-spec.js:96:36)
         at <Jasmine>
 
 12 specs, 1 failure
@@ -307,8 +307,7 @@ HIGHLIGHTJS = """+ npm run test
 
 
   hljs.highlightAuto()
-    ✔ should return relevance key
-    ✔ should be detected as javascript (11ms)
+    ✔ compiling the grammars (48ms)
 
   highlight() markup
     javascript
@@ -316,6 +315,9 @@ HIGHLIGHTJS = """+ npm run test
       1) should markup class
     xml
       ✔ should markup document-type-variations
+
+  hljs.highlightAuto()
+    ✔ should be detected as javascript (11ms)
 
 
   4 passing (2s)
@@ -512,15 +514,27 @@ PRISMJS = """+ ./node_modules/.bin/mocha tests/run.js --reporter json --language
 }"""
 
 # quarto-cli: `cd tests; QUARTO_TESTS_NO_CONFIG="true" ./run-tests.sh` (constants/javascript.py
-# SPECS_QUARTOCLI); deno test's reporter (colored): "running N tests from <file>", "<name> ... ok (Ns)" /
-# "... FAILED (Ns)", then " ERRORS " and " FAILURES "; quarto's tests/test.ts names tests "[smoke] > <name>"
+# SPECS_QUARTOCLI); deno test's reporter (colored): "running N tests from <file>", a test's console output
+# between "------- output -------" and "----- output end -----" (quarto's "[verify] > ..." lines outside CI),
+# "<name> ... ok (Ns)" / "... FAILED (Ns)", then " ERRORS " and " FAILURES "; quarto's tests/test.ts names a
+# test "[smoke] > <name>"
 QUARTO_CLI = (
     "+ cp -r tests/ tests_tmp/\n"
     "+ cd tests\n"
     "+ QUARTO_TESTS_NO_CONFIG=true ./run-tests.sh\n"
-    "running 2 tests from ./smoke/render/render-callout.test.ts\n"
+    f"{ESC}[38;5;245mrunning 2 tests from ./smoke/render/render-callout.test.ts{ESC}[0m\n"
+    "[smoke] > quarto render docs/callouts.qmd --to html ...\n"
+    f"{ESC}[38;5;245m------- output -------{ESC}[0m\n"
+    f"{ESC}[2m[verify] > No Errors or Warnings{ESC}[22m\n"
+    f"{ESC}[2m[verify] > File docs/callouts.html exists{ESC}[22m\n"
+    f"{ESC}[38;5;245m----- output end -----{ESC}[0m\n"
     f"[smoke] > quarto render docs/callouts.qmd --to html ... {ESC}[0m{ESC}[32mok{ESC}[0m "
     f"{ESC}[0m{ESC}[38;5;245m(2s){ESC}[0m\n"
+    "[smoke] > quarto render docs/callouts.qmd --to pdf ...\n"
+    f"{ESC}[38;5;245m------- output -------{ESC}[0m\n"
+    f"{ESC}[2m[verify] > No Errors or Warnings{ESC}[22m\n"
+    f"{ESC}[2m[verify] > File docs/callouts.pdf exists{ESC}[22m\n"
+    f"{ESC}[38;5;245m----- output end -----{ESC}[0m\n"
     f"[smoke] > quarto render docs/callouts.qmd --to pdf ... {ESC}[0m{ESC}[31mFAILED{ESC}[0m "
     f"{ESC}[0m{ESC}[38;5;245m(9s){ESC}[0m\n"
     "\n"
