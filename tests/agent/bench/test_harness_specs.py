@@ -292,17 +292,33 @@ def test_glm5_grades_each_parser_as_the_harness_does(parser):
         assert grade.resolved is (not fail)
 
 
-def test_every_harness_parser_is_checked_or_listed():
-    """A parser the harness adds shows up here: it needs a real-format log in CASES (or a reason below)."""
-    unchecked = {
-        # Both pick their parser by the row's instance number (jekyll: instance_id.split("-")[1] in 9141, 8047,
-        # 8167 -> minitest, 8761, 8771 -> cucumber; immutable_js: instance_id.split("-")[-1], 2006 -> jest, 2005
-        # -> jest_json) and raise ValueError for any other; published_row names every row "<repo>-1", so neither
-        # can be reached here. The formats they dispatch to are checked as parse_log_minitest,
-        # parse_log_cucumber, parse_log_jest and parse_log_jest_json.
-        "parse_log_jekyll", "parse_log_immutable_js",
-    }  # fmt: skip
-    assert set(harness_specs.parser_names()) - set(CASES) - unchecked == set()
+# parsers that pick a format by the row's instance number (jekyll: instance_id.split("-")[1]; immutable_js:
+# split("-")[-1]) and raise ValueError for any other: each graded with a row of that number and a log in the format
+# it dispatches to
+BY_INSTANCE = {
+    "parse_log_jekyll": (("jekyll__jekyll-9141", "parse_log_minitest"), ("jekyll__jekyll-8761", "parse_log_cucumber")),
+    "parse_log_immutable_js": (("immutable-js__immutable-js-2005", "parse_log_jest_json"),
+                               ("immutable-js__immutable-js-2006", "parse_log_jest")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("parser", sorted(BY_INSTANCE))
+def test_parsers_chosen_by_instance_grade_as_the_harness_does(parser):
+    for instance_id, fmt in BY_INSTANCE[parser]:
+        log, _, f2p, p2p, rc = CASES[fmt]
+        for fail, passing in ((p2p, f2p), ([], f2p)):
+            repo = instance_id.rsplit("-", 1)[0].replace("__", "/")
+            row = published_row(parser, repo, passing, fail, instance_id=instance_id)
+            _, statuses, problem, grade, report = glm5_and_harness(row, log, rc)
+            assert statuses and not problem, (instance_id, problem)
+            ts = report["tests_status"]
+            assert grade.resolved == report["resolved"] and grade.resolved is (not fail)
+            assert grade.fail_to_pass == ts["FAIL_TO_PASS"] and grade.pass_to_pass == ts["PASS_TO_PASS"]
+
+
+def test_every_harness_parser_is_checked():
+    """A parser the harness adds shows up here: it needs a real-format log in CASES (or a row in BY_INSTANCE)."""
+    assert set(harness_specs.parser_names()) - set(CASES) - set(BY_INSTANCE) == set()
 
 
 def test_a_sympy_row_as_published_is_resolved_where_glm5_used_to_say_infra_error():
