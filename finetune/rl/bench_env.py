@@ -16,13 +16,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.bench.agents import Glm5Agent
+from agent.bench.agents import AgentLimits, Glm5Agent
+from agent.bench.repos import RepoCache
+from agent.bench.tasks import load_swe_tasks, load_terminal_tasks
+from agent.bench.trial import TrialConfig, run_hidden, run_trial
+from finetune.rl.rewards import HybridReward
 from finetune.rl.rollout import ENV_ERROR, OK, Grade
 
 
 def load_bench_tasks(env: str, tasks_file: Path | None, task_dirs: list[Path]) -> list:
-    from agent.bench.tasks import load_swe_tasks, load_terminal_tasks
-
     return load_swe_tasks(tasks_file) if env == "swe" else load_terminal_tasks(task_dirs)
 
 
@@ -44,8 +46,6 @@ class BenchSession:
         self.result = None
 
     def run(self, model) -> None:
-        from agent.bench.trial import run_trial
-
         self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns), self.workdir,
                                 self.bench.trial_config(self.workdir))  # fmt: skip
 
@@ -77,12 +77,8 @@ class BenchSession:
 class BenchEnv:
     def __init__(self, kind: str, max_turns: int = 30, partial_credit: bool = False, reward=None,
                  environment: str = "local", cache_dir: Path = Path(".glm5-bench-cache")):  # fmt: skip
-        from finetune.rl.rewards import HybridReward
-
         self.name, self.max_turns, self.partial_credit = kind, max_turns, partial_credit
         self.hybrid = HybridReward(reward) if reward is not None else None
-        from agent.bench.repos import RepoCache
-
         self.environment, self.cache_dir = environment, Path(cache_dir).resolve()
         # One cache for every session: its per-repository locks keep concurrent sessions from cloning at once.
         self.repos = RepoCache(self.cache_dir)
@@ -93,16 +89,11 @@ class BenchEnv:
         it reads (training and held-out) from each session, as `glm5 bench` hides its run folder from a trial:
         the same list (agent.bench.trial.run_hidden), the same view. The repository cache is hidden by
         hidden_from_trials for both."""
-        from agent.bench.trial import run_hidden
-
         self.hide = run_hidden(run_dirs, tasks)
 
     def trial_config(self, workdir: Path):
         """The bench's TrialConfig for the session in `workdir`: this env's sandbox kind, cache, turns and hidden
         set, which holds the folder of every session beside it even when isolate() was not called."""
-        from agent.bench.agents import AgentLimits
-        from agent.bench.trial import TrialConfig
-
         hide = tuple(dict.fromkeys((*self.hide, Path(workdir).resolve().parent)))
         return TrialConfig(env=self.environment, cache_dir=self.cache_dir, repos=self.repos,
                            limits=AgentLimits(max_turns=self.max_turns), hide=hide)  # fmt: skip
