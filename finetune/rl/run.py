@@ -110,7 +110,7 @@ def _load_checked(state_path: Path) -> dict | None:
     return check_rl_state(load_state(state_path), state_path)
 
 
-class _Run:
+class _StepLoop:
     """The step loop of one run and the bookkeeping its steps share: the staleness gate, dropped groups, the
     evaluations, state.pt and the log rows."""
 
@@ -272,7 +272,7 @@ def run_rl(
         pusher.push(trainer.version)  # the server serves the restored weights, at the restored version
     orch = Orchestrator(env, tasks, server, tokenizer, cfg, work / "sessions", buffer.add, skip=buffer.has,
                         skip_group=progress.has_group, max_model_len=max_model_len)  # fmt: skip
-    run = _Run(cfg, trainer, progress, state_path, buffer, server, pusher, orch, evaluate, eval_every, log)
+    run = _StepLoop(cfg, trainer, progress, state_path, buffer, server, pusher, orch, evaluate, eval_every, log)
     try:
         run.run(resumed_rollouts)
     finally:
