@@ -28,7 +28,7 @@ Module map:
                      rank's rows of the global batch with a summed gradient (the one-process curve), rank 0 writes
 - plan.py            `glm5 finetune plan`: per-GPU memory of a layout (weights, adapter, gradients, optimizer, FSDP
                      gathers, activations) for the real sizes, the advice when it does not fit; the training
-                     commands' check before they load
+                     commands' check before they load. No torch: it counts lora.py's DEFAULT_TARGETS from the config
 - qlora.py           frozen base linears kept FP8 / INT4 / bf16 and dequantised per linear in forward and backward,
                      the modules peft's LoRA wraps for --qlora
 - sharded_load.py    --qlora's load: the model on meta, Frozen* swaps, LoRA, checkpointing per layer, FSDP2, and each
@@ -39,7 +39,7 @@ Module map:
                      size; a plain process reads them too, and a torchrun run reads a plain one's state.pt
 - data/              training data in: glm5 trajectories, bench runs, OpenAI chat JSONL, mini-swe-agent, Harbor
                      ATIF -> one sequence per session branch with target masks (TITO where recorded); batches,
-                     packing, prompt files (its own module map)
+                     packing, prompt files; one JSON/JSONL reader for all of them, data/jsonl.py (its own module map)
 - grpo.py            RL: GRPO + IcePop with on-policy rollouts from the embedded engine (train_grpo, grpo_backward)
 - rl/                agentic RL: orchestrator -> buffer -> trainer -> weight push, sync or async (see rl/__init__.py)
 - proof/             `glm5 bench proof`: base -> SFT -> RL on a generated repair family, each stage a glm5 command,

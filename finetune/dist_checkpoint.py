@@ -28,6 +28,9 @@ from pathlib import Path
 
 import torch
 
+from agent.provenance import has_mark, mark
+from finetune.resume_state import check_training_state, load_state
+
 META = "meta.json"
 STATE_PT = "state.pt"  # run_dir.RunDir's single-process checkpoint
 
@@ -40,7 +43,7 @@ def _trained(named) -> list[str]:
 def save_dcp(work: Path, state: dict, named, dist=None) -> Path:
     """Write a training_state with DCP into WORK/dcp-STEP (collective: every rank calls it); rank 0 then
     writes meta.json and removes older checkpoints (DCP or state.pt). -> the folder."""
-    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint as dcp  # ~1.8 s to import: only where a DCP checkpoint is written
 
     work = Path(work)
     folder = work / f"dcp-{state['step']}"
@@ -86,16 +89,12 @@ def _kind(v) -> str:
 
 
 def _metadata_mark(folder: Path) -> str:
-    from agent.provenance import mark
-
     return mark((folder / ".metadata").read_bytes())
 
 
 def latest_dcp(work: Path) -> tuple[Path, dict] | None:
     """The newest complete DCP checkpoint in WORK and its meta, or None. One whose .metadata (a pickle PyTorch
     loads) does not carry this machine's mark is refused: a folder someone else wrote would run code."""
-    from agent.provenance import has_mark
-
     found = []
     for folder in Path(work).glob("dcp-*"):
         if (folder / META).is_file():
@@ -117,7 +116,7 @@ def latest_dcp(work: Path) -> tuple[Path, dict] | None:
 
 def load_dcp(folder: Path, meta: dict, named, dist=None) -> dict:
     """A DCP checkpoint as a training_state in this run's layout (DCP reads the shards each tensor needs)."""
-    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint as dcp  # ~1.8 s to import: only where a DCP checkpoint is read
     from torch.distributed.checkpoint.api import CheckpointException
 
     by_name = dict(named)
@@ -152,7 +151,7 @@ def load_dcp(folder: Path, meta: dict, named, dist=None) -> dict:
 def to_layout(state: dict, named) -> dict:
     """A state.pt training_state (whole tensors) in this run's layout: each parameter, and each optimizer
     tensor of its shape, distributed as the parameter is (a DTensor under FSDP); plain parameters as they are."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
+    from torch.distributed.tensor import DTensor, distribute_tensor  # ~1.8 s to import: only for a resume
 
     by_name = dict(named)
     names = _trained(named)
@@ -177,8 +176,6 @@ def load_resume(work: Path, named, dist=None) -> dict | None:
     pt = work / STATE_PT
     plain = None
     if pt.is_file():  # loaded without running code and checked (finetune/resume_state.py)
-        from finetune.resume_state import check_training_state, load_state
-
         plain = check_training_state(load_state(pt), pt)
     found = latest_dcp(work)
     if found is not None and (plain is None or found[1]["step"] >= plain["step"]):

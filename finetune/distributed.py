@@ -28,8 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as td
+from torch import nn
 
 from finetune.train_loop import LossTerms, backward_each, micro_batches
+from model.moe import MoE
 
 
 @dataclass
@@ -65,8 +68,6 @@ class Distributed:
         """Join the process group (torchrun's MASTER_ADDR / MASTER_PORT rendezvous). On CPU each rank gets
         the machine's cores divided among the ranks (torch would otherwise start one thread per core in every
         rank and oversubscribe the machine)."""
-        import torch.distributed as td
-
         if td.is_initialized():
             return
         if self.device.type == "cuda":
@@ -78,14 +79,10 @@ class Distributed:
             td.init_process_group("gloo")
 
     def close(self) -> None:
-        import torch.distributed as td
-
         if td.is_initialized():
             td.destroy_process_group()
 
     def barrier(self) -> None:
-        import torch.distributed as td
-
         td.barrier()
 
     # ---- the model ----------------------------------------------------------------------------------------
@@ -101,7 +98,7 @@ class Distributed:
         """`shard`'s FSDP2 part, for a model already on its device or still on meta (finetune/sharded_load.py
         materialises it after). `cast` False: no bf16 cast of the parameters on CUDA (a frozen FP8 / INT4 base is
         gathered as stored and dequantised by its modules; the adapter computes in fp32)."""
-        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard  # ~1.7 s: torchrun only
 
         mp = MixedPrecisionPolicy()
         if self.device.type == "cuda":
@@ -130,8 +127,6 @@ class Distributed:
         """A parameter that no rank's real rows reached (a routed expert no token chose) has no gradient in one
         process, so AdamW leaves it alone; FSDP gave it zeros (set_reduce_scatter_unused_params), on which AdamW
         would still move it by its momentum. Its gradient goes back to None."""
-        import torch.distributed as td
-
         used = torch.tensor([m in self._used for m in self._owners], dtype=torch.int32, device=self.device)
         td.all_reduce(used, op=td.ReduceOp.MAX)
         for m, u in zip(self._owners, used.tolist(), strict=True):
@@ -142,7 +137,7 @@ class Distributed:
     def gather(self, model, trained_only: bool) -> dict | None:
         """The sharded model's state dict whole, on CPU, on rank 0 (None on the others; every rank must call
         it): for the adapter (`trained_only`: the LoRA factors) or the fine-tuned checkpoint."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # ~2 s: FSDP only
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trained_only)
         state = get_model_state_dict(model, options=opts)
@@ -159,8 +154,6 @@ class Distributed:
         """Backpropagate this rank's rows of the global `batch` (ids, mask, ...): `loss_of(micro)` must divide by
         the global batch's target count. Every rank runs as many micro-batches as the rank with the most rows
         (the others' extra ones are empty). -> the global batch's loss (summed over the ranks), on every rank."""
-        import torch.distributed as td
-
         parts = batch if isinstance(batch, tuple) else (batch,)
         n = parts[0].shape[0]
         start, stop = self.rows(n)
@@ -208,10 +201,6 @@ def _untie_experts(model) -> None:
     two stacked tensors (moe.tie_experts: one grouped GEMM at inference), which FSDP cannot shard
     (non-contiguous), and the stacks would stay a whole second copy on every rank. Training runs the per-expert
     path anyway (autograd must reach each expert's parameters), which needs no tie."""
-    from torch import nn
-
-    from model.moe import MoE
-
     for m in model.modules():
         for name, p in list(m._parameters.items()):
             if p is not None and not p.is_contiguous():

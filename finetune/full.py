@@ -19,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as td
+
+from model.moe import Router
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,6 @@ class RouterBalancer:
     over ranks pads less, so the counts, and where loads tie the rule's sign, can differ from one process's)."""
 
     def __init__(self, model, rate: float, distributed: bool = False):
-        from model.moe import Router
-
         self.rate, self.distributed = rate, distributed
         self.loads: dict[Router, torch.Tensor] = {}
         self.hooks = [m.register_forward_hook(self._count) for m in model.modules() if isinstance(m, Router)]
@@ -67,8 +68,6 @@ class RouterBalancer:
     @torch.no_grad()
     def update(self) -> None:
         if self.distributed:  # each rank counted its own rows: the rule takes the whole batch's loads
-            import torch.distributed as td
-
             for load in self.loads.values():
                 td.all_reduce(load)
         for router, load in self.loads.items():

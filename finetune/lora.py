@@ -11,12 +11,18 @@ LoRA goes on the main layers only: the MTP layer drafts for whatever the main mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from finetune.qlora import FROZEN_TYPES  # a frozen FP8 / INT4 / bf16 base (finetune/sharded_load.py)
 
 # Every linear of GLM-5's attention and MLPs (experts and shared expert included); not the router, the
 # indexer or the lm_head (GLM-5's high-precision set, model/quant_int4.py).
@@ -44,7 +50,7 @@ def add_lora(model, settings: LoraSettings = LoraSettings(), seed: int = 0):
     """Inject peft LoRA adapters into the main layers' target linears; freeze everything else. -> model.
     The adapters' random initialisation comes from `seed` (not the global RNG): a run is reproducible, and an
     interrupted one can be checked against an uninterrupted one."""
-    import peft
+    import peft  # imports transformers (~5 s): only where adapters are made, saved or read
 
     n_main = model.config.num_hidden_layers
     layers = "|".join(str(i) for i in range(n_main))
@@ -55,8 +61,6 @@ def add_lora(model, settings: LoraSettings = LoraSettings(), seed: int = 0):
         lora_dropout=settings.dropout,
         target_modules=rf"model\.layers\.({layers})\..*\b({names})",
     )
-    from finetune.qlora import FROZEN_TYPES  # a frozen FP8 / INT4 / bf16 base (finetune/sharded_load.py)
-
     cfg._register_custom_module({t: peft.tuners.lora.layer.Linear for t in FROZEN_TYPES})
     for p in model.parameters():
         p.requires_grad_(False)
@@ -80,8 +84,6 @@ def weights_fingerprint(model) -> str:
     """A hash of the base weights (LoRA factors excluded): every tensor's name, shape and dtype, and a strided
     sample of up to 4096 of its values, so that two checkpoints of one architecture with different weights
     differ, without reading all of a large model. sha256, hex."""
-    import hashlib
-
     h = hashlib.sha256()
     for name, p in sorted(model.named_parameters(), key=lambda x: x[0]):
         if "lora_" in name:
@@ -107,10 +109,7 @@ def save_adapter(
     when the adapter was trained on the base's INT4 weights (`glm5 finetune rl --quant int4`: serve it with
     `--quant int4`). `state`: the model's parameters by name, whole (a sharded model's, gathered:
     finetune/distributed.py)."""
-    import json
-
-    import peft
-    from safetensors.torch import save_file
+    import peft  # imports transformers (~5 s): only where adapters are made, saved or read
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -127,8 +126,6 @@ def save_adapter(
 
 def trained_quant(path: Path) -> str | None:
     """The quantization the adapter at `path` was trained on (adapter_base.json's `quant`), or None."""
-    import json
-
     f = Path(path) / BASE_FILE
     try:
         return json.loads(f.read_text()).get("quant") if f.is_file() else None
@@ -139,9 +136,6 @@ def trained_quant(path: Path) -> str | None:
 def check_base(model, path: Path) -> str | None:
     """Warn (AdapterBaseMismatch) if `model`'s weights are not the ones the adapter at `path` was trained on.
     -> the warning's text, or None when they match or the adapter recorded no fingerprint."""
-    import json
-    import warnings
-
     f = Path(path) / BASE_FILE
     if not f.is_file():
         return None
@@ -159,9 +153,7 @@ def check_base(model, path: Path) -> str | None:
 def load_adapter(model, path: Path):
     """Load an adapter that `save_adapter` (or peft) wrote into a plain model. -> the model, with LoRA.
     Warns (AdapterBaseMismatch) when the model is not the base the adapter recorded."""
-    import peft
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    import peft  # imports transformers (~5 s): only where adapters are made, saved or read
 
     path = Path(path)
     if not (path / "adapter_config.json").is_file():
@@ -189,7 +181,7 @@ def load_adapter(model, path: Path):
 def merge_lora(model):
     """Fold every LoRA delta into its base linear and put the base linear back: a plain model again (the MoE's
     stacked expert weights, which the expert linears view, take the merged values too). -> model."""
-    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora import LoraLayer  # imports transformers (~5 s): only where adapters are read
 
     for name, module in list(model.named_modules()):
         if isinstance(module, LoraLayer):

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 PREFIX = "base_model.model."
 _EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.(lora_[AB])\.weight$")
@@ -80,8 +81,6 @@ def export_hf_adapter(src: Path, dst: Path, n_routed_experts: int | None = None)
     """Write the transformers-layout copy of the adapter at `src` (save_adapter's) to `dst`. `n_routed_experts`:
     default the highest expert index in the adapter + 1 (every routed expert has LoRA when its projections are
     targets). -> dst."""
-    from safetensors.torch import load_file, save_file
-
     src, dst = Path(src), Path(dst)
     if not (src / "adapter_config.json").is_file():
         raise ValueError(f"{src} has no adapter_config.json: not a peft adapter (save_adapter writes one)")

@@ -25,6 +25,7 @@ from dataclasses import replace
 from finetune.data.batches import padded_batches
 from finetune.mtp_objective import MTPTrainConfig, train_mtp
 from finetune.train_loop import LossTerms
+from serve.engine import EngineConfig, LLMEngine, SamplingParams
 
 
 def generate_sequences(
@@ -40,8 +41,6 @@ def generate_sequences(
     Greedy, because that is what the drafts are judged against at temperature 0 (and the mode of the sampled
     distribution otherwise). `progress(done, total)` is called as requests finish.
     """
-    from serve.engine import EngineConfig, LLMEngine, SamplingParams
-
     if not prompts:
         raise ValueError("no prompts to generate from")
     if any(not p for p in prompts):

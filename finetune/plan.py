@@ -27,22 +27,12 @@ the CUDA context.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from model.config import GLM5Config, count_parameters, human_bytes
 
 METHODS = ("sft", "rl", "distill", "full")
 BASES = ("bf16", "fp8", "int4")
-LORA_TARGETS = (
-    "q_a_proj",
-    "q_b_proj",
-    "kv_a_proj_with_mqa",
-    "kv_b_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)  # fmt: skip  (finetune/lora.py's DEFAULT_TARGETS)
 
 
 class PlanError(ValueError):
@@ -100,7 +90,8 @@ class Plan:
 
 
 def lora_parameters(cfg: GLM5Config, rank: int) -> int:
-    """LoRA parameters on the main layers' targets (finetune/lora.py): r * (in + out) per adapted linear."""
+    """LoRA parameters on the main layers' targets (finetune/lora.py's DEFAULT_TARGETS: the five attention
+    projections and every MLP's gate, up and down): r * (in + out) per adapted linear."""
     h, n_h = cfg.hidden_size, cfg.num_attention_heads
     attn = [(h, cfg.q_lora_rank), (cfg.q_lora_rank, n_h * cfg.qk_head_dim), (h, cfg.kv_lora_rank + cfg.qk_rope_head_dim),
             (cfg.kv_lora_rank, n_h * (cfg.qk_nope_head_dim + cfg.v_head_dim)), (n_h * cfg.v_head_dim, h)]  # fmt: skip
@@ -203,8 +194,6 @@ def plan(cfg: GLM5Config, layout: Layout) -> Plan:
 def _advice(cfg: GLM5Config, lay: Layout, p: Plan) -> str:
     """What would fit instead: more GPUs (whole nodes) if the sharded part is the problem, a shorter sequence if
     the per-GPU activations are (FSDP does not split a sequence), else the Megatron engine (slime)."""
-    from dataclasses import replace
-
     tips = []
     for nodes in range(max(1, lay.gpus // lay.gpus_per_node) + 1, 65):
         if _plan(cfg, replace(lay, gpus=nodes * lay.gpus_per_node)).fits:

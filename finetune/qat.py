@@ -21,6 +21,7 @@ LoRA layer's forward fake-quantizes that merge (`_lora_qat_forward`) and the gra
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,8 +116,6 @@ def apply_qat(model: nn.Module, s: QATSettings = QATSettings(), names: Iterable[
             f"no linear layer has in_features divisible by the INT4 group size {s.group_size}: nothing would be "
             "quantized; choose a smaller group size"
         )
-    import types
-
     for name in names:
         mod = model.get_submodule(name)
         if hasattr(mod, "base_layer"):  # peft LoRA: its own forward replaced, its class and state untouched

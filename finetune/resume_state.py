@@ -9,8 +9,11 @@ program wrote is an error that names it, never a traceback or a half-restored ru
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
+
+import torch
 
 MAX_STEP = 10**9
 
@@ -21,10 +24,6 @@ class StateError(ValueError):
 
 def load_state(path: Path) -> dict:
     """The dict in `path`, loaded without running code; StateError when it is anything else."""
-    import pickle
-
-    import torch
-
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError, AttributeError) as e:
@@ -46,8 +45,6 @@ def _int_in(v: Any, lo: int, hi: int) -> bool:
 
 def check_training_state(state: dict, path: Path) -> dict:
     """train_loop.training_state's shape: step, params (name -> tensor), optimizer (a state_dict)."""
-    import torch
-
     _need(_int_in(state.get("step"), 0, MAX_STEP), path, f'"step" must be a whole number 0..{MAX_STEP}')
     params = state.get("params")
     _need(isinstance(params, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
@@ -62,7 +59,6 @@ def check_training_state(state: dict, path: Path) -> dict:
 def check_dsa_state(state: dict, path: Path) -> dict:
     """The DSA warm-up's state: a training state tagged with its stage ("warmup", "sparse"; the sparse stage's
     carries the MTP layer's indexer), or, between the stages, the warmed-up indexer ("warmup_done")."""
-    import torch
 
     def tensors(v: Any) -> bool:
         return isinstance(v, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in v.items())
@@ -81,8 +77,6 @@ def check_dsa_state(state: dict, path: Path) -> dict:
 
 def check_rl_state(state: dict, path: Path) -> dict:
     """finetune.rl.run's state: trainer (a dict), history (rows), consumed / dropped (group numbers), evals."""
-    import torch
-
     tr = state.get("trainer")
     _need(isinstance(tr, dict) and _int_in(tr.get("version"), 0, MAX_STEP), path, '"trainer" must hold a version')
     _need(isinstance(tr.get("params"), dict) and all(isinstance(v, torch.Tensor) for v in tr["params"].values())

@@ -33,10 +33,15 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from torch import nn
+from torch.distributed._composable import checkpoint
 
+from finetune.distributed import _untie_experts
 from finetune.lora import LoraSettings, add_lora
 from finetune.qlora import CHECKPOINT_NAMES, FROZEN_TYPES, FrozenDenseLinear, FrozenFP8Linear, FrozenInt4Linear
+from model import GLM5ForCausalLM
 from model.checkpoint import _FP32_SUFFIXES, CheckpointError, _names, weight_files, without_absent_mtp
+from model.compressed_tensors import read_quantization_config
 from model.config import GLM5Config
 from model.quant_int4 import set_submodule
 
@@ -49,14 +54,10 @@ def base_format(cfg: GLM5Config) -> str:
 
 def _swap_frozen(model, cfg: GLM5Config, path: Path, names: set[str], targets: tuple[str, ...], dtype) -> int:
     """Step 2: replace the quantised linears and the LoRA targets by Frozen* modules (on meta). -> how many."""
-    from torch import nn
-
     fmt = base_format(cfg)
     block = int(((cfg.quantization_config or {}).get("weight_block_size") or [128])[0])
     qcfg = None
     if fmt == "int4":
-        from model.compressed_tensors import read_quantization_config
-
         qcfg = read_quantization_config(path)
     n_main = cfg.num_hidden_layers
     swapped = 0
@@ -104,11 +105,6 @@ def load_lora_sharded(path, settings: LoraSettings = LoraSettings(), dist=None, 
                       checkpointing: bool = True, dtype: torch.dtype | None = None, device: str | None = None):  # fmt: skip
     """Steps 1-5 of the module docstring -> (model, named trainable parameters). `dist`: finetune.distributed's
     Distributed (joined), or None for one process (no FSDP: the same modules, whole, on `device`, default CPU)."""
-    from torch.distributed._composable import checkpoint
-
-    from finetune.distributed import _untie_experts
-    from model import GLM5ForCausalLM
-
     path = Path(path)
     cfg = without_absent_mtp(GLM5Config.from_pretrained(path), path)
     device = dist.device if dist is not None else torch.device(device or "cpu")

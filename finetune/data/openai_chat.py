@@ -11,9 +11,9 @@ are. It records no test outcome, so an outcome filter (--only-resolved, --min-re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from finetune.data.jsonl import UNREAD, json_file, jsonl_rows
 from finetune.data.report import DataReport
 from finetune.data.sequences import Call, Session
 from finetune.data.trajectories import DataOptions, _valid_message
@@ -47,39 +47,26 @@ def conversation_session(messages: list, tools: list, where: str, report: DataRe
 
 def read_chat_jsonl(path: Path, report: DataReport, opts: DataOptions) -> list[Session]:
     out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                report.skip(where, f"not JSON ({e.msg})")
-                continue
-            except (ValueError, RecursionError) as e:  # nesting past the stack, a number past the digit limit
-                report.skip(where, f"unreadable JSON ({type(e).__name__})")
-                continue
-            if not isinstance(row, dict):
-                report.skip(where, 'expected {"messages": [...], "tools": [...]}')
-                continue
-            if opts.only_resolved or opts.min_reward is not None:
-                report.filtered["conversations with an unknown outcome"] += 1
-                continue
-            s = conversation_session(row.get("messages"), row.get("tools") or [], where, report)
-            if s is not None:
-                out.append(s)
+    for n, row, bad in jsonl_rows(path, errors="replace"):
+        where = f"{path}:{n}"
+        if bad is not None:
+            report.skip(where, bad)
+            continue
+        if not isinstance(row, dict):
+            report.skip(where, 'expected {"messages": [...], "tools": [...]}')
+            continue
+        if opts.only_resolved or opts.min_reward is not None:
+            report.filtered["conversations with an unknown outcome"] += 1
+            continue
+        s = conversation_session(row.get("messages"), row.get("tools") or [], where, report)
+        if s is not None:
+            out.append(s)
     return out
 
 
 def read_mini_swe_agent(path: Path, report: DataReport, opts: DataOptions) -> list[Session]:
-    try:
-        d = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError as e:
-        report.skip(f"{path}:{e.lineno}", f"not JSON ({e.msg})")
-        return []
-    except (ValueError, RecursionError) as e:
-        report.skip(f"{path}:1", f"unreadable JSON ({type(e).__name__})")
+    d = json_file(path, report)
+    if d is UNREAD:
         return []
     if not isinstance(d, dict) or not isinstance(d.get("messages"), list):
         report.skip(f"{path}:1", "not a mini-swe-agent trajectory (no `messages`)")

@@ -18,9 +18,12 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from finetune.data.harbor import is_atif, read_atif
+from finetune.data.jsonl import UNREAD, json_file
+from finetune.data.openai_chat import read_chat_jsonl, read_mini_swe_agent
 from finetune.data.report import DataReport
 from finetune.data.sequences import Session, TrainSequence, branches, sequence_of
-from finetune.data.trajectories import DataOptions, bench_trials, is_bench_run, read_glm5_trajectory
+from finetune.data.trajectories import DataOptions, bench_trials, files_of, is_bench_run, read_glm5_trajectory
 
 
 def data_files(paths: Iterable[Path], report: DataReport, opts: DataOptions) -> list[Path]:
@@ -32,23 +35,18 @@ def data_files(paths: Iterable[Path], report: DataReport, opts: DataOptions) -> 
             if not found and not report.filtered:
                 raise ValueError(f"{p} is a bench run without trial trajectories (trials/*/*/trajectory.jsonl)")
             files += found
-        elif p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith((".jsonl", ".json")))
-            found = [f for f in found if not f.name.endswith(("report.json", "result.json", "config.json"))]
-            if not found:
-                raise ValueError(f"{p} holds no training data (*.jsonl, *.traj.json, ATIF trajectory.json)")
-            files += found
-        elif p.is_file():
-            files.append(p)
         else:
-            raise ValueError(f"{p} does not exist")
+            files += files_of(p, _data_in, "training data (*.jsonl, *.traj.json, ATIF trajectory.json)")
     return files
 
 
-def read_sessions(path: Path, report: DataReport, opts: DataOptions) -> list[Session]:
-    from finetune.data.harbor import is_atif, read_atif
-    from finetune.data.openai_chat import read_chat_jsonl, read_mini_swe_agent
+def _data_in(folder: Path) -> list[Path]:
+    """The JSON and JSONL files under `folder`, sorted; a bench's reports, results and configs left out."""
+    found = sorted(f for f in folder.rglob("*") if f.is_file() and f.name.endswith((".jsonl", ".json")))
+    return [f for f in found if not f.name.endswith(("report.json", "result.json", "config.json"))]
 
+
+def read_sessions(path: Path, report: DataReport, opts: DataOptions) -> list[Session]:
     if path.name.endswith(".jsonl"):
         first = _first_line(path)
         if first is not None and "type" in first and "messages" not in first:  # glm5's records all have a type
@@ -57,13 +55,8 @@ def read_sessions(path: Path, report: DataReport, opts: DataOptions) -> list[Ses
         return read_chat_jsonl(path, report, opts)
     if path.name.endswith(".traj.json"):
         return read_mini_swe_agent(path, report, opts)
-    try:
-        d = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError as e:
-        report.skip(f"{path}:{e.lineno}", f"not JSON ({e.msg})")
-        return []
-    except (ValueError, RecursionError) as e:
-        report.skip(f"{path}:1", f"unreadable JSON ({type(e).__name__})")
+    d = json_file(path, report)
+    if d is UNREAD:
         return []
     if is_atif(d):
         return read_atif(path, d, report, opts)

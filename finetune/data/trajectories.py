@@ -20,12 +20,16 @@ Also the per-call view align-mtp trains on (sample_sequences: (ids, prompt lengt
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.provenance import verified_prefix
+from agent.trajectory import Trajectory
+from finetune.data.jsonl import jsonl_rows
 from finetune.data.report import DataReport
 from finetune.data.sequences import Call, Session
+from model.chat import render_for_training, render_segments
 
 DENIED = ("denied", "blocked")  # the user refused the call / a safety rule blocked it
 FORMAT_ERROR = "format_error"  # an unknown tool, arguments that do not parse, or a required one missing
@@ -51,24 +55,27 @@ def trajectory_files(paths: Iterable[Path]) -> list[Path]:
     exist or a directory without trajectories."""
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(p.rglob("*.jsonl"))
-            if not found:
-                raise ValueError(f"{p} holds no trajectory (*.jsonl) files")
-            files += found
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise ValueError(f"{p} does not exist")
+        files += files_of(p, lambda d: sorted(d.rglob("*.jsonl")), "trajectory (*.jsonl) files")
     return files
+
+
+def files_of(p: Path, found: Callable[[Path], list[Path]], what: str) -> list[Path]:
+    """A file as given, a directory as the files `found` in it. ValueError for a path that does not exist or a
+    directory where none is found (it "holds no `what`")."""
+    if p.is_dir():
+        files = found(p)
+        if not files:
+            raise ValueError(f"{p} holds no {what}")
+        return files
+    if p.is_file():
+        return [p]
+    raise ValueError(f"{p} does not exist")
 
 
 def sample_sequences(samples: Iterable[dict], tokenizer) -> list[tuple[list[int], int]]:
     """Recorded model calls -> (ids, prompt length): the prompt and the model's response, rendered with the
     chat template exactly as training renders them (`render_for_training`), cut after the response's last
     generated token. `samples` are `agent.trajectory.Trajectory.samples()` dicts (messages, tools, response)."""
-    from model.chat import render_for_training
-
     out = []
     for smp in samples:
         response = smp.get("response") or {}
@@ -88,8 +95,6 @@ def sample_sequences(samples: Iterable[dict], tokenizer) -> list[tuple[list[int]
 
 def recorded_sequences(files: Iterable[Path], tokenizer) -> list[tuple[list[int], int]]:
     """(ids, prompt length) of every answered model call in the trajectory files; ValueError naming a bad file."""
-    from agent.trajectory import Trajectory
-
     seqs: list[tuple[list[int], int]] = []
     for f in files:
         try:
@@ -107,22 +112,14 @@ def truncated(seqs: list[tuple[list[int], int]], max_len: int) -> list[tuple[lis
 def _records(path: Path, report: DataReport) -> list[tuple[int, dict]]:
     """(line number, record) of every readable line; the rest reported (a torn last line included)."""
     out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                report.skip(f"{path}:{n}", f"not JSON ({e.msg})")
-                continue
-            except (ValueError, RecursionError) as e:  # a number too long to convert, nesting past the stack
-                report.skip(f"{path}:{n}", f"unreadable JSON ({type(e).__name__}: {str(e)[:80]})")
-                continue
-            if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
-                report.skip(f"{path}:{n}", "not a trajectory record (no `type`)")
-                continue
-            out.append((n, rec))
+    for n, rec, bad in jsonl_rows(path, errors="replace", detail=True):
+        if bad is not None:
+            report.skip(f"{path}:{n}", bad)
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+            report.skip(f"{path}:{n}", "not a trajectory record (no `type`)")
+            continue
+        out.append((n, rec))
     return out
 
 
@@ -139,8 +136,6 @@ def _provenance(path: Path, records: list[tuple[int, dict]], report: DataReport,
                 opts: DataOptions) -> list[tuple[int, dict]]:  # fmt: skip
     """The records this machine wrote (agent/provenance.py): a file it did not write is skipped, lines appended
     to one of ours are cut; both named. `allow_foreign` (--allow-foreign) keeps them all."""
-    from agent.provenance import verified_prefix
-
     if opts.allow_foreign:
         return records
     n = verified_prefix([r for _, r in records])
@@ -156,8 +151,6 @@ def _provenance(path: Path, records: list[tuple[int, dict]], report: DataReport,
 
 def _valid_message(m) -> str | None:
     """Why `m` cannot be rendered, or None."""
-    from model.chat import render_segments
-
     try:
         render_segments([m], add_generation_prompt=False)
     except (ValueError, KeyError, TypeError, AttributeError) as e:

@@ -6,10 +6,13 @@
     expert_server.py  that expert behind an OpenAI-compatible endpoint (FastAPI + uvicorn, 127.0.0.1, port 0), so
                       `glm5 bench swe --agent glm5` records its sessions as it records a model's
     corpus.py         the base model's corpus: synthetic sessions (read / run tests / rename / glob) with the
-                      deployed system prompt and tool schemas, train-split names only; distill's prompts (every turn's context)
+                      deployed system prompt and tool schemas, train-split names only; the copy drills
+                      (write_drills, its draws in _Drills); distill's prompts (every turn's context)
     commands.py       the glm5 command of every stage (argv), and the run folder's layout
     measure.py        serve a stage's checkpoint (INT4 + MTP) and bench held-out against it; subprocess plumbing
-    driver.py         the steps in order, each skipped when its output exists; a failure stops what needs it
+    driver.py         the steps in order (one builder per kind: tasks, expert, corpus, init, base pretraining,
+                      stage + measure + compare, RL's curve points), each skipped when its output exists; a
+                      failure stops what needs it
     table.py          the stage table (markdown + JSON) and the plots, derived from the run folder
 
 Life of a proof run: the family (plugins/bench_suites/repair_suite.py) is materialized into RUN/tasks/{train,heldout}

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.profiles import PROFILES
+
 # the model stages, in order; each is measured on held-out after it is trained. `forget` is full SFT on another
 # task kind (renames, no repair) that is expected to make the model lose part of what SFT and RL taught;
 # `distill` wins it back: on-policy distillation of forget's model from the stage before forget (GLM-5's last,
@@ -192,8 +194,6 @@ class ProofConfig:
         if "distill" in self.stages and teacher_of(self.stages) is None:
             raise ValueError("stage distill needs forget before it and a stage before forget (its teacher: rl or "
                              "sft), e.g. --stages base,sft,rl,forget,distill")  # fmt: skip
-        from agent.profiles import PROFILES
-
         if self.agent_profile not in PROFILES:
             raise ValueError(f"agent_profile {self.agent_profile!r}: expected one of {', '.join(PROFILES)}")
         for name in ("n_train", "n_heldout", "n_dev", "k", "concurrency", "max_turns", "batch_size",

@@ -204,66 +204,104 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
     wrong_comparison issue quotes), echoed (2 in 5) or as a pair with another operator: the base echoed such a line
     28/40 times against a path 40/40, and SFT's failed sessions mis-copied the number. At 0 no draw changes: the
     drills are those of a run without it."""
-    rng = random.Random(f"glm5-proof-drills:{seed}")
-    pool = name_pool("train")
-    family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
+    drills = _Drills(random.Random(f"glm5-proof-drills:{seed}"), fresh_names)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for _ in range(n):
+            ask, answer = drills.drill(in_code, nonsense, numbers)
+            f.write(json.dumps({"messages": [{"role": "user", "content": ask},
+                                             {"role": "assistant", "content": answer}]}) + "\n")  # fmt: skip
+    tmp.replace(out)
+    return out
 
-    def word() -> str:
-        return made_up_word(rng)
 
-    verbs = sorted({n.split("_")[0] for n in pool})
-    nouns = sorted({n.split("_")[1] for n in pool})
-    made_up = False  # this drill's names and arguments are nonsense
+class _Drills:
+    """write_drills' draws, in one random stream: names (train's, fresh, or made up for this drill), functions
+    of the family's shapes, lines, items to echo, pairs in code and comparison lines."""
 
-    def nonsense_word() -> str:
-        return made_up_word(rng, avoid=family_words)
+    def __init__(self, rng: random.Random, fresh_names: float):
+        self.rng, self.fresh_names = rng, fresh_names
+        self.pool = name_pool("train")
+        self.family_words = {w for split in ("train", "heldout") for n in name_pool(split) for w in n.split("_")}
+        self.verbs = sorted({n.split("_")[0] for n in self.pool})
+        self.nouns = sorted({n.split("_")[1] for n in self.pool})
+        self.made_up = False  # this drill's names and arguments are nonsense
 
-    def name() -> str:
-        if made_up:
+    def drill(self, in_code: float, nonsense: float, numbers: float) -> tuple[str, str]:
+        """The next drill: (the user's ask, the answer)."""
+        rng = self.rng
+        self.made_up = bool(nonsense) and rng.random() < nonsense
+        k = rng.random()
+        if numbers and rng.random() < numbers:
+            return self.number_drill()
+        if k < in_code:
+            return self.in_code_pair()
+        if k < in_code + 0.2:  # two lines, often one a near copy of the other (which to write where?)
+            x = self.line()
+            y = self.line() if rng.random() < 0.5 else _variant(x, rng)
+            return rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y), f"{x}\n{y}"
+        answer = self.item()
+        return rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(answer), answer
+
+    def word(self) -> str:
+        return made_up_word(self.rng)
+
+    def nonsense_word(self) -> str:
+        return made_up_word(self.rng, avoid=self.family_words)
+
+    def name(self) -> str:
+        rng, fresh_names = self.rng, self.fresh_names
+        if self.made_up:
             k = rng.random()
             if k < 1 / 3:
-                return f"{rng.choice(verbs)}_{nonsense_word()}"
+                return f"{rng.choice(self.verbs)}_{self.nonsense_word()}"
             if k < 2 / 3:
-                return f"{nonsense_word()}_{rng.choice(nouns)}"
-            return f"{nonsense_word()}_{nonsense_word()}"
+                return f"{self.nonsense_word()}_{rng.choice(self.nouns)}"
+            return f"{self.nonsense_word()}_{self.nonsense_word()}"
         if fresh_names and rng.random() < fresh_names:
             if rng.random() < 0.5:
                 return f"{rng.choice(FRESH_VERBS)}_{rng.choice(FRESH_NOUNS)}"
             while True:  # a nonsense word can spell one of the family's ("rate", "pages"): drawn again
-                verb, noun = word(), word() + "s"
-                if not {verb, noun} & family_words:
+                verb, noun = self.word(), self.word() + "s"
+                if not {verb, noun} & self.family_words:
                     return f"{verb}_{noun}"
-        return rng.choice(pool)
+        return rng.choice(self.pool)
 
-    def function() -> list[str]:
-        fn = rng.choice(list(SHAPES.values()))(rng, name())
+    def function(self) -> list[str]:
+        rng = self.rng
+        fn = rng.choice(list(SHAPES.values()))(rng, self.name())
         rows = [f"def {fn.name}({', '.join(fn.args)}):", *fn.lines]
-        if made_up:  # its arguments renamed too
-            new = {a: nonsense_word()[: rng.randint(1, 6)] for a in fn.args}
+        if self.made_up:  # its arguments renamed too
+            new = {a: self.nonsense_word()[: rng.randint(1, 6)] for a in fn.args}
             rows = [re.sub(r"\b\w+\b", lambda m: new.get(m.group(), m.group()), r) for r in rows]
         return rows
 
-    def line() -> str:
-        return rng.choice(function()).strip()
+    def line(self) -> str:
+        return self.rng.choice(self.function()).strip()
 
-    def item() -> str:
+    def item(self) -> str:
+        rng = self.rng
         k = rng.random()
-        if made_up and k < 0.35:  # a path of made-up words: a file a task names
-            return f"{nonsense_word()}/{nonsense_word()}.py" if k < 0.25 else f"tests/test_{nonsense_word()}.py"
+        if self.made_up and k < 0.35:  # a path of made-up words: a file a task names
+            if k < 0.25:
+                return f"{self.nonsense_word()}/{self.nonsense_word()}.py"
+            return f"tests/test_{self.nonsense_word()}.py"
         if k < 0.25:
             return f"{rng.choice(PACKAGES)}/{rng.choice(MODULES)}.py"
         if k < 0.35:
             return f"tests/test_{rng.choice(MODULES)}.py"
         if k < 0.45:
-            return name()
+            return self.name()
         if k < 0.55:
-            return f"tests/test_{rng.choice(MODULES)}.py::test_{name()}"
-        return line()
+            return f"tests/test_{rng.choice(MODULES)}.py::test_{self.name()}"
+        return self.line()
 
-    def in_code_pair() -> tuple[str, str]:
+    def in_code_pair(self) -> tuple[str, str]:
+        rng = self.rng
         unique: list[int] = []
         while not unique:  # x occurs once in the block, as an edit's old_string must
-            rows = [row for _ in range(rng.randint(2, 3)) for row in function()]
+            rows = [row for _ in range(rng.randint(2, 3)) for row in self.function()]
             body = [row.strip() for row in rows if not row.startswith("def ")]
             unique = [j for j, row in enumerate(rows) if not row.startswith("def ") and body.count(row.strip()) == 1]
         i = rng.choice(unique)
@@ -277,34 +315,12 @@ def write_drills(out: Path, n: int, seed: int, in_code: float = 0.0, fresh_names
         code = "```python\n" + "\n".join(rows) + "\n```"
         return (f"{code}\n\n{ask}" if rng.random() < 0.5 else f"{ask}\n\n{code}"), f"{x}\n{y}"
 
-    def number_drill() -> tuple[str, str]:
-        fn = SHAPES["predicate"](rng, name())
+    def number_drill(self) -> tuple[str, str]:
+        rng = self.rng
+        fn = SHAPES["predicate"](rng, self.name())
         x = fn.lines[0].strip()  # `if qty >= 39:`
         op = x.split()[2]
         y = x.replace(f" {op} ", f" {rng.choice([o for o in _OPERATORS[1] if o.strip() != op]).strip()} ", 1)
         if rng.random() < 0.4:
             return rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(x), x
         return rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y), f"{x}\n{y}"
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for _ in range(n):
-            made_up = bool(nonsense) and rng.random() < nonsense
-            k = rng.random()
-            if numbers and rng.random() < numbers:
-                ask, answer = number_drill()
-            elif k < in_code:
-                ask, answer = in_code_pair()
-            elif k < in_code + 0.2:  # two lines, often one a near copy of the other (which to write where?)
-                x = line()
-                y = line() if rng.random() < 0.5 else _variant(x, rng)
-                ask = rng.choice(["Replace `{}` with `{}`.", "`{}` should read `{}`."]).format(x, y)
-                answer = f"{x}\n{y}"
-            else:
-                answer = item()
-                ask = rng.choice(["Echo `{}`.", "Repeat `{}`.", "Say `{}` back."]).format(answer)
-            f.write(json.dumps({"messages": [{"role": "user", "content": ask},
-                                             {"role": "assistant", "content": answer}]}) + "\n")  # fmt: skip
-    tmp.replace(out)
-    return out

@@ -57,8 +57,11 @@ from finetune.proof.commands import (
     task_file,
 )
 from finetune.proof.config import ProofConfig, claim, rl_curve_steps
+from finetune.proof.corpus import deployed_prompt, write_corpus, write_drills, write_turn_prompts
+from finetune.proof.expert_server import ExpertServer
 from finetune.proof.measure import StageFailed, child_env, run_logged, serve_and_bench
 from finetune.proof.table import same_as_last, write_table
+from plugins.bench_suites.repair_suite import RepairSuite
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -83,35 +86,56 @@ def _checkpoint(path: Path) -> bool:
 
 
 def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[Step]:
-    steps: list[Step] = []
+    """Every step of the proof in order: what goes before the model (tasks, expert, corpus, init), then each
+    stage with its measurement and comparison (and RL's curve points), then the synchronous RL baseline."""
+    steps = [_tasks_step(run, c), _expert_step(run, c), _corpus_step(run, c), _init_step(run, c)]
+    measured: list[str] = []
+    for stage in c.stages:
+        if stage == "base":
+            steps += _base_pretrain_steps(run, c)
+        steps += _stage_steps(run, stage, c, log, measured[-1] if measured else None)
+        measured.append(stage)
+        if stage == "rl":
+            steps += _rl_curve_steps(run, c, log)
+    if "rl" in c.stages and c.rl_sync_baseline:
+        argv = rl_sync_cmd(run, c)
+        steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
+                          lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run), cwd=run)))  # fmt: skip
+    return steps
+
+
+def _tasks_step(run: Path, c: ProofConfig) -> Step:
+    """The repair family's train, held-out and dev splits, materialized in RUN/tasks."""
 
     def tasks() -> None:
-        from plugins.bench_suites.repair_suite import RepairSuite
-
         for split, n in (("train", c.n_train), ("heldout", c.n_heldout), ("dev", c.n_dev)):
             RepairSuite(split, c.seed, n).materialize(run / "tasks" / split)
 
     def tasks_done() -> bool:
         return all(task_file(run, split).is_file() for split in ("train", "heldout", "dev"))
 
-    steps.append(Step("tasks", f"repair family seed {c.seed}: {c.n_train} train, {c.n_heldout} held-out, "
-                      f"{c.n_dev} dev (RL's in-run evaluation)", tasks_done, tasks))  # fmt: skip
+    return Step("tasks", f"repair family seed {c.seed}: {c.n_train} train, {c.n_heldout} held-out, "
+                f"{c.n_dev} dev (RL's in-run evaluation)", tasks_done, tasks)  # fmt: skip
+
+
+def _expert_step(run: Path, c: ProofConfig) -> Step:
+    """The expert's sessions on train, recorded by `glm5 bench swe` against the in-process expert endpoint."""
 
     def expert() -> None:
-        from finetune.proof.expert_server import ExpertServer
-
         with ExpertServer(slip_rate=c.expert_slips) as server:
             run_logged(
                 expert_cmd(run, c, server.base_url), run / "logs" / "expert.log", child_env(run), threads=True, cwd=run
             )
 
     slips = f" (the expert first fails an edit on {c.expert_slips:.0%} of the tasks)" if c.expert_slips else ""
-    steps.append(Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")) + slips,
-                      lambda: _bench_complete(run / "expert"), expert))  # fmt: skip
+    return Step("expert", shown(expert_cmd(run, c, "http://127.0.0.1:PORT/v1")) + slips,
+                lambda: _bench_complete(run / "expert"), expert)  # fmt: skip
+
+
+def _corpus_step(run: Path, c: ProofConfig) -> Step:
+    """The base model's corpus, its copy drills and the forgetting stage's renames (chat.jsonl last: the mark)."""
 
     def corpus() -> None:
-        from finetune.proof.corpus import deployed_prompt, write_corpus, write_drills
-
         system, tools = deployed_prompt(run / "expert")
         write_corpus(run / "corpus" / "forget.jsonl", c.forget_size, c.seed, system, tools, kinds=("rename",))
         write_drills(run / "corpus" / "drill.jsonl", c.drill_size, c.seed, c.drill_in_code, c.drill_fresh_names,
@@ -120,11 +144,15 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
             write_drills(run / "corpus" / "copy.jsonl", c.copy_size, c.seed, nonsense=1.0)
         write_corpus(run / "corpus" / "chat.jsonl", c.corpus_size, c.seed, system, tools)  # last: the done mark
 
-    steps.append(Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
-                      f"(+ {c.drill_size} copy drills"
-                      + (f", {c.drill_numbers:.0%} of them comparison lines" if c.drill_numbers else "")
-                      + f", {c.forget_size} renames for the forgetting stage)",
-                      lambda: (run / "corpus" / "chat.jsonl").is_file(), corpus))  # fmt: skip
+    return Step("corpus", f"{c.corpus_size} synthetic sessions with the deployed prompt and tools "
+                f"(+ {c.drill_size} copy drills"
+                + (f", {c.drill_numbers:.0%} of them comparison lines" if c.drill_numbers else "")
+                + f", {c.forget_size} renames for the forgetting stage)",
+                lambda: (run / "corpus" / "chat.jsonl").is_file(), corpus)  # fmt: skip
+
+
+def _init_step(run: Path, c: ProofConfig) -> Step:
+    """`glm5 model init` into a partial folder, renamed when whole."""
 
     def init() -> None:
         tmp = model_dir(run, ".init.partial")
@@ -134,60 +162,64 @@ def build_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[S
         run_logged(argv, run / "logs" / "init.log", child_env(run), cwd=run)
         tmp.replace(model_dir(run, "init"))
 
-    steps.append(Step("init", shown(init_cmd(run, c)), lambda: _checkpoint(model_dir(run, "init")), init))
-    measured: list[str] = []
-    for stage in c.stages:
-        argv = stage_cmd(run, stage, c)
-        log_file = run / "logs" / f"{stage}.log"
-        if stage == "base":
-            if c.copy_steps:
-                copy = base_copy_cmd(run, c)
-                steps.append(Step("base-copy", shown(copy), lambda: _checkpoint(model_dir(run, "base-copy")),
-                                  lambda a=copy: run_logged(a, run / "logs" / "base-copy.log", child_env(run),
-                                                            cwd=run)))  # fmt: skip
-            dense = base_dense_cmd(run, c)
-            steps.append(Step("base-dense", shown(dense), lambda: _checkpoint(model_dir(run, "base-dense")),
-                              lambda a=dense: run_logged(a, run / "logs" / "base-dense.log", child_env(run),
-                                                         cwd=run)))  # fmt: skip
+    return Step("init", shown(init_cmd(run, c)), lambda: _checkpoint(model_dir(run, "init")), init)
 
-        def train(a: list[str] = argv, f: Path = log_file, s: str = stage) -> None:
-            if s == "distill":
-                from finetune.proof.corpus import write_turn_prompts
 
-                write_turn_prompts(run / "expert", distill_prompts(run), thinking=c.thinking)
-            run_logged(a, f, child_env(run), cwd=run)
+def _base_pretrain_steps(run: Path, c: ProofConfig) -> list[Step]:
+    """Before the base stage: base-copy (copy drills from scratch, when copy_steps) and base-dense."""
+    steps: list[Step] = []
+    if c.copy_steps:
+        copy = base_copy_cmd(run, c)
+        steps.append(Step("base-copy", shown(copy), lambda: _checkpoint(model_dir(run, "base-copy")),
+                          lambda a=copy: run_logged(a, run / "logs" / "base-copy.log", child_env(run),
+                                                    cwd=run)))  # fmt: skip
+    dense = base_dense_cmd(run, c)
+    steps.append(Step("base-dense", shown(dense), lambda: _checkpoint(model_dir(run, "base-dense")),
+                      lambda a=dense: run_logged(a, run / "logs" / "base-dense.log", child_env(run),
+                                                 cwd=run)))  # fmt: skip
+    return steps
 
-        steps.append(Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)), train))
-        served, lora = served_as(run, stage, c)
-        steps.append(Step(f"measure-{stage}", f"glm5 serve {served}{f' --lora {lora}' if lora else ''} + glm5 bench "
-                          f"swe -k {c.k} held-out",
-                          lambda s=stage: _bench_complete(run / "bench" / s)
-                          and (run / "bench" / f"{s}.serve.json").is_file(),
-                          lambda s=stage, m=served, a=lora: serve_and_bench(run, s, c, log, model=m, lora=a)))  # fmt: skip
-        if measured:
-            prev = measured[-1]
 
-            def compare(a: str = prev, b: str = stage) -> None:
-                p = subprocess.run(compare_cmd(run, a, b), capture_output=True, text=True, env=child_env(run), cwd=run)
-                if p.returncode != 0:
-                    raise StageFailed(f"glm5 bench compare {a} {b} failed: {p.stderr.strip()[-500:]}")
-                (run / "bench" / f"compare-{b}.json").write_text(p.stdout)
+def _stage_steps(run: Path, stage: str, c: ProofConfig, log: Callable[[str], None], prev: str | None) -> list[Step]:
+    """A model stage, its measure-<stage> and, after the first measured stage, compare-<stage> with `prev`."""
+    argv = stage_cmd(run, stage, c)
+    log_file = run / "logs" / f"{stage}.log"
 
-            steps.append(Step(f"compare-{stage}", shown(compare_cmd(run, prev, stage)),
-                              lambda s=stage: (run / "bench" / f"compare-{s}.json").is_file(), compare))  # fmt: skip
-        measured.append(stage)
-        if stage == "rl":
-            start = model_dir(run, previous("rl", c.stages))
-            for k in rl_curve_steps(c):
-                name, adapter = f"rl-step-{k}", rl_step_adapter(run, k)
-                steps.append(Step(f"measure-{name}", f"glm5 serve {start} --lora {adapter} + glm5 bench swe -k {c.k} "
-                                  "held-out (unless it holds the last step's weights: RL's own measurement)",
-                                  lambda n=name: _bench_complete(run / "bench" / n) or same_as_last(run, n).is_file(),
-                                  lambda k=k, m=start: measure_rl_step(run, k, c, log, m)))  # fmt: skip
-    if "rl" in c.stages and c.rl_sync_baseline:
-        argv = rl_sync_cmd(run, c)
-        steps.append(Step("rl-sync", shown(argv), lambda: _checkpoint(model_dir(run, "rl-sync")),
-                          lambda: run_logged(argv, run / "logs" / "rl-sync.log", child_env(run), cwd=run)))  # fmt: skip
+    def train(a: list[str] = argv, f: Path = log_file, s: str = stage) -> None:
+        if s == "distill":
+            write_turn_prompts(run / "expert", distill_prompts(run), thinking=c.thinking)
+        run_logged(a, f, child_env(run), cwd=run)
+
+    steps = [Step(stage, shown(argv), lambda s=stage: _checkpoint(model_dir(run, s)), train)]
+    served, lora = served_as(run, stage, c)
+    steps.append(Step(f"measure-{stage}", f"glm5 serve {served}{f' --lora {lora}' if lora else ''} + glm5 bench "
+                      f"swe -k {c.k} held-out",
+                      lambda s=stage: _bench_complete(run / "bench" / s)
+                      and (run / "bench" / f"{s}.serve.json").is_file(),
+                      lambda s=stage, m=served, a=lora: serve_and_bench(run, s, c, log, model=m, lora=a)))  # fmt: skip
+    if prev is not None:
+
+        def compare(a: str = prev, b: str = stage) -> None:
+            p = subprocess.run(compare_cmd(run, a, b), capture_output=True, text=True, env=child_env(run), cwd=run)
+            if p.returncode != 0:
+                raise StageFailed(f"glm5 bench compare {a} {b} failed: {p.stderr.strip()[-500:]}")
+            (run / "bench" / f"compare-{b}.json").write_text(p.stdout)
+
+        steps.append(Step(f"compare-{stage}", shown(compare_cmd(run, prev, stage)),
+                          lambda s=stage: (run / "bench" / f"compare-{s}.json").is_file(), compare))  # fmt: skip
+    return steps
+
+
+def _rl_curve_steps(run: Path, c: ProofConfig, log: Callable[[str], None]) -> list[Step]:
+    """measure-rl-step-K for every point of RL's learning curve, served from the stage before RL."""
+    steps: list[Step] = []
+    start = model_dir(run, previous("rl", c.stages))
+    for k in rl_curve_steps(c):
+        name, adapter = f"rl-step-{k}", rl_step_adapter(run, k)
+        steps.append(Step(f"measure-{name}", f"glm5 serve {start} --lora {adapter} + glm5 bench swe -k {c.k} "
+                          "held-out (unless it holds the last step's weights: RL's own measurement)",
+                          lambda n=name: _bench_complete(run / "bench" / n) or same_as_last(run, n).is_file(),
+                          lambda k=k, m=start: measure_rl_step(run, k, c, log, m)))  # fmt: skip
     return steps
 
 

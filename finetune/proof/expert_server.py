@@ -14,6 +14,7 @@ are recorded by the bench (trajectory, tool calls, tool results, grading) the wa
 
 # no `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request) at runtime
 
+import argparse
 import json
 import socket
 import threading
@@ -21,15 +22,16 @@ import time
 import uuid
 from typing import Any
 
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from finetune.proof.expert import next_message
+
 MODEL = "glm5-expert"
 
 
 def make_app(slip_rate: float = 0.0):
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
-
-    from finetune.proof.expert import next_message
-
     app = FastAPI(title="glm5 proof expert")
     app.state.requests = 0
 
@@ -75,8 +77,6 @@ class ExpertServer:
     """The expert app under uvicorn in a daemon thread; a context manager."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, slip_rate: float = 0.0):
-        import uvicorn
-
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
@@ -105,8 +105,6 @@ class ExpertServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import argparse
-
     p = argparse.ArgumentParser(description="Serve the repair family's scripted expert as an OpenAI endpoint.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: a free port (printed)")

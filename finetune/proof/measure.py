@@ -9,6 +9,7 @@ RUN/bench/<stage>/ resumes by itself after a kill; RUN/bench/<stage>.serve.json 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -65,8 +66,6 @@ def _die_with_parent() -> None:
     """Linux: the child gets SIGTERM when the driver dies, even by SIGKILL, so a killed proof leaves no training
     run or server behind to race the resumed one. (Used only where the driver runs no other thread.)"""
     try:
-        import ctypes
-
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

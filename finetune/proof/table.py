@@ -131,7 +131,7 @@ def heldout_curve(run: Path, c: ProofConfig | None) -> list[dict[str, Any]]:
 
 def plots(run: Path, rows: list[dict[str, Any]], heldout: list[dict[str, Any]] | None = None) -> list[Path] | str:
     """Write RUN/plots/*.png; the paths, or a note when matplotlib is not installed."""
-    try:
+    try:  # matplotlib is the optional `proof` extra: imported here, where plots are drawn
         import matplotlib
 
         matplotlib.use("Agg")

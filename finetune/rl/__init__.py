@@ -25,7 +25,9 @@ Module map:
                     on-policy), KL and mismatch statistics
 - trainer.py        Trainer: the explicit optimizer step over a batch of groups; optional optimizer reset
 - weight_push.py    WeightPush: the trainer's weights to the rollout server after each step, no restart
-- run.py            run_rl: the wiring (sync or async), resume from the run folder, rl_log rows; summary
+- run.py            run_rl: the wiring (sync or async), resume from the run folder, rl_log rows; summary.
+                    Its steps: _Progress (what state.pt keeps besides the trainer), _StepLoop (the staleness gate,
+                    wait, step: take -> train -> save -> push -> finish with its evaluation and log row)
 - evaluate.py       HeldOut: the pushed policy on held-out tasks (the bench's grading for swe / terminal) before
                     training and every N steps, into rl_log rows; `disjoint` refuses training tasks held out
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.bench.agents import Glm5Agent
+from agent.bench.agents import AgentLimits, Glm5Agent
+from agent.bench.repos import RepoCache
+from agent.bench.tasks import load_swe_tasks, load_terminal_tasks
+from agent.bench.trial import TrialConfig, run_hidden, run_trial
 from agent.profiles import check_profile
+from finetune.rl.rewards import HybridReward
 from finetune.rl.rollout import ENV_ERROR, OK, Grade
 
 
 def load_bench_tasks(env: str, tasks_file: Path | None, task_dirs: list[Path]) -> list:
-    from agent.bench.tasks import load_swe_tasks, load_terminal_tasks
-
     return load_swe_tasks(tasks_file) if env == "swe" else load_terminal_tasks(task_dirs)
 
 
@@ -45,8 +47,6 @@ class BenchSession:
         self.result = None
 
     def run(self, model) -> None:
-        from agent.bench.trial import run_trial
-
         self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns, self.bench.profile), self.workdir,
                                 self.bench.trial_config(self.workdir))  # fmt: skip
 
@@ -81,13 +81,9 @@ class BenchEnv:
                  profile: str | None = None):  # fmt: skip
         """`profile`: the agent profile the sessions run (agent/profiles.py: "full" or "compact"; None: the
         config's, else full), the same tools and prompt `glm5 code --profile` gives."""
-        from finetune.rl.rewards import HybridReward
-
         self.name, self.max_turns, self.partial_credit = kind, max_turns, partial_credit
         self.profile = check_profile(profile) if profile is not None else None
         self.hybrid = HybridReward(reward) if reward is not None else None
-        from agent.bench.repos import RepoCache
-
         self.environment, self.cache_dir = environment, Path(cache_dir).resolve()
         # One cache for every session: its per-repository locks keep concurrent sessions from cloning at once.
         self.repos = RepoCache(self.cache_dir)
@@ -98,16 +94,11 @@ class BenchEnv:
         it reads (training and held-out) from each session, as `glm5 bench` hides its run folder from a trial:
         the same list (agent.bench.trial.run_hidden), the same view. The repository cache is hidden by
         hidden_from_trials for both."""
-        from agent.bench.trial import run_hidden
-
         self.hide = run_hidden(run_dirs, tasks)
 
     def trial_config(self, workdir: Path):
         """The bench's TrialConfig for the session in `workdir`: this env's sandbox kind, cache, turns and hidden
         set, which holds the folder of every session beside it even when isolate() was not called."""
-        from agent.bench.agents import AgentLimits
-        from agent.bench.trial import TrialConfig
-
         hide = tuple(dict.fromkeys((*self.hide, Path(workdir).resolve().parent)))
         return TrialConfig(env=self.environment, cache_dir=self.cache_dir, repos=self.repos,
                            limits=AgentLimits(max_turns=self.max_turns), hide=hide)  # fmt: skip

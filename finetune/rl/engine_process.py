@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from finetune.rl.remote import HttpServer
 
 _READY = re.compile(r"ready (http://[0-9.]+:\d+)/v1")
@@ -89,8 +91,6 @@ class ServeChild:
 
     def split_threads(self) -> int:
         """This process (the trainer) takes the cores the child does not -> its torch threads."""
-        import torch
-
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - self.threads))
         return torch.get_num_threads()
 

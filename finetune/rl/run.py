@@ -19,6 +19,7 @@ staleness against the restored version; sessions that were in flight run again w
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from finetune.resume_state import check_rl_state, load_state
 from finetune.rl.buffer import RolloutBuffer, TakeReport
 from finetune.rl.config import RLConfig
 from finetune.rl.orchestrator import Orchestrator
@@ -78,6 +80,160 @@ def step_row(step: int, version: int, groups, rep: TakeReport, train: dict, extr
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}
 
 
+class _Progress:
+    """What state.pt keeps besides the trainer: the log rows so far, the groups consumed and dropped, the
+    evaluations by step (0: before training), and how many rows `log` was handed (a kill between a step's save
+    and its log leaves one behind)."""
+
+    def __init__(self, state: dict | None = None):
+        state = state or {}
+        self.history: list[dict] = state.get("history", [])
+        self.consumed: set[int] = set(state.get("consumed", ()))
+        self.dropped: set[int] = set(state.get("dropped", ()))
+        self.evals: dict[int, dict] = dict(state.get("evals", {}))
+        self.logged: int = state.get("logged", len(self.history))
+
+    def has_group(self, g: int) -> bool:
+        """Whether group `g` was trained or dropped already (the orchestrator skips it)."""
+        return g in self.consumed or g in self.dropped
+
+    def fields(self) -> dict:
+        return {"history": self.history, "consumed": sorted(self.consumed), "dropped": sorted(self.dropped),
+                "evals": self.evals, "logged": self.logged}  # fmt: skip
+
+
+def _load_checked(state_path: Path) -> dict | None:
+    """The folder's state.pt, or None: a folder someone else may have left, so loaded without running code and
+    checked."""
+    if not state_path.is_file():
+        return None
+    return check_rl_state(load_state(state_path), state_path)
+
+
+class _StepLoop:
+    """The step loop of one run and the bookkeeping its steps share: the staleness gate, dropped groups, the
+    evaluations, state.pt and the log rows."""
+
+    def __init__(self, cfg: RLConfig, trainer: Trainer, progress: _Progress, state_path: Path,
+                 buffer: RolloutBuffer, server, pusher: WeightPush, orch: Orchestrator,
+                 evaluate: Callable[[object, int], dict] | None, eval_every: int,
+                 log: Callable[[dict], None] | None):  # fmt: skip
+        self.cfg, self.trainer, self.progress, self.state_path = cfg, trainer, progress, state_path
+        self.buffer, self.server, self.pusher, self.orch = buffer, server, pusher, orch
+        self.evaluate, self.eval_every, self.log = evaluate, eval_every, log
+        self.n_prior = len(progress.consumed)
+        self.n_dropped = 0
+        self.pushed = trainer.version  # the version the server serves (the trainer's is ahead until the push lands)
+
+    def live(self) -> int:
+        return self.orch.started + self.n_prior - self.n_dropped
+
+    def gate(self, _g: int) -> bool:
+        # AReaL's staleness bound, and never more groups than the run has steps for: a group started past the
+        # last step would be cut off unfinished, its sessions' compute taken from the ones that are trained.
+        return self.live() < min(self.pushed + self.cfg.staleness + 1, self.cfg.steps) * self.cfg.groups_per_step
+
+    def on_dropped(self, rep: TakeReport, seen: set) -> None:
+        new = [g for g in rep.dropped if g not in seen]
+        seen.update(new)
+        self.n_dropped += len(new)
+
+    def save(self) -> None:
+        _save(self.state_path, {"trainer": self.trainer.state(), **self.progress.fields()})
+
+    def due(self, k: int) -> bool:
+        every = k == 0 or k == self.cfg.steps or (self.eval_every > 0 and k % self.eval_every == 0)
+        return self.evaluate is not None and k not in self.progress.evals and every
+
+    def run_eval(self, k: int) -> dict:
+        t0 = time.monotonic()
+        ev = {n: (round(v, 6) if isinstance(v, float) else v) for n, v in self.evaluate(self.server, k).items()}
+        self.progress.evals[k] = {**ev, "eval_s": round(time.monotonic() - t0, 3)}
+        self.save()
+        return self.progress.evals[k]
+
+    def finish(self, row: dict) -> bool:
+        """A step after its push: its evaluation (when due) joins its row, then `log` gets the row. -> whether
+        an evaluation ran. A resumed run finishes a step that was saved but never logged the same way."""
+        k, ran = row["step"], False
+        if k in self.progress.evals:
+            row.update(self.progress.evals[k])  # evaluated before a kill, not yet in the row
+        elif self.due(k):
+            row.update(self.run_eval(k))
+            ran = True
+        if self.log is not None:
+            self.log(row)
+        self.progress.logged = max(self.progress.logged, k)  # row k is history[k - 1]
+        self.save()
+        return ran
+
+    def mark(self) -> dict:  # where the next row's throughput and idle figures start (evaluations left out)
+        st = self.server.stats()
+        return {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": time.monotonic()}
+
+    def wait(self, rep: TakeReport, seen_drops: set) -> None:
+        """While the buffer has too few complete groups: sync, run the groups the step lacks; async, let the
+        feeder work (a drop frees the gate)."""
+        self.on_dropped(rep, seen_drops)
+        if self.cfg.sync:
+            n = (self.trainer.version + 1) * self.cfg.groups_per_step - self.live()
+            self.orch.run_groups(self.orch.next_ids(max(n, 1)))
+        else:
+            self.orch.check()
+            with self.buffer.changed:
+                self.buffer.changed.notify_all()  # a drop frees the gate
+                self.buffer.changed.wait(0.2)
+
+    def run(self, resumed_rollouts: int) -> None:
+        """Every step left: the evaluation before the first, a step saved but never logged finished, then
+        take -> train -> save -> push -> finish, step by step."""
+        start = self.trainer.version
+        if start == 0 and self.due(0):  # before the first step
+            self.run_eval(0)
+        for row in self.progress.history[self.progress.logged :]:  # killed after a step's save, before its log
+            self.finish(row)
+        if not self.cfg.sync:
+            self.orch.start(self.gate, self.buffer.changed)
+        prev = self.mark()
+        for step in range(start, self.cfg.steps):
+            prev = self.step(step, resumed_rollouts if step == start else 0, prev)
+
+    def step(self, step: int, resumed_rollouts: int, prev: dict) -> dict:
+        """One optimizer step, from waiting for its groups to its finished row. -> the next row's start mark."""
+        t_wait = time.monotonic()
+        seen_drops: set = set()
+        B = self.cfg.groups_per_step
+        wait = functools.partial(self.wait, seen_drops=seen_drops)
+        groups, rep = self.buffer.take(self.trainer.version, B, wait, filter_uniform=self.cfg.dynamic_sampling * B)
+        self.on_dropped(rep, seen_drops)
+        trainer_idle = time.monotonic() - t_wait
+        train = self.trainer.step(groups)
+        self.progress.consumed.update(rep.kept)
+        self.progress.dropped.update(rep.dropped)
+        now, st = time.monotonic(), self.server.stats()
+        extra = {
+            "rollout_tokens_per_s": (st["generated_tokens"] - prev["gen"]) / max(1e-9, now - prev["t"]),
+            "server_idle_s": st["idle_s"] - prev["idle"],
+            "trainer_idle_s": trainer_idle,
+            "resumed_rollouts": resumed_rollouts,
+            "seconds": now - prev["t"],
+        }
+        prev = {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": now}
+        row = step_row(step + 1, self.trainer.version, groups, rep, train, extra)
+        if row["step"] == 1 and 0 in self.progress.evals:
+            row["eval_before"] = self.progress.evals[0]
+        self.progress.history.append(row)
+        self.save()
+        self.buffer.forget(rep.kept)
+        if self.cfg.reset_optimizer:
+            self.trainer.reset_optimizer()
+        version = self.pusher.push(self.trainer.version)
+        with self.buffer.changed:
+            self.pushed = version
+            self.buffer.changed.notify_all()  # the gate opens for the next version's groups
+        return self.mark() if self.finish(row) else prev
+
+
 def run_rl(
     model,
     tokenizer,
@@ -101,145 +257,29 @@ def run_rl(
     work.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(model, cfg)
     state_path = work / "state.pt"
-    state = None
-    if state_path.is_file():  # a folder someone else may have left: loaded without running code, checked
-        from finetune.resume_state import check_rl_state, load_state
-
-        state = check_rl_state(load_state(state_path), state_path)
-    history: list[dict] = []
-    consumed: set[int] = set()
-    dropped: set[int] = set()
-    evals: dict[int, dict] = {}  # step -> its evaluation (step 0: before training)
-    logged = [0]  # rows of `history` handed to `log` (a kill between a step's save and its log leaves one behind)
+    state = _load_checked(state_path)
+    progress = _Progress(state)
     if state is not None:
         trainer.restore(state["trainer"])
-        history, consumed, dropped = state["history"], set(state["consumed"]), set(state["dropped"])
-        evals = dict(state.get("evals", {}))
-        logged[0] = state.get("logged", len(history))
     buffer = RolloutBuffer(work / "rollouts", cfg.group_size, cfg.staleness)
-    resumed_rollouts = buffer.load(consumed | dropped)
+    resumed_rollouts = buffer.load(progress.consumed | progress.dropped)
     own_server = server is None
     if own_server:
         served = model if cfg.sync else copy.deepcopy(model)
         server = InProcessServer(served, tokenizer, max_model_len, cfg.concurrency, cfg.seed)
-    shared = own_server and cfg.sync
-    pusher = WeightPush(server, model, shared=shared, push_dir=push_dir or work / "pushes")
+    pusher = WeightPush(server, model, shared=own_server and cfg.sync, push_dir=push_dir or work / "pushes")
     if state is not None or not own_server:
         pusher.push(trainer.version)  # the server serves the restored weights, at the restored version
-    B = cfg.groups_per_step
-    orch = Orchestrator(
-        env, tasks, server, tokenizer, cfg, work / "sessions", buffer.add,
-        skip=buffer.has, skip_group=lambda g: g in consumed or g in dropped, max_model_len=max_model_len,
-    )  # fmt: skip
-    n_prior = len(consumed)
-    n_dropped = [0]
-    pushed = [trainer.version]  # the version the server serves (the trainer's is ahead until the push lands)
-
-    def live() -> int:
-        return orch.started + n_prior - n_dropped[0]
-
-    def gate(_g: int) -> bool:
-        # AReaL's staleness bound, and never more groups than the run has steps for: a group started past the
-        # last step would be cut off unfinished, its sessions' compute taken from the ones that are trained.
-        return live() < min(pushed[0] + cfg.staleness + 1, cfg.steps) * B
-
-    def on_dropped(rep: TakeReport, seen: set) -> None:
-        new = [g for g in rep.dropped if g not in seen]
-        seen.update(new)
-        n_dropped[0] += len(new)
-
-    def save() -> None:
-        _save(state_path, {"trainer": trainer.state(), "history": history, "consumed": sorted(consumed),
-                           "dropped": sorted(dropped), "evals": evals, "logged": logged[0]})  # fmt: skip
-
-    def due(k: int) -> bool:
-        every = k == 0 or k == cfg.steps or (eval_every > 0 and k % eval_every == 0)
-        return evaluate is not None and k not in evals and every
-
-    def run_eval(k: int) -> dict:
-        t0 = time.monotonic()
-        ev = {n: (round(v, 6) if isinstance(v, float) else v) for n, v in evaluate(server, k).items()}
-        evals[k] = {**ev, "eval_s": round(time.monotonic() - t0, 3)}
-        save()
-        return evals[k]
-
-    def finish(row: dict) -> bool:
-        """A step after its push: its evaluation (when due) joins its row, then `log` gets the row. -> whether
-        an evaluation ran. A resumed run finishes a step that was saved but never logged the same way."""
-        k, ran = row["step"], False
-        if k in evals:
-            row.update(evals[k])  # evaluated before a kill, not yet in the row
-        elif due(k):
-            row.update(run_eval(k))
-            ran = True
-        if log is not None:
-            log(row)
-        logged[0] = max(logged[0], k)  # row k is history[k - 1]
-        save()
-        return ran
-
-    def mark() -> dict:  # where the next row's throughput and idle figures start (evaluations left out)
-        st = server.stats()
-        return {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": time.monotonic()}
-
-    start = trainer.version
+    orch = Orchestrator(env, tasks, server, tokenizer, cfg, work / "sessions", buffer.add, skip=buffer.has,
+                        skip_group=progress.has_group, max_model_len=max_model_len)  # fmt: skip
+    run = _StepLoop(cfg, trainer, progress, state_path, buffer, server, pusher, orch, evaluate, eval_every, log)
     try:
-        if start == 0 and due(0):  # before the first step
-            run_eval(0)
-        for row in history[logged[0] :]:  # killed after a step's save, before its evaluation and log: finish it
-            finish(row)
-        if not cfg.sync:
-            orch.start(gate, buffer.changed)
-        prev = mark()
-        for step in range(start, cfg.steps):
-            t_wait = time.monotonic()
-            seen_drops: set = set()
-
-            def wait(rep: TakeReport, seen_drops=seen_drops) -> None:
-                on_dropped(rep, seen_drops)
-                if cfg.sync:
-                    n = (trainer.version + 1) * B - live()
-                    orch.run_groups(orch.next_ids(max(n, 1)))
-                else:
-                    orch.check()
-                    with buffer.changed:
-                        buffer.changed.notify_all()  # a drop frees the gate
-                        buffer.changed.wait(0.2)
-
-            groups, rep = buffer.take(trainer.version, B, wait, filter_uniform=cfg.dynamic_sampling * B)
-            on_dropped(rep, seen_drops)
-            trainer_idle = time.monotonic() - t_wait
-            train = trainer.step(groups)
-            consumed.update(rep.kept)
-            dropped.update(rep.dropped)
-            now, st = time.monotonic(), server.stats()
-            extra = {
-                "rollout_tokens_per_s": (st["generated_tokens"] - prev["gen"]) / max(1e-9, now - prev["t"]),
-                "server_idle_s": st["idle_s"] - prev["idle"],
-                "trainer_idle_s": trainer_idle,
-                "resumed_rollouts": resumed_rollouts if step == start else 0,
-                "seconds": now - prev["t"],
-            }
-            prev = {"gen": st["generated_tokens"], "idle": st["idle_s"], "t": now}
-            row = step_row(step + 1, trainer.version, groups, rep, train, extra)
-            if row["step"] == 1 and 0 in evals:
-                row["eval_before"] = evals[0]
-            history.append(row)
-            save()
-            buffer.forget(rep.kept)
-            if cfg.reset_optimizer:
-                trainer.reset_optimizer()
-            version = pusher.push(trainer.version)
-            with buffer.changed:
-                pushed[0] = version
-                buffer.changed.notify_all()  # the gate opens for the next version's groups
-            if finish(row):
-                prev = mark()
+        run.run(resumed_rollouts)
     finally:
         orch.close()
         if own_server:
             server.close()
-    return history
+    return progress.history
 
 
 def summary(history: list[dict]) -> dict:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.client import ContextLengthError
 from finetune.rl.rollout import ENV_ERROR, Grade
 
 SYSTEM = "You are a helpful assistant. Answer briefly."
@@ -53,8 +54,6 @@ class ScriptedSession:
             raise EnvCrash(f"{task.name}: the sandbox did not start (scripted crash)")
 
     def run(self, model) -> None:
-        from agent.client import ContextLengthError
-
         rx = re.compile(self.task.pattern)
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.task.instruction}]
         fixed = self.family.lengths(self.task.name, self.sample) if self.family.lengths is not None else None

@@ -22,6 +22,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
+from serve.engine import EngineConfig, LLMEngine
+from serve.engine.sampling_params import SamplingParams
+
 
 @dataclass(frozen=True)
 class GenParams:
@@ -56,8 +59,6 @@ class InProcessServer:
     run, where nothing samples while the trainer steps (then the push only bumps the version)."""
 
     def __init__(self, model, tokenizer, max_model_len: int, max_num_seqs: int, seed: int = 0):
-        from serve.engine import EngineConfig, LLMEngine
-
         # No prefix cache: every call is computed the same way whatever ran before it, so a rerun, a resumed
         # run and the async run with staleness 0 sample what the synchronous run samples.
         config = EngineConfig(
@@ -122,8 +123,6 @@ class InProcessServer:
     # -- engine thread
 
     def _drain(self) -> None:
-        from serve.engine.sampling_params import SamplingParams
-
         while True:
             try:
                 kind, rid, payload, fut = self._commands.get_nowait()

@@ -13,7 +13,10 @@ serving (no restart), and later calls report the new version.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+from finetune.lora import save_adapter
 
 
 class WeightPush:
@@ -31,13 +34,9 @@ class WeightPush:
             self.server.update_tensors(None if self.shared else {n: p.detach().clone() for n, p in self.named})
             self.server.set_version(version)
             return self.server.version
-        import shutil
-
         path = (Path(self.push_dir) / f"v{version}").resolve()  # the server may run elsewhere (cwd)
         shutil.rmtree(path, ignore_errors=True)
         if self.lora:
-            from finetune.sft import save_adapter
-
             save_adapter(self.model, path)
             served = self.server.load_lora_adapter("glm5-rl", str(path), version)
         else:

@@ -19,23 +19,26 @@ event loop keeps serving the group's other sessions.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 import uuid
 from pathlib import Path
 
+from finetune.rl.bench_env import BenchEnv
+from finetune.rl.config import RLConfig
+from finetune.rl.orchestrator import Orchestrator
 from finetune.rl.remote import HttpServer
 from finetune.slime.samples import slime_samples
 from finetune.slime.tasks import TASK_KEY, load_task
+from serve.engine.llm import load_tokenizer
 
 ROUTING_HEADER = "X-SMG-Routing-Key"
 _TOKENIZERS: dict[str, object] = {}
 
 
 async def generate(args, sample, sampling_params: dict, evaluation: bool = False) -> list:
-    import asyncio
-
-    from slime.utils.types import Sample  # slime's own type, from slime's process
+    from slime.utils.types import Sample  # slime's own type, from slime's process (not a glm5 dependency)
 
     return await asyncio.to_thread(run_session, args, sample, sampling_params, Sample)
 
@@ -50,8 +53,6 @@ class RoutedServer(HttpServer):
 
 def _tokenizer(path: str):
     if path not in _TOKENIZERS:
-        from serve.engine.llm import load_tokenizer
-
         tok = load_tokenizer(Path(path))
         if tok is None:
             raise ValueError(f"{path} has no tokenizer.json (slime's --hf-checkpoint)")
@@ -61,10 +62,6 @@ def _tokenizer(path: str):
 
 def run_session(args, sample, sampling_params: dict, sample_type) -> list:
     """The blocking body of `generate`: one session for the row's task -> slime Samples."""
-    from finetune.rl.bench_env import BenchEnv
-    from finetune.rl.config import RLConfig
-    from finetune.rl.orchestrator import Orchestrator
-
     ref = (sample.metadata or {}).get(TASK_KEY)
     if not isinstance(ref, dict):
         raise ValueError(

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from finetune.rl.bench_env import load_bench_tasks
+
 TASK_KEY = "glm5_task"  # the metadata entry generate.py reads
 
 
 def prompt_rows(env: str, tasks_file: Path | None, task_dirs: list[Path]) -> list[dict]:
     """The bench's tasks (finetune.rl.bench_env.load_bench_tasks: the same parsing and checks) as slime rows."""
-    from finetune.rl.bench_env import load_bench_tasks
-
     tasks = load_bench_tasks(env, tasks_file, task_dirs)
     rows = []
     for t in tasks:
@@ -34,8 +34,6 @@ def write_prompt_data(rows: list[dict], path: Path) -> None:
 def load_task(ref: dict, _cache: dict = {}):  # noqa: B006 - a per-process cache of parsed task files
     """The task a row's metadata names (tasks.py wrote it), parsed by the bench's loaders; an unknown id is an
     error naming it."""
-    from finetune.rl.bench_env import load_bench_tasks
-
     env, source, task_id = ref["env"], ref["source"], ref["id"]
     key = (env, source)
     if key not in _cache:

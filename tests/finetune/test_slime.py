@@ -179,7 +179,7 @@ def test_the_hook_runs_the_agent_profile_the_launch_names(tmp_path, monkeypatch)
     assert '\\"GLM5_SLIME_PROFILE\\": \\"${GLM5_SLIME_PROFILE:-compact}\\"' in script
     env = BenchEnv("swe", max_turns=2, cache_dir=tmp_path / "cache", profile="compact")
     made = []
-    monkeypatch.setattr("agent.bench.trial.run_trial", lambda task, agent, *a: made.append(agent))
+    monkeypatch.setattr("finetune.rl.bench_env.run_trial", lambda task, agent, *a: made.append(agent))
     BenchSession(env, None, tmp_path / "w").run(model=object())
     [agent] = made
     assert isinstance(agent, RLBenchAgent) and agent.profile == "compact"
