@@ -48,6 +48,23 @@ class ServerOptions:
         check_api_key(self.api_key)  # sglang and vLLM, too, read an empty key as none
 
 
+def parser_flags() -> list[str]:
+    """GLM-5's tool-call and reasoning parsers, spelt the same in both engines."""
+    return ["--tool-call-parser", TOOL_CALL_PARSER, "--reasoning-parser", REASONING_PARSER]
+
+
+def server_flags(opts: ServerOptions, max_seqs_flag: str) -> list[str]:
+    """The served name, the API key and the bound on running requests (`max_seqs_flag`: each engine's spelling)."""
+    argv = []
+    if opts.served_model_name:
+        argv += ["--served-model-name", opts.served_model_name]
+    if opts.api_key:
+        argv += ["--api-key", opts.api_key]
+    if opts.max_num_seqs:
+        argv += [max_seqs_flag, str(opts.max_num_seqs)]
+    return argv
+
+
 @dataclass(frozen=True)
 class EngineCommand:
     """An argv plus the environment it needs; `display()` is what we print (API key masked)."""
