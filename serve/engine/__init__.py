@@ -6,8 +6,11 @@ Module map:
 - block_manager.py    BlockManager: paged KV blocks, reference counts, hash-chained prefix caching, LRU
 - scheduler.py        Scheduler: continuous batching, chunked prefill under a token budget, preemption
 - kv_cache.py         KVCache: the paged tensors (c_kv, k_pe, index key per layer and token slot)
-- model_runner.py     ModelRunner: one step over the paged cache (varlen prefill, batched sparse decode);
-                      a plain path (the model's modules) and a fast path checked against it
+- step_input.py       StepInput / SeqInput: a step's flattened tokens, positions, cache slots; a chunk's context
+- model_runner.py     ModelRunner: one step over the paged cache (varlen prefill, batched sparse decode); the
+                      plain path (the model's modules), the reference the fast path is checked against
+- fast_layer.py       the fast path (a mixin of ModelRunner): the model's layer with fused projections and norms,
+                      the model's MoE routing over fused expert weights, batched absorbed-MLA decode attention
 - fused_weights.py    fuse_layer: linears that read the same input share one weight tensor (fast path)
 - sampler.py          Sampler: penalties, temperature, top-k/p, min-p, per-request seeds, exact logprobs,
                       grammar masks for constrained requests
