@@ -5,7 +5,8 @@ gate|up pair (fused_weights.py); one RoPE call for all rotary parts; the fused R
 module's bits); the experts through the model's own routing (`MoE.routed_stacked` / `MoE.routed_each`, each
 expert a fused gate|up product); and for decode chunks one batched absorbed-MLA call: score each sequence's
 cached index keys, take the top-k, gather *only the selected* latents from the paged cache, pad to one [B, K]
-tensor, fold W_UK into the queries and W_UV after the weighted sum of latents. Cost per decode is O(L * Di) for
+tensor, and attend with the model's `MLA.attend_absorbed_latents` (W_UK folded into the queries, W_UV after
+the weighted sum of latents). Cost per decode is O(L * Di) for
 the indexer plus O(K * (C + R)) for attention, not O(L * (C + R)). Prefill chunks use the model's attend functions
 as the plain path does. The plain path (model_runner.py, the model's modules) is the reference it is tested
 against.
@@ -211,7 +212,7 @@ class FastPath:
             slots_BK, valid_BK, n_read = self._decode_slots(decodes, step)
             self.decode_latents_read += n_read
             lat_BKL = self._gather_rows(latent, slots_BK)
-        out[rows] = self.absorbed_attend(attn, q_nope[rows], q_pe[rows], lat_BKL, valid_BK)
+        out[rows] = attn.attend_absorbed_latents(q_nope[rows], q_pe[rows], lat_BKL, valid_BK)
 
     @staticmethod
     def _mlp_fast(mlp, fused: FusedLayer, h_ND):
@@ -280,9 +281,8 @@ class FastPath:
         for t0 in range(0, topk_TK.shape[0], step):
             r = slice(t0, t0 + step)
             lat = self._gather_rows(latent, slots_TK[r])
-            out[r] = self.absorbed_attend(
-                attn, q_nope_THD[r], q_pe_THR[r], lat, None if valid_TK is None else valid_TK[r]
-            )
+            valid = None if valid_TK is None else valid_TK[r]
+            out[r] = attn.attend_absorbed_latents(q_nope_THD[r], q_pe_THR[r], lat, valid)
         return out
 
     @staticmethod
@@ -292,20 +292,3 @@ class FastPath:
         `F.embedding` is a plain row gather; on CPU it runs 2-4x faster than `index_select` for ~2K rows of
         ~300 values out of a large pool (measured: 0.3 vs 0.7-1.4 ms, 1 thread)."""
         return F.embedding(slots_BK.flatten(), latent_flat).view(*slots_BK.shape, -1)
-
-    @staticmethod
-    def absorbed_attend(attn, q_nope_BHD, q_pe_BHR, lat_BKL, valid_BK=None) -> torch.Tensor:
-        """Absorbed MLA for B single queries, each over its own K latents [c_kv | k_pe]. -> [B, H, Dv].
-
-        Invalid keys (padding, future positions) are masked out of the softmax. Scores use
-        [q_nope W_UK | q_pe] against the stored [c_kv | k_pe] in one product; the weighted sum of latents is
-        mapped to values by W_UV afterwards."""
-        w = attn._kv_b_weight()  # [H, Dn + Dv, C]
-        w_uk, w_uv = w[:, : attn.dn], w[:, attn.dn :]
-        q_abs_BHC = torch.bmm(q_nope_BHD.transpose(0, 1), w_uk).transpose(0, 1)  # [B, H, C]
-        q_BHL = torch.cat([q_abs_BHC, q_pe_BHR], -1)
-        s_BHK = torch.bmm(q_BHL, lat_BKL.transpose(1, 2)).float().mul_(attn.scale)
-        if valid_BK is not None:
-            s_BHK.masked_fill_(~valid_BK[:, None], float("-inf"))
-        o_lat_BHC = torch.bmm(s_BHK.softmax(-1).to(lat_BKL.dtype), lat_BKL[..., : attn.kv_lora_rank])
-        return torch.bmm(o_lat_BHC.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [B, H, Dv]
