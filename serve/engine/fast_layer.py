@@ -2,14 +2,13 @@
 
 Fusions only, each declared in fused_weights.py or here: one product for q_a / kv_a / indexer wk and one for each
 gate|up pair (fused_weights.py); one RoPE call for all rotary parts; the fused RMSNorm kernels (`rms_norm`, the
-module's bits); the experts through the model's own routing (`MoE.routed_stacked` / `MoE.routed_each`, each
-expert a fused gate|up product); and for decode chunks one batched absorbed-MLA call: score each sequence's
-cached index keys, take the top-k, gather *only the selected* latents from the paged cache, pad to one [B, K]
-tensor, and attend with the model's `MLA.attend_absorbed_latents` (W_UK folded into the queries, W_UV after
-the weighted sum of latents). Cost per decode is O(L * Di) for
-the indexer plus O(K * (C + R)) for attention, not O(L * (C + R)). Prefill chunks use the model's attend functions
-as the plain path does. The plain path (model_runner.py, the model's modules) is the reference it is tested
-against.
+module's bits); the experts through the model's own routing (`MoE.routed_stacked` / `MoE.routed_each`, each expert a
+fused gate|up product); and for decode chunks one batched absorbed-MLA call: score each sequence's cached index
+keys, take the top-k, gather *only the selected* latents from the paged cache, pad to one [B, K] tensor, and attend
+with the model's `MLA.attend_absorbed_latents` (W_UK folded into the queries, W_UV after the weighted sum of
+latents). Cost per decode is O(L * Di) for the indexer plus O(K * (C + R)) for attention, not O(L * (C + R)).
+Prefill chunks use the model's attend functions as the plain path does. The plain path (model_runner.py, the model's
+modules) is the reference it is tested against.
 
 Shapes: N tokens in the step, B decoding sequences, L context length of one sequence, K selected keys,
 H heads, Dn/Dv/R nope/value/rope head dims, C kv_lora_rank, Di index head dim, D hidden, V vocab.
