@@ -18,6 +18,7 @@ from serve.engine.request_output import RequestOutput
 from serve.engine.sampling_params import SamplingParams
 from serve.engine.scheduler import Scheduler
 from serve.engine.sequence import Sequence
+from serve.engine.spec_decode import SpecModelRunner
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,6 @@ class LLMEngine:
         self.model = model
         self.tokenizer = tokenizer
         if self.config.speculative == "mtp":
-            from serve.engine.spec_decode import SpecModelRunner
-
             self.runner = SpecModelRunner(model, self.config, device)
         else:
             self.runner = ModelRunner(model, self.config, device)

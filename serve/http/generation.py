@@ -22,6 +22,8 @@ from serve.http.state import ServerState, new_id
 
 @dataclass
 class Step:
+    """What one engine output adds: the text it completes, its new token ids and logprobs, the finish if any."""
+
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list = field(default_factory=list)
@@ -29,13 +31,9 @@ class Step:
 
 
 @dataclass
-class Result:
-    """What a finished generation adds up to."""
+class Result(Step):
+    """What a finished generation adds up to: its Steps summed, and what the engine said of the request."""
 
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list = field(default_factory=list)
-    finish_reason: str | None = None
     stop_reason: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from serve.http.settings import check_api_key
 
 # GLM-5's parsers in both engines (sglang `Glm47MoeDetector`, "for GLM-4.7 and GLM-5"; vLLM `glm47_moe`).
 TOOL_CALL_PARSER = "glm47"
@@ -18,10 +23,6 @@ def socket_env(nnodes: int, ifname: str | None) -> dict[str, str]:
 
 def console_script(name: str, *sub: str) -> tuple[str, ...]:
     """An engine's console script beside this interpreter, else on PATH, else the name alone."""
-    import shutil
-    import sys
-    from pathlib import Path
-
     beside = Path(sys.executable).with_name(name)
     return (str(beside) if beside.exists() else shutil.which(name) or name, *sub)
 
@@ -43,8 +44,6 @@ class ServerOptions:
     rollout_lora_targets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from serve.http.settings import check_api_key
-
         check_api_key(self.api_key)  # sglang and vLLM, too, read an empty key as none
 
 
