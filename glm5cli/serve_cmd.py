@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -13,6 +15,9 @@ from glm5cli.common import EXIT_USAGE, console, err_console, fail
 from serve.http.settings import check_api_key
 from serve.launchers.common import EngineNotInstalled, ServerOptions
 from serve.launchers.topology import Topology, TopologyError, checkpoint_precision, default_speculative
+
+if TYPE_CHECKING:
+    from serve.launchers.launch import Launch
 
 
 class EngineChoice(str, Enum):
@@ -149,8 +154,6 @@ def serve(
         )
         raise typer.Exit(code)
 
-    from serve.launchers import launch as launcher  # lazily: the child-process runner loads httpx
-
     _refuse_embedded_only(quant, draft_vocab, lora)
     if precision == "auto":
         precision = checkpoint_precision(model)
@@ -182,14 +185,16 @@ def serve(
         spec_draft_tokens=num_draft_tokens + 1,
         hardware=hardware,
     )
+    from serve.launchers.launch import plan_launch  # lazily: the child-process runner loads httpx
+
     try:
-        plan = launcher.plan_launch(engine.value, topo, opts, gpu_memory_gib, engine_program)
+        plan = plan_launch(engine.value, topo, opts, gpu_memory_gib, engine_program)
     except TopologyError as e:
         fail(str(e), code=EXIT_USAGE)
     if dry_run:
         _print_commands(plan)
         raise typer.Exit(0)
-    raise typer.Exit(_run_external(plan, launcher))
+    raise typer.Exit(_run_external(plan))
 
 
 def _checked_api_key(api_key: str | None) -> str | None:
@@ -282,7 +287,7 @@ def _external_speculative(model: str, speculative: str | None, hardware: str) ->
     return spec
 
 
-def _print_commands(plan) -> None:
+def _print_commands(plan: Launch) -> None:
     """`--dry-run`: this node's command, or on node 0 of a multi-node launch every node's (to read or paste)."""
     topo = plan.topology
     if topo.nnodes > 1 and topo.node_rank == 0:
@@ -293,7 +298,7 @@ def _print_commands(plan) -> None:
         typer.echo(plan.command().display())
 
 
-def _run_external(plan, launcher) -> int:
+def _run_external(plan: Launch) -> int:
     """Start sglang/vLLM for this node, showing its command and log, and wait for it to exit."""
     try:
         plan.check_installed()
@@ -307,7 +312,9 @@ def _run_external(plan, launcher) -> int:
     )
     err_console.print(f"[dim]$[/] {plan.command().display()}", highlight=False, soft_wrap=True)
     served = opts.served_model_name or os.path.basename(opts.model)
-    return launcher.run_launch(
+    from serve.launchers.launch import run_launch  # loaded already by plan_launch's import
+
+    return run_launch(
         plan,
         log=lambda line: console.out(f"{name}| {line}", highlight=False),
         on_ready=lambda: err_console.print(f"[bold green]ready[/] http://{opts.host}:{opts.port}/v1 (model {served})"),
@@ -316,14 +323,14 @@ def _run_external(plan, launcher) -> int:
 
 def _rollout_targets() -> tuple[str, ...]:
     """The modules `glm5 finetune rl` puts its adapter on (finetune.grpo.RL_TARGETS), by sglang's names."""
-    from finetune.grpo import RL_TARGETS
+    from finetune.grpo import RL_TARGETS  # lazily: finetune loads torch and peft
 
     return tuple(RL_TARGETS)
 
 
 def _has_mtp(model: str, default: bool) -> bool:
     """Whether a local checkpoint directory holds its MTP layer; `default` when that cannot be read (a hub id)."""
-    from model.checkpoint import checkpoint_has_mtp
+    from model.checkpoint import checkpoint_has_mtp  # lazily: model loads torch
 
     try:
         return checkpoint_has_mtp(model) if Path(model).is_dir() else default
@@ -337,8 +344,6 @@ def _warn_merged_int4(model: Path) -> None:
     weights further than the adapter did, in no direction it chose (benchmarks/RESULTS.md, "Why RL's held-out
     differences were mostly rounding"). Say so, and how to keep the change exact: `--quant int4 --lora` serves
     the adapter beside the int4 weights (serve.http.weight_updates.attach_lora)."""
-    import json
-
     record = model / "adapter" / "adapter_base.json"
     if not record.is_file():
         return
