@@ -148,6 +148,8 @@ class WindowDetokenizer:
         self.ids: list[int] = list(context)  # the context's text is the first prefix, never returned
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
+        while self.read_offset and self.decode(self.ids[: self.read_offset]).endswith("\ufffd"):
+            self.read_offset -= 1  # a character the context ends inside of comes out whole, as StreamDetokenizer's
 
     def add(self, token_ids: Iterable[int]) -> str:
         """The text the new tokens complete (possibly empty while a character is still split)."""
