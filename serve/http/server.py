@@ -22,7 +22,9 @@ import uvicorn
 from rich.console import Console
 
 from model import kernels
+from model.int4_linear import Int4Linear
 from model.modeling import GLM5ForCausalLM
+from model.quant_int4 import quantize_int4
 from serve.engine import LLM, AsyncLLM
 from serve.engine.config import EngineConfig
 from serve.engine.kv_cache import KVCache
@@ -108,8 +110,6 @@ def load_engine(
         if adapt is not None:
             model = adapt(model)
         if quant == "int4":
-            from model.quant_int4 import quantize_int4
-
             console.print("quantizing weights to INT4 (group 128)...")
             quantize_int4(model, group_size=128, strict=False)
         if lora is not None:
@@ -119,8 +119,6 @@ def load_engine(
                 raise SystemExit(f"--lora: {e}") from None
             console.print(f"LoRA adapter {lora}: beside the int4 weights of {n} layers, merged into the others")
         llm = LLM(model, tokenizer=load_tokenizer(model_dir), device=device, **kwargs)
-    from model.int4_linear import Int4Linear
-
     int4_checkpoint = quant != "int4" and any(isinstance(m, Int4Linear) for m in model.modules())
     console.print(
         f"[green]loaded[/] {model_dir} in {time.monotonic() - t0:.1f}s on {device} "
