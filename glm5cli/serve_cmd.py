@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
-import shlex
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail
+from serve.http.settings import check_api_key
+from serve.launchers.common import EngineNotInstalled, ServerOptions
+from serve.launchers.topology import Topology, TopologyError, checkpoint_precision, default_speculative
+
+if TYPE_CHECKING:
+    from serve.launchers.launch import Launch
 
 
 class EngineChoice(str, Enum):
@@ -113,67 +121,17 @@ def serve(
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Extra argument passed to sglang/vLLM (repeat)."),
 ) -> None:
     """Serve a GLM-5 checkpoint over an OpenAI-compatible HTTP API."""
-    from serve.http.settings import check_api_key
-
-    if api_key is None and os.environ.get("GLM5_API_KEY") == "":
-        api_key = ""  # typer reads an empty variable as unset: the operator meant a key, and has none
-    try:
-        check_api_key(api_key)  # an empty key would serve with no auth at all, for either engine
-    except ValueError as e:
-        fail(str(e), code=EXIT_USAGE)
+    api_key = _checked_api_key(api_key)
     if engine is EngineChoice.embedded:
         if dry_run:
             fail("--dry-run prints an sglang/vLLM command; add --engine sglang or --engine vllm", code=EXIT_USAGE)
-        from serve.http.server import run_embedded
-
-        if speculative not in (None, "off", "mtp"):
-            fail(f"--speculative {speculative!r}: expected mtp or off", code=EXIT_USAGE)
-        if quant not in (None, "int4"):
-            fail(f"--quant {quant!r}: only int4 is supported", code=EXIT_USAGE)
-        if dtype not in ("auto", "float32", "bfloat16"):
-            fail(f"--dtype {dtype!r}: expected auto, float32 or bfloat16", code=EXIT_USAGE)
-        if not Path(model).is_dir():
-            fail(f"{model} is not a checkpoint directory", hint="glm5 model init --preset tiny --out DIR makes one")
-        if speculative == "mtp" and not _has_mtp(model, default=True):
-            fail(f"--speculative mtp: {model} has no MTP layer (transformers' save_pretrained writes none)",
-                 hint="serve it with --speculative off", code=EXIT_USAGE)  # fmt: skip
-        vocab = None
-        if draft_vocab is not None:
-            if speculative != "mtp":
-                fail("--draft-vocab is for MTP drafts: add --speculative mtp", code=EXIT_USAGE)
-            from serve.engine.spec_decode import read_draft_vocab
-
-            try:
-                vocab = read_draft_vocab(draft_vocab)
-            except ValueError as e:
-                fail(str(e), code=EXIT_USAGE)
+        _check_embedded_options(model, speculative, quant, dtype)
+        vocab = _draft_vocab(draft_vocab, speculative)
         if quant == "int4" and lora is None:
             _warn_merged_int4(Path(model))
-        adapt = None
-        if lora is not None:
-            if not (lora / "adapter_config.json").is_file():
-                fail(f"{lora} is not a LoRA adapter (no adapter_config.json)", code=EXIT_USAGE)
-            from finetune.lora import trained_quant
+        from serve.http import server  # lazily: it loads uvicorn, FastAPI and torch (`glm5 --help` stays fast)
 
-            if trained_quant(lora) == "int4" and quant != "int4":
-                err_console.print(
-                    f"[yellow]warning:[/] {lora} was trained on {model}'s INT4 weights (`glm5 finetune rl --quant "
-                    f"int4`); served on the full-precision weights it is not the policy it learnt. Add --quant int4.",
-                    soft_wrap=True,
-                )
-
-            def adapt(m):
-                from finetune.lora import check_base, load_adapter, merge_lora
-
-                if quant == "int4":  # served beside the int4 weights after quantization (load_engine)
-                    check_base(m, lora)
-                    err_console.print(f"LoRA adapter {lora}: served beside the INT4 weights", highlight=False)
-                    return m
-                merged = merge_lora(load_adapter(m, lora))
-                err_console.print(f"LoRA adapter {lora}: loaded and merged into the weights", highlight=False)
-                return merged
-
-        code = run_embedded(
+        code = server.run_embedded(
             model_dir=Path(model),
             host=host,
             port=port,
@@ -188,7 +146,7 @@ def serve(
             num_draft_tokens=num_draft_tokens,
             dtype=dtype,
             draft_vocab=vocab,
-            adapt=adapt,
+            adapt=_lora_adapt(Path(model), lora, quant) if lora is not None else None,
             max_body_mb=max_body_mb,
             access_log=access_log,
             prefix_caching=prefix_caching,
@@ -196,27 +154,10 @@ def serve(
         )
         raise typer.Exit(code)
 
-    from serve.launchers.common import EngineNotInstalled, ServerOptions, require_installed
-    from serve.launchers.process import ExternalServer
-    from serve.launchers.sglang import sglang_command
-    from serve.launchers.topology import Topology, TopologyError, checkpoint_bytes, checkpoint_precision
-    from serve.launchers.vllm import vllm_command
-
-    if quant:
-        fail("--quant applies to the embedded engine; sglang/vLLM read the checkpoint's own quantization")
-    if draft_vocab is not None:
-        fail("--draft-vocab applies to the embedded engine; pass sglang's own option with --engine-arg")
-    if lora is not None:
-        fail("--lora applies to the embedded engine; merge the adapter first (`glm5 finetune sft --merge`)")
+    _refuse_embedded_only(quant, draft_vocab, lora)
     if precision == "auto":
         precision = checkpoint_precision(model)
-    spec = None if speculative == "off" else (speculative or ("mtp" if hardware != "amd" else None))
-    if spec == "mtp" and not _has_mtp(model, default=True):
-        if speculative == "mtp":
-            fail(f"--speculative mtp: {model} has no MTP layer (transformers' save_pretrained writes none)",
-                 hint="serve it with --speculative off", code=EXIT_USAGE)  # fmt: skip
-        spec = None  # the default: speculative decoding off for a checkpoint without the MTP layer
-        err_console.print(f"{model} has no MTP layer: speculative decoding off")
+    spec = _external_speculative(model, speculative, hardware)
     opts = ServerOptions(
         model=model,
         host=host,
@@ -229,75 +170,167 @@ def serve(
         rollout_lora_rank=rollout_lora_rank,
         rollout_lora_targets=_rollout_targets() if rollout_lora_rank else (),
     )
+    topo = Topology(
+        nnodes=nnodes,
+        gpus_per_node=gpus_per_node,
+        node_rank=node_rank,
+        dist_init_addr=dist_init_addr,
+        tp=tp,
+        dp=dp,
+        ep=ep,
+        dp_attention=dp_attention,
+        precision=precision,
+        speculative=spec,
+        spec_steps=num_draft_tokens,
+        spec_draft_tokens=num_draft_tokens + 1,
+        hardware=hardware,
+    )
+    from serve.launchers.launch import plan_launch  # lazily: the child-process runner loads httpx
+
     try:
-        topo = Topology(
-            nnodes=nnodes,
-            gpus_per_node=gpus_per_node,
-            node_rank=node_rank,
-            dist_init_addr=dist_init_addr,
-            tp=tp,
-            dp=dp,
-            ep=ep,
-            dp_attention=dp_attention,
-            precision=precision,
-            speculative=spec,
-            spec_steps=num_draft_tokens,
-            spec_draft_tokens=num_draft_tokens + 1,
-            hardware=hardware,
-        ).validate()
-        memory = gpu_memory_gib or {"h100": 80.0, "b200": 180.0, "amd": 192.0}.get(hardware, 141.0)
-        topo.check_fits(checkpoint_bytes(model), memory)
-        program = tuple(shlex.split(engine_program)) if engine_program else None
-        build = sglang_command if engine is EngineChoice.sglang else vllm_command
-        command = build(topo, opts, program)
+        plan = plan_launch(engine.value, topo, opts, gpu_memory_gib, engine_program)
     except TopologyError as e:
         fail(str(e), code=EXIT_USAGE)
-
     if dry_run:
-        if nnodes > 1 and node_rank == 0:
-            # One command per node, so the whole launch can be read (or pasted into a job script) at once.
-            from dataclasses import replace
-
-            for rank in range(nnodes):
-                typer.echo(f"# node {rank}")
-                typer.echo(build(replace(topo, node_rank=rank), opts, program).display())
-        else:
-            typer.echo(command.display())
+        _print_commands(plan)
         raise typer.Exit(0)
-    if program is None:
-        try:
-            require_installed(engine.value, engine.value)
-        except EngineNotInstalled as e:
-            fail(str(e))
+    raise typer.Exit(_run_external(plan))
+
+
+def _checked_api_key(api_key: str | None) -> str | None:
+    """The API key, refused when empty (an empty key would serve with no auth at all, for either engine)."""
+    if api_key is None and os.environ.get("GLM5_API_KEY") == "":
+        api_key = ""  # typer reads an empty variable as unset: the operator meant a key, and has none
+    try:
+        check_api_key(api_key)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+    return api_key
+
+
+def _check_embedded_options(model: str, speculative: str | None, quant: str | None, dtype: str) -> None:
+    if speculative not in (None, "off", "mtp"):
+        fail(f"--speculative {speculative!r}: expected mtp or off", code=EXIT_USAGE)
+    if quant not in (None, "int4"):
+        fail(f"--quant {quant!r}: only int4 is supported", code=EXIT_USAGE)
+    if dtype not in ("auto", "float32", "bfloat16"):
+        fail(f"--dtype {dtype!r}: expected auto, float32 or bfloat16", code=EXIT_USAGE)
+    if not Path(model).is_dir():
+        fail(f"{model} is not a checkpoint directory", hint="glm5 model init --preset tiny --out DIR makes one")
+    if speculative == "mtp" and not _has_mtp(model, default=True):
+        _no_mtp_layer(model)
+
+
+def _no_mtp_layer(model: str) -> None:
+    fail(f"--speculative mtp: {model} has no MTP layer (transformers' save_pretrained writes none)",
+         hint="serve it with --speculative off", code=EXIT_USAGE)  # fmt: skip
+
+
+def _draft_vocab(draft_vocab: Path | None, speculative: str | None) -> tuple[int, ...] | None:
+    """The FR-Spec draft vocabulary's token ids, read from `--draft-vocab` (None without it)."""
+    if draft_vocab is None:
+        return None
+    if speculative != "mtp":
+        fail("--draft-vocab is for MTP drafts: add --speculative mtp", code=EXIT_USAGE)
+    from serve.engine.spec_decode import read_draft_vocab  # lazily: the engine loads torch
+
+    try:
+        return read_draft_vocab(draft_vocab)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+
+
+def _lora_adapt(model: Path, lora: Path, quant: str | None) -> Callable:
+    """`adapt(model) -> model` for the engine's load: the adapter merged into the weights, or (with --quant int4)
+    checked against them and left for the engine to serve beside the INT4 weights. serve does not import
+    finetune: the CLI passes this in."""
+    if not (lora / "adapter_config.json").is_file():
+        fail(f"{lora} is not a LoRA adapter (no adapter_config.json)", code=EXIT_USAGE)
+    from finetune.lora import check_base, load_adapter, merge_lora, trained_quant  # lazily: peft and torch
+
+    if trained_quant(lora) == "int4" and quant != "int4":
+        err_console.print(
+            f"[yellow]warning:[/] {lora} was trained on {model}'s INT4 weights (`glm5 finetune rl --quant "
+            f"int4`); served on the full-precision weights it is not the policy it learnt. Add --quant int4.",
+            soft_wrap=True,
+        )
+
+    def adapt(m):
+        if quant == "int4":  # served beside the int4 weights after quantization (load_engine)
+            check_base(m, lora)
+            err_console.print(f"LoRA adapter {lora}: served beside the INT4 weights", highlight=False)
+            return m
+        merged = merge_lora(load_adapter(m, lora))
+        err_console.print(f"LoRA adapter {lora}: loaded and merged into the weights", highlight=False)
+        return merged
+
+    return adapt
+
+
+def _refuse_embedded_only(quant: str | None, draft_vocab: Path | None, lora: Path | None) -> None:
+    if quant:
+        fail("--quant applies to the embedded engine; sglang/vLLM read the checkpoint's own quantization")
+    if draft_vocab is not None:
+        fail("--draft-vocab applies to the embedded engine; pass sglang's own option with --engine-arg")
+    if lora is not None:
+        fail("--lora applies to the embedded engine; merge the adapter first (`glm5 finetune sft --merge`)")
+
+
+def _external_speculative(model: str, speculative: str | None, hardware: str) -> str | None:
+    """sglang/vLLM's speculative decoding: MTP by default, off (said once) for a checkpoint without the MTP layer."""
+    spec = default_speculative(speculative, hardware)
+    if spec == "mtp" and not _has_mtp(model, default=True):
+        if speculative == "mtp":
+            _no_mtp_layer(model)
+        spec = None  # the default: speculative decoding off for a checkpoint without the MTP layer
+        err_console.print(f"{model} has no MTP layer: speculative decoding off")
+    return spec
+
+
+def _print_commands(plan: Launch) -> None:
+    """`--dry-run`: this node's command, or on node 0 of a multi-node launch every node's (to read or paste)."""
+    topo = plan.topology
+    if topo.nnodes > 1 and topo.node_rank == 0:
+        for rank, command in enumerate(plan.node_commands()):
+            typer.echo(f"# node {rank}")
+            typer.echo(command.display())
+    else:
+        typer.echo(plan.command().display())
+
+
+def _run_external(plan: Launch) -> int:
+    """Start sglang/vLLM for this node, showing its command and log, and wait for it to exit."""
+    try:
+        plan.check_installed()
+    except EngineNotInstalled as e:
+        fail(str(e))
+    topo, opts, name = plan.topology, plan.options, plan.engine
     err_console.print(
-        f"[bold]starting {engine.value}[/] ({topo.nnodes} node(s) x {topo.gpus_per_node} GPUs, "
+        f"[bold]starting {name}[/] ({topo.nnodes} node(s) x {topo.gpus_per_node} GPUs, "
         f"{topo.precision}, tp={topo.tp_size} dp={topo.dp} ep={topo.ep}"
-        f"{' dp-attention' if topo.dp_attention else ''}{', MTP' if spec else ''})"
+        f"{' dp-attention' if topo.dp_attention else ''}{', MTP' if topo.speculative else ''})"
     )
-    err_console.print(f"[dim]$[/] {command.display()}", highlight=False, soft_wrap=True)
-    health_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    server = ExternalServer(
-        command,
-        health_url=f"http://{health_host}:{port}/health",
-        health_headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
-        log=lambda line: console.out(f"{engine.value}| {line}", highlight=False),
-        on_ready=lambda: err_console.print(
-            f"[bold green]ready[/] http://{host}:{port}/v1 (model {served_model_name or os.path.basename(model)})"
-        ),
+    err_console.print(f"[dim]$[/] {plan.command().display()}", highlight=False, soft_wrap=True)
+    served = opts.served_model_name or os.path.basename(opts.model)
+    from serve.launchers.launch import run_launch  # loaded already by plan_launch's import
+
+    return run_launch(
+        plan,
+        log=lambda line: console.out(f"{name}| {line}", highlight=False),
+        on_ready=lambda: err_console.print(f"[bold green]ready[/] http://{opts.host}:{opts.port}/v1 (model {served})"),
     )
-    raise typer.Exit(server.run())
 
 
 def _rollout_targets() -> tuple[str, ...]:
     """The modules `glm5 finetune rl` puts its adapter on (finetune.grpo.RL_TARGETS), by sglang's names."""
-    from finetune.grpo import RL_TARGETS
+    from finetune.grpo import RL_TARGETS  # lazily: finetune loads torch and peft
 
     return tuple(RL_TARGETS)
 
 
 def _has_mtp(model: str, default: bool) -> bool:
     """Whether a local checkpoint directory holds its MTP layer; `default` when that cannot be read (a hub id)."""
-    from model.checkpoint import checkpoint_has_mtp
+    from model.checkpoint import checkpoint_has_mtp  # lazily: model loads torch
 
     try:
         return checkpoint_has_mtp(model) if Path(model).is_dir() else default
@@ -311,8 +344,6 @@ def _warn_merged_int4(model: Path) -> None:
     weights further than the adapter did, in no direction it chose (benchmarks/RESULTS.md, "Why RL's held-out
     differences were mostly rounding"). Say so, and how to keep the change exact: `--quant int4 --lora` serves
     the adapter beside the int4 weights (serve.http.weight_updates.attach_lora)."""
-    import json
-
     record = model / "adapter" / "adapter_base.json"
     if not record.is_file():
         return

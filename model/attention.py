@@ -163,6 +163,23 @@ class MLA(nn.Module):
         out = torch.bmm(o_lat.reshape(B * T, H, C).transpose(0, 1), w_uv.transpose(1, 2))  # [H, B*T, Dv]
         return out.transpose(0, 1).reshape(B, T, H, -1)
 
+    def attend_absorbed_latents(self, q_nope_BHD, q_pe_BHR, lat_BKL, valid_BK=None) -> torch.Tensor:
+        """Absorbed attention for B single queries, each over its own K gathered latents [c_kv | k_pe]
+        ([B, K, C + R], e.g. a serving engine's selected cache rows). -> [B, H, Dv].
+
+        Invalid keys (padding, future positions) are masked out of the softmax. Scores use
+        [q_nope W_UK | q_pe] against the stored [c_kv | k_pe] in one product; the weighted sum of latents is
+        mapped to values by W_UV afterwards: `attend_absorbed`'s maths for one query row each."""
+        w = self._kv_b_weight()  # [H, Dn + Dv, C]
+        w_uk, w_uv = w[:, : self.dn], w[:, self.dn :]
+        q_abs_BHC = torch.bmm(q_nope_BHD.transpose(0, 1), w_uk).transpose(0, 1)  # [B, H, C]
+        q_BHL = torch.cat([q_abs_BHC, q_pe_BHR], -1)
+        s_BHK = torch.bmm(q_BHL, lat_BKL.transpose(1, 2)).float().mul_(self.scale)
+        if valid_BK is not None:
+            s_BHK.masked_fill_(~valid_BK[:, None], float("-inf"))
+        o_lat_BHC = torch.bmm(s_BHK.softmax(-1).to(lat_BKL.dtype), lat_BKL[..., : self.kv_lora_rank])
+        return torch.bmm(o_lat_BHC.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [B, H, Dv]
+
     def cheaper_impl(self, T: int, S: int, K: int | None) -> str:
         """The path with less time: multiply-adds per head, a gathered key counted 8x, and never absorbed under
         autograd.

@@ -25,6 +25,8 @@ Shapes: N tokens (B*T flattened), D hidden, E routed experts, k experts per toke
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -204,18 +206,30 @@ class MoE(nn.Module):
         """Each expert module once, on its contiguous slice of the sorted tokens (added into `out` if given).
         A decode step of one or two tokens without autograd calls each token's k experts on that token alone:
         sorting, gathering and scattering k rows costs more than the experts' own calls (INT4, LoRA)."""
+        return self.routed_each(x_ND, w_Nk, idx_Nk, out, lambda e, x: self.experts[e](x))
+
+    def routed_each(
+        self,
+        x_ND: torch.Tensor,
+        w_Nk: torch.Tensor,
+        idx_Nk: torch.Tensor,
+        out: torch.Tensor | None,
+        expert: Callable[[int, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """`routed_per_expert` with expert e computed by `expert(e, x)`: the experts' modules, or a serving fast
+        path's fused weights for them (serve/engine/fast_layer.py), the routing the same."""
         out = torch.zeros_like(x_ND) if out is None else out
         if x_ND.shape[0] <= 2 and not torch.is_grad_enabled():
             for t, (experts, weights) in enumerate(zip(idx_Nk.tolist(), w_Nk.tolist(), strict=True)):
                 for e, wt in zip(experts, weights, strict=True):
-                    out[t].add_(self.experts[e](x_ND[t : t + 1])[0].mul_(wt))
+                    out[t].add_(expert(e, x_ND[t : t + 1])[0].mul_(wt))
             return out
         order, token, counts = self._sort(idx_Nk)
         xs = x_ND.index_select(0, token)
         outs, start = [], 0
         for e, n in enumerate(counts.tolist()):  # one host sync per layer
             if n:
-                outs.append(self.experts[e](xs[start : start + n]))
+                outs.append(expert(e, xs[start : start + n]))
                 start += n
         ys = torch.cat(outs) * w_Nk.flatten()[order, None].to(x_ND.dtype)
         return out.index_add_(0, token, ys)

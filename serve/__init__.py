@@ -1,12 +1,14 @@
 """Inference: the embedded engine, the OpenAI-compatible HTTP app, and launchers for sglang / vLLM.
 
 Module map:
-- engine/     the embedded PyTorch engine: `LLM`, `SamplingParams`, `AsyncLLM`, MTP speculative decoding
+- engine/     the embedded PyTorch engine: `LLM`, `SamplingParams`, `AsyncLLM`, MTP speculative decoding, and
+              serve's one text path (engine/detokenizer.py: DecodeStream + stop strings, the HTTP app's too)
               (see engine/__init__.py)
 - http/       the OpenAI-compatible FastAPI app over an engine protocol: chat / completions / generate / health /
               metrics, GLM-5 rendering and parsing, auth, OpenAI-style errors; `run_embedded` for `glm5 serve`
 - launchers/  sglang and vLLM command lines for a topology (TP / DP / EP, dp-attention, MTP, multi-node) and the
-              subprocess lifecycle (health wait, log streaming, signal forwarding)
+              subprocess lifecycle (health wait, log streaming, signal forwarding); launch.py is what
+              `glm5 serve --engine sglang|vllm` does
 - bench/      `glm5 bench serve`: the load generator (sglang bench_serving semantics) and its report
 
 Life of a request in `glm5 serve`: http app validates and renders -> engine protocol `generate` -> AsyncLLM queue

@@ -6,8 +6,11 @@ Module map:
 - block_manager.py    BlockManager: paged KV blocks, reference counts, hash-chained prefix caching, LRU
 - scheduler.py        Scheduler: continuous batching, chunked prefill under a token budget, preemption
 - kv_cache.py         KVCache: the paged tensors (c_kv, k_pe, index key per layer and token slot)
-- model_runner.py     ModelRunner: one step over the paged cache (varlen prefill, batched sparse decode);
-                      a plain path (the model's modules) and a fast path checked against it
+- step_input.py       StepInput / SeqInput: a step's flattened tokens, positions, cache slots; a chunk's context
+- model_runner.py     ModelRunner: one step over the paged cache (varlen prefill, batched sparse decode); the
+                      plain path (the model's modules), the reference the fast path is checked against
+- fast_layer.py       the fast path (a mixin of ModelRunner): the model's layer with fused projections and norms,
+                      the model's MoE routing over fused expert weights, batched absorbed-MLA decode attention
 - fused_weights.py    fuse_layer: linears that read the same input share one weight tensor (fast path)
 - sampler.py          Sampler: penalties, temperature, top-k/p, min-p, per-request seeds, exact logprobs,
                       grammar masks for constrained requests
@@ -15,7 +18,8 @@ Module map:
                       as per-request logits masks (optional dependency: glm5[grammar])
 - spec_decode.py      SpecModelRunner: MTP speculative decoding (paged MTP cache, chained drafts, verification)
 - rejection_sampler.py  the acceptance rule: greedy, and exact speculative sampling with target logprobs
-- detokenizer.py      Detokenizer: incremental text and stop strings (skipped with SamplingParams.detokenize=False)
+- detokenizer.py      Detokenizer: incremental text (tokenizers' DecodeStream) and stop strings; serve's one text
+                      path, also the HTTP app's (which asks the engine for none: SamplingParams.detokenize=False)
 - request_output.py   RequestOutput: what a request produced so far
 - config.py           EngineConfig: batch and cache sizes, attention path
 - engine.py           LLMEngine: step() = schedule -> run -> postprocess; abort; metrics; update_weights

@@ -18,6 +18,7 @@ from serve.engine.request_output import RequestOutput
 from serve.engine.sampling_params import SamplingParams
 from serve.engine.scheduler import Scheduler
 from serve.engine.sequence import Sequence
+from serve.engine.spec_decode import SpecModelRunner
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,6 @@ class LLMEngine:
         self.model = model
         self.tokenizer = tokenizer
         if self.config.speculative == "mtp":
-            from serve.engine.spec_decode import SpecModelRunner
-
             self.runner = SpecModelRunner(model, self.config, device)
         else:
             self.runner = ModelRunner(model, self.config, device)
@@ -105,7 +104,10 @@ class LLMEngine:
         self.scheduler.add(seq)  # raises if the prompt cannot fit
         detok = None  # params.detokenize=False: the caller decodes the tokens itself (the HTTP app does)
         if self.tokenizer is not None and params.detokenize:
-            detok = Detokenizer(self.tokenizer, ids, params.skip_special_tokens)
+            detok = Detokenizer(
+                self.tokenizer, ids, params.skip_special_tokens, stops=params.stop,
+                include_stop=params.include_stop_str_in_output,
+            )  # fmt: skip
         self.requests[request_id] = _Request(seq, detok)
         self._prompt_tokens += len(ids)
         return request_id
@@ -143,21 +145,20 @@ class LLMEngine:
                 if req.detok is None:
                     continue
                 last = j == len(new_ids) - 1
-                new = "" if last and stopped_by_token else req.detok.add([tok])
+                if not (last and stopped_by_token):
+                    req.detok.add([tok])
                 if last and seq.is_finished:
-                    new += req.detok.flush()
-                p = seq.params
-                if p.stop and new:
-                    stop = req.detok.find_stop(p.stop, len(new), p.include_stop_str_in_output)
-                    if stop is not None:
-                        if seq.is_finished:  # EOS / max_tokens came with the same token: the stop string wins
-                            seq.finish_reason, seq.stop_reason = "stop", stop
-                        else:
-                            self.scheduler.finish(seq, "stop", stop)
-                        if not last:  # drop the accepted tokens after the stop string
-                            del seq.token_ids[seq.num_prompt_tokens + req.num_emitted :]
-                            del seq.logprobs[req.num_emitted :]
-                        break
+                    req.detok.flush()
+                stop = req.detok.stop
+                if stop is not None:
+                    if seq.is_finished:  # EOS / max_tokens came with the same token: the stop string wins
+                        seq.finish_reason, seq.stop_reason = "stop", stop
+                    else:
+                        self.scheduler.finish(seq, "stop", stop)
+                    if not last:  # drop the accepted tokens after the stop string
+                        del seq.token_ids[seq.num_prompt_tokens + req.num_emitted :]
+                        del seq.logprobs[req.num_emitted :]
+                    break
             self._generation_tokens += req.num_emitted - before
         outputs = []
         got_token = {s.request_id for s in updated}

@@ -18,6 +18,7 @@ xgrammar is an optional dependency (`pip install 'glm5[grammar]'`: it brings tri
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import threading
@@ -34,8 +35,6 @@ INSTALL_HINT = "pip install 'glm5[grammar]' (xgrammar)"
 
 
 def available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("xgrammar") is not None
 
 

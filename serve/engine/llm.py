@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from model.modeling import GLM5ForCausalLM
+from model.tokenizer import Tokenizer
 from serve.engine.config import EngineConfig
 from serve.engine.engine import LLMEngine
 from serve.engine.request_output import RequestOutput
@@ -36,8 +38,6 @@ def load_tokenizer(path: Path):
     """The checkpoint's tokenizer, or None when it ships none (then prompts must be token ids)."""
     if not (path / "tokenizer.json").is_file():
         return None
-    from model.tokenizer import Tokenizer
-
     return Tokenizer.from_dir(path)
 
 
@@ -47,8 +47,6 @@ class LLM:
 
     def __init__(self, model, tokenizer=None, dtype: str | torch.dtype = "auto", device: str = "cpu", **engine_kwargs):
         if isinstance(model, (str, Path)):
-            from model.modeling import GLM5ForCausalLM
-
             path = Path(model)
             model = GLM5ForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device), device=device)
             if tokenizer is None:

@@ -55,12 +55,14 @@ from pathlib import Path
 import torch
 
 from serve.engine.config import EngineConfig
+from serve.engine.fast_layer import rms_norm
 from serve.engine.fused_weights import FusedLayer, fuse_layer
 from serve.engine.kv_cache import KVCache
-from serve.engine.model_runner import ModelRunner, SeqInput, StepInput, rms_norm
+from serve.engine.model_runner import ModelRunner
 from serve.engine.rejection_sampler import draft_tokens, verify
 from serve.engine.scheduler import ScheduledChunk
 from serve.engine.sequence import Sequence, TokenLogprob
+from serve.engine.step_input import SeqInput, StepInput
 
 
 def write_draft_vocab(path, token_ids, **info) -> None:

@@ -12,10 +12,9 @@ Module map:
 - messages.py         the conversation checks OpenAI makes (content required, tool results answer tool calls).
 - template.py         the checkpoint's own chat template (jinja2, as apply_chat_template), when it is not GLM-5's.
 - constraints.py      tool_choice "required" / a named function and response_format as a grammar for the sampler.
-- detokenizer.py      token ids -> text deltas (tokenizers' DecodeStream; each token decoded once, here), safe at
-                      UTF-8 boundaries, with stop strings held back and cut.
-- generation.py       one engine request as a stream of `Step`s (text delta, tokens, logprobs, finish), with the
-                      stop-string cut, the abort on cancel, the concurrency bound and the latency metrics.
+- generation.py       one engine request as a stream of `Step`s (text delta, tokens, logprobs, finish): the ids
+                      decoded once, here, by the engine's own text path (serve/engine/detokenizer.py: DecodeStream,
+                      stop strings held back and cut), the abort on cancel, the concurrency bound, latency metrics.
 - logprobs.py         logprobs in the chat and the completions wire formats.
 - chat.py             /v1/chat/completions: render (GLM-5 template, tools, tool_choice, thinking), parse
                       reasoning and tool calls (GLM-5's glm45 / glm47 formats), stream or assemble.
@@ -35,5 +34,6 @@ Module map:
 
 Life of a chat request: bytes (BodyLimit, AccessLog, BearerAuth) -> protocol.ChatCompletionRequest ->
 messages.check_messages -> chat.build_prompt (ids; constraints.chat_constraint) -> n x generation.run
-(engine.generate, detokenize, stop strings) -> chat parser deltas -> SSE chunks or one response.
+(engine.generate; text and stop strings by serve.engine.detokenizer.Detokenizer) -> chat parser deltas -> SSE
+chunks or one response.
 """

@@ -50,16 +50,57 @@ async def warm_up(state: ServerState, on_ready: Callable[[], None] | None) -> No
         log.exception("warm-up generation failed")
 
 
+# The POST routes that are one call into their module: `handler(state, request)`.
+_POST_ROUTES: tuple[tuple[str, Callable], ...] = (
+    ("/v1/chat/completions", chat.chat_completions),
+    ("/v1/completions", completions.completions),
+    ("/generate", native.generate),
+    ("/update_weights_from_disk", weight_updates.update_weights_from_disk),
+    ("/load_lora_adapter", weight_updates.load_lora_adapter),
+    ("/unload_lora_adapter", weight_updates.unload_lora_adapter),
+    ("/update_weight_version", weight_updates.update_weight_version),
+    ("/pause_generation", pause.pause_generation),
+    ("/continue_generation", pause.continue_generation),
+    ("/v1/tokenize", tokenize.tokenize),
+    ("/v1/detokenize", tokenize.detokenize),
+)
+
+
 def create_app(
     engine: AsyncEngine, tokenizer, settings: ServerSettings, on_ready: Callable[[], None] | None = None
 ) -> FastAPI:
     """The app over `engine`; `tokenizer` needs encode / decode / eos_token_ids (model.tokenizer.Tokenizer)."""
     state = ServerState(engine, tokenizer, settings)
+    app = FastAPI(title="glm5 serve", lifespan=_lifespan(state, on_ready), docs_url=None, redoc_url=None)
+    app.state.glm5 = state
+    install_error_handlers(app)
+    _add_exception_handlers(app, state)
+    for path, handler in _POST_ROUTES:
+        app.add_api_route(path, _endpoint(state, handler), methods=["POST"], name=handler.__name__)
+
+    @app.get("/get_weight_version")
+    async def _weight_version():
+        return await weight_updates.get_weight_version(state)
+
+    _add_model_routes(app, state)
+    _add_health_routes(app, state)
+
+    @app.get("/metrics")
+    async def _metrics():
+        text = state.metrics.render(state.engine_metrics(), state.in_flight)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    _add_middleware(app, settings)
+    return app
+
+
+def _lifespan(state: ServerState, on_ready: Callable[[], None] | None):
+    """Startup runs the warm-up generation in the background (or marks the server ready without one)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
         task = None
-        if settings.warmup:
+        if state.settings.warmup:
             task = asyncio.create_task(warm_up(state, on_ready))
         else:
             state.ready = True
@@ -67,10 +108,10 @@ def create_app(
         if task is not None and not task.done():
             task.cancel()
 
-    app = FastAPI(title="glm5 serve", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.glm5 = state
-    install_error_handlers(app)
+    return lifespan
 
+
+def _add_exception_handlers(app: FastAPI, state: ServerState) -> None:
     @app.exception_handler(EngineBusy)
     async def _busy(_request: Request, exc: EngineBusy):
         state.metrics.rejected += 1
@@ -80,53 +121,18 @@ def create_app(
     async def _too_large(_request: Request, exc: BodyTooLarge):
         return too_large(exc.limit).response()
 
-    @app.post("/v1/chat/completions")
-    async def _chat(request: Request):
-        return await chat.chat_completions(state, request)
 
-    @app.post("/v1/completions")
-    async def _completions(request: Request):
-        return await completions.completions(state, request)
+def _endpoint(state: ServerState, handler: Callable):
+    """The route's endpoint: `handler(state, request)`."""
 
-    @app.post("/generate")
-    async def _generate(request: Request):
-        return await native.generate(state, request)
+    async def endpoint(request: Request):
+        return await handler(state, request)
 
-    @app.post("/update_weights_from_disk")
-    async def _update_from_disk(request: Request):
-        return await weight_updates.update_weights_from_disk(state, request)
+    return endpoint
 
-    @app.post("/load_lora_adapter")
-    async def _load_lora(request: Request):
-        return await weight_updates.load_lora_adapter(state, request)
 
-    @app.post("/unload_lora_adapter")
-    async def _unload_lora(request: Request):
-        return await weight_updates.unload_lora_adapter(state, request)
-
-    @app.get("/get_weight_version")
-    async def _weight_version():
-        return await weight_updates.get_weight_version(state)
-
-    @app.post("/update_weight_version")
-    async def _update_weight_version(request: Request):
-        return await weight_updates.update_weight_version(state, request)
-
-    @app.post("/pause_generation")
-    async def _pause(request: Request):
-        return await pause.pause_generation(state, request)
-
-    @app.post("/continue_generation")
-    async def _continue(request: Request):
-        return await pause.continue_generation(state, request)
-
-    @app.post("/v1/tokenize")
-    async def _tokenize(request: Request):
-        return await tokenize.tokenize(state, request)
-
-    @app.post("/v1/detokenize")
-    async def _detokenize(request: Request):
-        return await tokenize.detokenize(state, request)
+def _add_model_routes(app: FastAPI, state: ServerState) -> None:
+    settings = state.settings
 
     def model_card() -> dict:
         name = settings.served_model_name
@@ -149,12 +155,14 @@ def create_app(
             raise APIError(404, f"model {model!r} is not served here", param="model", code="model_not_found")
         return model_card()
 
+
+def _add_health_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/health")
     async def _health():
         if not state.ready:
             detail = state.warmup_error or "warming up"
             return JSONResponse({"status": "starting", "detail": detail}, status_code=503)
-        if not getattr(engine, "healthy", True):
+        if not getattr(state.engine, "healthy", True):
             return JSONResponse({"status": "unhealthy", "detail": "the engine has stopped"}, status_code=503)
         return {"status": "ok"}
 
@@ -168,7 +176,7 @@ def create_app(
         if not state.ready:
             return JSONResponse({"status": "starting"}, status_code=503)
         if probe is None or probe.done():
-            probe = asyncio.create_task(one_token(state, settings.health_generate_timeout_s))
+            probe = asyncio.create_task(one_token(state, state.settings.health_generate_timeout_s))
             probe.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if nobody waits
         try:
             await asyncio.shield(probe)  # a prober that hangs up does not cancel the others' probe
@@ -176,11 +184,8 @@ def create_app(
             return JSONResponse({"status": "unhealthy", "detail": f"{type(e).__name__}: {e}"}, status_code=503)
         return {"status": "ok"}
 
-    @app.get("/metrics")
-    async def _metrics():
-        text = state.metrics.render(state.engine_metrics(), state.in_flight)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+def _add_middleware(app: FastAPI, settings: ServerSettings) -> None:
     # Added last = outermost: the access log sees every answer, a 401 or a 413 included.
     app.add_middleware(InternalErrors)  # innermost: a bug is a 500 and the connection stays usable
     if settings.api_key:
@@ -190,4 +195,3 @@ def create_app(
         app.add_middleware(LoopbackOnly)
     if settings.access_log:
         app.add_middleware(AccessLog)
-    return app

@@ -122,19 +122,49 @@ def _merge_reasoning(delta: dict, separate: bool) -> dict:
     return {"content": delta["reasoning_content"]}
 
 
+def _filtered(deltas: list[dict], req: ChatCompletionRequest, prompt: ChatPrompt) -> list[dict]:
+    """The parser's deltas less what the request leaves out (calls after the first; a forced call's text)."""
+    if req.parallel_tool_calls is False:
+        deltas = [d for d in map(_first_call_only, deltas) if d is not None]
+    if prompt.calls_only:
+        deltas = [d for d in map(_calls_only, deltas) if d is not None]
+    return deltas
+
+
+@dataclass
+class _Chat:
+    """One chat request on its way out: the checked request, its prompt, its n generations and the ids it answers
+    with."""
+
+    state: ServerState
+    req: ChatCompletionRequest
+    prompt: ChatPrompt
+    gens: list[Generation]
+    rid: str
+    created: int
+
+    @property
+    def top_n(self) -> int:
+        return self.req.top_logprobs or 0
+
+    @property
+    def model(self) -> str:
+        return self.state.settings.served_model_name
+
+    def logprobs(self, lps: list):
+        return chat_logprobs(self.state.tokenizer, lps, self.top_n) if self.req.logprobs else None
+
+    def usage(self) -> dict:
+        return usage(self.state, len(self.prompt.ids), [g.result for g in self.gens], self.prompt.thinking)
+
+
 async def chat_completions(state: ServerState, request: Request):
     req = parse_body(ChatCompletionRequest, await request.body())
-    state.check_model(req.model)
-    if req.n > state.settings.max_n:
-        raise bad_request(f"n is {req.n}; at most {state.settings.max_n}", param="n")
-    if req.top_logprobs is not None and req.top_logprobs > state.settings.max_top_logprobs:
-        raise bad_request(f"top_logprobs is at most {state.settings.max_top_logprobs}", param="top_logprobs")
-    check_messages(req.messages)
+    _check_request(state, req)
     prompt = await build_prompt(state, req)
     limit_param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     max_tokens = state.max_new_tokens(len(prompt.ids), req.completion_limit, "messages", limit_param)
-    top_n = req.top_logprobs or 0
-    logprobs = top_n if req.logprobs else None
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
     params = [
         state.sampling_params(req, max_tokens, choice_seed(req.seed, i), logprobs, prompt.constraint)
         for i in range(req.n)
@@ -142,110 +172,106 @@ async def chat_completions(state: ServerState, request: Request):
     ticket = state.admit(req.n)
     rid = new_id("chatcmpl")
     gens = [Generation(state, prompt.ids, p, req.stop_strings, f"{rid}-{i}") for i, p in enumerate(params)]
-    created = int(time.time())
-    model = state.settings.served_model_name
-
+    chat = _Chat(state, req, prompt, gens, rid, int(time.time()))
     if not req.stream:
         try:
             await drain(request, gens)
         finally:
             ticket.release()
-        results = [g.result for g in gens]
-        choices = []
-        for i, res in enumerate(results):
-            parser = StreamParser(prompt.parser_tools, prompt.thinking)
-            deltas = parser.feed(res.text) + parser.finish()
-            if req.parallel_tool_calls is False:
-                deltas = [d for d in map(_first_call_only, deltas) if d is not None]
-            if prompt.calls_only:
-                deltas = [d for d in map(_calls_only, deltas) if d is not None]
-            msg = accumulate(deltas).to_message()
-            if not req.separate_reasoning and msg.get("reasoning_content"):
-                msg["content"] = msg.pop("reasoning_content") + (msg["content"] or "")
-            choice = {
-                "index": i,
-                "message": msg,
-                "finish_reason": finish_reason(res.finish_reason, parser.has_tool_calls),
-            }
-            choice["logprobs"] = chat_logprobs(state.tokenizer, res.logprobs, top_n) if req.logprobs else None
-            if res.stop_reason is not None:
-                choice["stop_reason"] = res.stop_reason
-            if req.return_token_ids:
-                choice["token_ids"] = list(res.token_ids)
-            choices.append(choice)
-        body = {
-            "id": rid,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": choices,
-            "usage": usage(state, len(prompt.ids), results, prompt.thinking),
-        }
-        if req.return_token_ids:
-            body["prompt_token_ids"] = list(prompt.ids)
-        return JSONResponse(body)
+        return JSONResponse(_completion_body(chat))
+    return event_stream(_events(chat), ticket)
 
+
+def _check_request(state: ServerState, req: ChatCompletionRequest) -> None:
+    state.check_model(req.model)
+    if req.n > state.settings.max_n:
+        raise bad_request(f"n is {req.n}; at most {state.settings.max_n}", param="n")
+    if req.top_logprobs is not None and req.top_logprobs > state.settings.max_top_logprobs:
+        raise bad_request(f"top_logprobs is at most {state.settings.max_top_logprobs}", param="top_logprobs")
+    check_messages(req.messages)
+
+
+def _completion_body(chat: _Chat) -> dict:
+    """The whole `chat.completion` response, once every generation has finished."""
+    req = chat.req
+    body = {
+        "id": chat.rid,
+        "object": "chat.completion",
+        "created": chat.created,
+        "model": chat.model,
+        "choices": [_choice(chat, i, g.result) for i, g in enumerate(chat.gens)],
+        "usage": chat.usage(),
+    }
+    if req.return_token_ids:
+        body["prompt_token_ids"] = list(chat.prompt.ids)
+    return body
+
+
+def _choice(chat: _Chat, i: int, res: Result) -> dict:
+    """One finished choice: its text parsed into content, reasoning and tool calls."""
+    req = chat.req
+    parser = StreamParser(chat.prompt.parser_tools, chat.prompt.thinking)
+    deltas = _filtered(parser.feed(res.text) + parser.finish(), req, chat.prompt)
+    msg = accumulate(deltas).to_message()
+    if not req.separate_reasoning and msg.get("reasoning_content"):
+        msg["content"] = msg.pop("reasoning_content") + (msg["content"] or "")
+    choice = {
+        "index": i,
+        "message": msg,
+        "finish_reason": finish_reason(res.finish_reason, parser.has_tool_calls),
+    }
+    choice["logprobs"] = chat.logprobs(res.logprobs)
+    if res.stop_reason is not None:
+        choice["stop_reason"] = res.stop_reason
+    if req.return_token_ids:
+        choice["token_ids"] = list(res.token_ids)
+    return choice
+
+
+async def _events(chat: _Chat):
+    """The SSE chunks of a streamed chat: each choice's first chunk, its deltas as they come, its finish; then
+    the usage when asked."""
+    req, prompt, gens = chat.req, chat.prompt, chat.gens
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    chunk = chunk_writer(chat.rid, chat.created, chat.model, "chat.completion.chunk", include_usage)
+    parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]
+    pending_lps: list[list] = [[] for _ in gens]
+    pending_ids: list[list[int]] = [[] for _ in gens]  # sampled ids not yet sent (return_token_ids)
 
-    chunk = chunk_writer(rid, created, model, "chat.completion.chunk", include_usage)
+    def with_ids(choice: dict, i: int) -> dict:
+        # The ids ride on the chunk that follows their sampling, as vLLM sends them; the last chunk sends the rest.
+        if req.return_token_ids:
+            choice["token_ids"], pending_ids[i] = pending_ids[i], []
+        return choice
 
-    async def events():
-        parsers = [StreamParser(prompt.parser_tools, prompt.thinking) for _ in gens]
-        pending_lps: list[list] = [[] for _ in gens]
-        pending_ids: list[list[int]] = [[] for _ in gens]  # sampled ids not yet sent (return_token_ids)
-
-        def with_ids(choice: dict, i: int) -> dict:
-            # The ids ride on the chunk that follows their sampling, as vLLM sends them; the last chunk sends the rest.
-            if req.return_token_ids:
-                choice["token_ids"], pending_ids[i] = pending_ids[i], []
-            return choice
-
-        for i in range(len(gens)):
-            first = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-            if req.return_token_ids:
-                first["prompt_token_ids"] = list(prompt.ids)
-            yield chunk([first])
-        async for i, step in merged(gens):
-            parser = parsers[i]
-            pending_lps[i] += step.logprobs
-            pending_ids[i] += step.token_ids
-            deltas = parser.feed(step.text) if step.text else []
-            if step.finish_reason is not None:
-                deltas += parser.finish()
-            if req.parallel_tool_calls is False:
-                deltas = [d for d in map(_first_call_only, deltas) if d is not None]
-            if prompt.calls_only:
-                deltas = [d for d in map(_calls_only, deltas) if d is not None]
-            for d in deltas:
-                lp = None
-                if req.logprobs and pending_lps[i]:
-                    lp, pending_lps[i] = chat_logprobs(state.tokenizer, pending_lps[i], top_n), []
-                yield chunk(
-                    [
-                        with_ids(
-                            {
-                                "index": i,
-                                "delta": _merge_reasoning(d, req.separate_reasoning),
-                                "logprobs": lp,
-                                "finish_reason": None,
-                            },
-                            i,
-                        )
-                    ]
-                )
-            if step.finish_reason is not None:
-                lp = chat_logprobs(state.tokenizer, pending_lps[i], top_n) if req.logprobs else None
-                pending_lps[i] = []
-                final = {
-                    "index": i,
-                    "delta": {},
-                    "logprobs": lp,
-                    "finish_reason": finish_reason(step.finish_reason, parser.has_tool_calls),
-                }
-                if gens[i].result.stop_reason is not None:
-                    final["stop_reason"] = gens[i].result.stop_reason
-                yield chunk([with_ids(final, i)])
-        if include_usage:
-            yield chunk([], usage(state, len(prompt.ids), [g.result for g in gens], prompt.thinking))
-
-    return event_stream(events(), ticket)
+    for i in range(len(gens)):
+        first = {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        if req.return_token_ids:
+            first["prompt_token_ids"] = list(prompt.ids)
+        yield chunk([first])
+    async for i, step in merged(gens):
+        parser = parsers[i]
+        pending_lps[i] += step.logprobs
+        pending_ids[i] += step.token_ids
+        deltas = parser.feed(step.text) if step.text else []
+        if step.finish_reason is not None:
+            deltas += parser.finish()
+        for d in _filtered(deltas, req, prompt):
+            lp = None
+            if req.logprobs and pending_lps[i]:
+                lp, pending_lps[i] = chat.logprobs(pending_lps[i]), []
+            delta = {"index": i, "delta": _merge_reasoning(d, req.separate_reasoning), "logprobs": lp}
+            yield chunk([with_ids({**delta, "finish_reason": None}, i)])
+        if step.finish_reason is not None:
+            lp, pending_lps[i] = chat.logprobs(pending_lps[i]), []
+            final = {
+                "index": i,
+                "delta": {},
+                "logprobs": lp,
+                "finish_reason": finish_reason(step.finish_reason, parser.has_tool_calls),
+            }
+            if gens[i].result.stop_reason is not None:
+                final["stop_reason"] = gens[i].result.stop_reason
+            yield chunk([with_ids(final, i)])
+    if include_usage:
+        yield chunk([], chat.usage())

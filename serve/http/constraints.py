@@ -25,6 +25,7 @@ import re
 import threading
 from typing import Any
 
+from serve.engine import grammar
 from serve.http.errors import bad_request
 from serve.http.protocol import ChatCompletionRequest, NamedToolChoice
 
@@ -74,8 +75,6 @@ def response_schema(req: ChatCompletionRequest) -> tuple[bool, dict | None]:
 
 
 def _grammars(state):
-    from serve.engine import grammar
-
     if not grammar.available():
         return None
     with _GRAMMARS_LOCK:  # worker threads: one Grammars (and one cache) per server
@@ -85,11 +84,9 @@ def _grammars(state):
 
 
 def _unavailable(what: str, param: str):
-    from serve.engine.grammar import INSTALL_HINT
-
     return bad_request(
         f"{what} needs constrained decoding, which this server cannot do: xgrammar is not installed. "
-        f"Install it with {INSTALL_HINT} and restart the server.",
+        f"Install it with {grammar.INSTALL_HINT} and restart the server.",
         param=param,
         code="constrained_decoding_unavailable",
     )

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 
+from serve.http.weight_updates import int4_layer_shapes
+
 
 class EmbeddedEngine:
     def __init__(self, async_llm):
@@ -37,8 +39,6 @@ class EmbeddedEngine:
 
     def int4_layers(self) -> dict:
         """name -> (out_features, in_features) of every INT4 layer, which takes an adapter beside its weight."""
-        from serve.http.weight_updates import int4_layer_shapes
-
         return int4_layer_shapes(self.core.model)
 
     async def update_weights(self, state_dict: dict, low_rank: dict | None = None) -> int:

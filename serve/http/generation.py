@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from serve.engine.detokenizer import Detokenizer
 from serve.engine.sampling_params import SamplingParams
-from serve.http.detokenizer import IncrementalDetokenizer, StopStrings
 from serve.http.errors import bad_request
 from serve.http.state import ServerState, new_id
 
 
 @dataclass
 class Step:
+    """What one engine output adds: the text it completes, its new token ids and logprobs, the finish if any."""
+
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list = field(default_factory=list)
@@ -29,13 +31,9 @@ class Step:
 
 
 @dataclass
-class Result:
-    """What a finished generation adds up to."""
+class Result(Step):
+    """What a finished generation adds up to: its Steps summed, and what the engine said of the request."""
 
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list = field(default_factory=list)
-    finish_reason: str | None = None
     stop_reason: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -59,8 +57,8 @@ class Generation:
         self.params = params
         self.request_id = request_id or new_id("req")
         skip = set(state.eos_ids) | set(params.stop_token_ids)
-        self.detok = IncrementalDetokenizer(state.tokenizer, skip_ids=skip)
-        self.stops = StopStrings(stops)
+        # No prompt context and no special tokens skipped by name: the eos and stop token ids are left out.
+        self.detok = Detokenizer(state.tokenizer, (), False, skip_ids=skip, stops=stops)
         self.result = Result(prompt_tokens=len(prompt_ids))
         self.arrival = time.perf_counter()
 
@@ -102,15 +100,14 @@ class Generation:
                     last = now
                 res.token_ids += new_ids
                 res.logprobs += new_lps
-                text = self.stops.feed(self.detok.add(new_ids))
+                text = self.detok.add(new_ids)
                 finish = out.finish_reason
-                if self.stops.hit is not None:
-                    finish, res.stop_reason = "stop", self.stops.hit
+                if self.detok.stop is not None:
+                    finish, res.stop_reason = "stop", self.detok.stop
                 elif finish is not None:
-                    text += self.stops.feed(self.detok.flush())
-                    text += self.stops.flush() if self.stops.hit is None else ""
-                    if self.stops.hit is not None:
-                        finish, res.stop_reason = "stop", self.stops.hit
+                    text += self.detok.flush()
+                    if self.detok.stop is not None:
+                        finish, res.stop_reason = "stop", self.detok.stop
                 res.text += text
                 if finish is not None:
                     res.finish_reason = finish

@@ -10,15 +10,31 @@ cache of zeros for a 5 MB model was most of the server's resident memory.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+import uvicorn
 from rich.console import Console
 
+from model import kernels
+from model.int4_linear import Int4Linear
+from model.modeling import GLM5ForCausalLM
+from model.quant_int4 import quantize_int4
+from serve.engine import LLM, AsyncLLM
+from serve.engine.config import EngineConfig
+from serve.engine.kv_cache import KVCache
+from serve.engine.llm import load_tokenizer, resolve_dtype
 from serve.http import logs
+from serve.http.app import create_app
+from serve.http.engine_adapter import EmbeddedEngine
+from serve.http.settings import ServerSettings, check_api_key
+from serve.http.template import TemplateUnusable, load_renderer
+from serve.http.weight_updates import UpdateError, attach_lora
 
 
 def checkpoint_summary(model_dir: Path) -> str:
@@ -43,8 +59,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 def default_kv_cache_gib(cfg, dtype, max_num_seqs: int, max_model_len: int | None, cap_gib: float = 1.0) -> float:
     """KV memory for `max_num_seqs` sequences of the whole context, at most `cap_gib`."""
-    from serve.engine.kv_cache import KVCache
-
     context = max_model_len or cfg.max_position_embeddings
     need = max_num_seqs * context * KVCache.bytes_per_token(cfg, dtype) / 2**30
     return min(cap_gib, need)
@@ -74,13 +88,6 @@ def load_engine(
     adapter applied after quantization, served beside each INT4 layer's int4 weight (`attach_lora`), so the
     served change is exactly the adapter's; merged first, every weight would be rounded anew.
     """
-    import torch
-
-    from model.modeling import GLM5ForCausalLM
-    from serve.engine import LLM, AsyncLLM
-    from serve.engine.llm import load_tokenizer, resolve_dtype
-    from serve.http.engine_adapter import EmbeddedEngine
-
     kwargs: dict = {}
     if max_num_seqs:
         kwargs["max_num_seqs"] = max_num_seqs
@@ -97,29 +104,21 @@ def load_engine(
     with console.status(f"loading {model_dir} ({checkpoint_summary(model_dir)}) onto {device}...", spinner="dots"):
         model = GLM5ForCausalLM.from_pretrained(model_dir, dtype=resolve_dtype(dtype, device), device=device)
         if not kv_cache_gib:
-            from serve.engine.config import EngineConfig
-
             seqs = max_num_seqs or EngineConfig.max_num_seqs
             param_dtype = next(model.parameters()).dtype
             kwargs["kv_cache_gib"] = default_kv_cache_gib(model.config, param_dtype, seqs, max_model_len)
         if adapt is not None:
             model = adapt(model)
         if quant == "int4":
-            from model.quant_int4 import quantize_int4
-
             console.print("quantizing weights to INT4 (group 128)...")
             quantize_int4(model, group_size=128, strict=False)
         if lora is not None:
-            from serve.http.weight_updates import UpdateError, attach_lora
-
             try:
                 n = attach_lora(model, Path(lora))
             except UpdateError as e:
                 raise SystemExit(f"--lora: {e}") from None
             console.print(f"LoRA adapter {lora}: beside the int4 weights of {n} layers, merged into the others")
         llm = LLM(model, tokenizer=load_tokenizer(model_dir), device=device, **kwargs)
-    from model.int4_linear import Int4Linear
-
     int4_checkpoint = quant != "int4" and any(isinstance(m, Int4Linear) for m in model.modules())
     console.print(
         f"[green]loaded[/] {model_dir} in {time.monotonic() - t0:.1f}s on {device} "
@@ -133,8 +132,6 @@ def load_engine(
 
 
 def is_loopback(host: str) -> bool:
-    import ipaddress
-
     if host == "localhost":
         return True
     try:
@@ -164,12 +161,6 @@ def run_embedded(
     prefix_caching: bool = True,
     lora: Path | None = None,
 ) -> int:
-    import uvicorn
-
-    from serve.http.app import create_app
-    from serve.http.settings import ServerSettings, check_api_key
-    from serve.http.template import TemplateUnusable, load_renderer
-
     try:
         check_api_key(api_key)  # before minutes of loading, not after
     except ValueError as e:
@@ -226,8 +217,6 @@ def run_embedded(
 
     app = create_app(engine, tokenizer, settings, on_ready=ready)
     if engine.core.runner.device.type == "cpu":
-        from model import kernels
-
         console.print(f"[dim]{kernels.status()}[/]", highlight=False)  # builds them on a first run (seconds)
     console.print(f"warming up (one generation) at {url} ...", highlight=False)
     config = uvicorn.Config(app, log_level="warning", access_log=False)

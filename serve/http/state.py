@@ -11,6 +11,7 @@ import inspect
 import uuid
 from dataclasses import dataclass, field
 
+from model.chat import render
 from serve.engine.sampling_params import SamplingParams
 from serve.http.engine_protocol import AsyncEngine
 from serve.http.errors import APIError, bad_request
@@ -59,8 +60,6 @@ class ServerState:
     def render_chat(self, messages, tools, add_generation_prompt: bool, thinking: bool, clear: bool = True) -> str:
         """The prompt text: the checkpoint's own template when it has one, else GLM-5's (model/chat.py); what
         either refuses is a 400 naming it."""
-        from model.chat import render
-
         renderer = self.settings.chat_template.render if self.settings.chat_template is not None else render
         try:
             return renderer(messages, tools, add_generation_prompt, thinking, clear)

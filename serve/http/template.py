@@ -20,6 +20,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateError
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from model.chat import REASONING_FIELDS, normalize_messages, render
 from model.tokenizer import CHAT_TEMPLATE
 
@@ -44,10 +48,6 @@ class JinjaTemplate:
     """A chat template's source, compiled once; `render` has the signature of `model.chat.render`."""
 
     def __init__(self, source: str, origin: str, special_tokens: Mapping[str, str] | None = None):
-        from jinja2 import TemplateError
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
         self.source, self.origin = source, origin
         self.special_tokens = dict(special_tokens or {})
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
@@ -60,15 +60,10 @@ class JinjaTemplate:
             raise TemplateUnusable(f"{origin} does not compile: {e}") from None
 
     def render(
-        self,
-        messages: Sequence[Any],
-        tools: Sequence[Mapping] | None = None,
-        add_generation_prompt: bool = True,
-        enable_thinking: bool = True,
-        clear_thinking: bool = True,
-    ) -> str:
-        from jinja2 import TemplateError
-
+        self, messages: Sequence[Any], tools: Sequence[Mapping] | None = None, add_generation_prompt: bool = True,
+        enable_thinking: bool = True, clear_thinking: bool = True,
+    ) -> str:  # fmt: skip
+        """The prompt text through this template, from the arguments `model.chat.render` takes."""
         try:
             return self.template.render(
                 messages=[_alias_reasoning(m) for m in normalize_messages(messages)],

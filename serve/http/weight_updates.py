@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from pathlib import Path
 
 import anyio
@@ -36,7 +37,9 @@ import torch
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import Field
+from safetensors.torch import load_file
 
+from model.modeling import GLM5ForCausalLM
 from serve.http.protocol import _Body, parse_body
 
 
@@ -73,8 +76,6 @@ class UpdateError(ValueError):
 def read_lora_factors(path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """name of the weight an adapter changes -> its (A [r, K], s*B [N, r]) (float32, CPU), from peft's files at
     `path`: the change is s*B@A, s = lora_alpha/r (alpha/sqrt(r) with rslora)."""
-    from safetensors.torch import load_file
-
     cfg_file, tensors_file = path / "adapter_config.json", path / "adapter_model.safetensors"
     if not cfg_file.is_file() or not tensors_file.is_file():
         raise UpdateError(
@@ -215,8 +216,6 @@ class WeightUpdater:
         dtype = next(iter(weights.values())).dtype
 
         def load() -> dict:
-            from model.modeling import GLM5ForCausalLM
-
             return GLM5ForCausalLM.from_pretrained(path, dtype=dtype, device="cpu").state_dict()
 
         try:
@@ -269,8 +268,6 @@ def check_covers(state: dict, weights: dict, path: Path) -> None:
     """A checkpoint replaces every served weight, with the same shapes: one of another model (fewer layers) was
     applied in part and reported a success, its MTP layer written over a decoder layer. The one part it may lack is
     the MTP layer (the last layer index), whole: transformers' save_pretrained writes none."""
-    import re
-
     layer = re.compile(r"^model\.layers\.(\d+)\.")
 
     def decoders(names) -> int:  # the layers that are not an MTP layer (DeepSeek's: it has an eh_proj)

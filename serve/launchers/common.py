@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import shutil
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from serve.http.settings import check_api_key
 
 # GLM-5's parsers in both engines (sglang `Glm47MoeDetector`, "for GLM-4.7 and GLM-5"; vLLM `glm47_moe`).
 TOOL_CALL_PARSER = "glm47"
@@ -18,10 +23,6 @@ def socket_env(nnodes: int, ifname: str | None) -> dict[str, str]:
 
 def console_script(name: str, *sub: str) -> tuple[str, ...]:
     """An engine's console script beside this interpreter, else on PATH, else the name alone."""
-    import shutil
-    import sys
-    from pathlib import Path
-
     beside = Path(sys.executable).with_name(name)
     return (str(beside) if beside.exists() else shutil.which(name) or name, *sub)
 
@@ -43,9 +44,24 @@ class ServerOptions:
     rollout_lora_targets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from serve.http.settings import check_api_key
-
         check_api_key(self.api_key)  # sglang and vLLM, too, read an empty key as none
+
+
+def parser_flags() -> list[str]:
+    """GLM-5's tool-call and reasoning parsers, spelt the same in both engines."""
+    return ["--tool-call-parser", TOOL_CALL_PARSER, "--reasoning-parser", REASONING_PARSER]
+
+
+def server_flags(opts: ServerOptions, max_seqs_flag: str) -> list[str]:
+    """The served name, the API key and the bound on running requests (`max_seqs_flag`: each engine's spelling)."""
+    argv = []
+    if opts.served_model_name:
+        argv += ["--served-model-name", opts.served_model_name]
+    if opts.api_key:
+        argv += ["--api-key", opts.api_key]
+    if opts.max_num_seqs:
+        argv += [max_seqs_flag, str(opts.max_num_seqs)]
+    return argv
 
 
 @dataclass(frozen=True)

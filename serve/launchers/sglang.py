@@ -23,14 +23,7 @@ argument parser (`sglang/srt/server_args.py`), which every argv here is parsed w
 
 from __future__ import annotations
 
-from serve.launchers.common import (
-    REASONING_PARSER,
-    TOOL_CALL_PARSER,
-    EngineCommand,
-    ServerOptions,
-    console_script,
-    socket_env,
-)
+from serve.launchers.common import EngineCommand, ServerOptions, console_script, parser_flags, server_flags, socket_env
 from serve.launchers.topology import Topology, TopologyError
 
 MEM_FRACTION = {"b200": 0.9, "amd": 0.80}  # the cookbook's per hardware; 0.85 elsewhere
@@ -48,7 +41,7 @@ def sglang_command(topo: Topology, opts: ServerOptions, program: tuple[str, ...]
         argv += ["--dp-size", str(topo.dp)]
     if topo.ep > 1:
         argv += ["--ep-size", str(topo.ep)]
-    argv += ["--tool-call-parser", TOOL_CALL_PARSER, "--reasoning-parser", REASONING_PARSER]
+    argv += parser_flags()
     env = socket_env(topo.nnodes, opts.socket_ifname)
     if topo.speculative == "mtp":
         if topo.hardware == "amd":
@@ -60,12 +53,7 @@ def sglang_command(topo: Topology, opts: ServerOptions, program: tuple[str, ...]
     argv += _hardware_flags(topo)
     mem = opts.mem_fraction if opts.mem_fraction is not None else MEM_FRACTION.get(topo.hardware, 0.85)
     argv += ["--mem-fraction-static", f"{mem:g}"]
-    if opts.served_model_name:
-        argv += ["--served-model-name", opts.served_model_name]
-    if opts.api_key:
-        argv += ["--api-key", opts.api_key]
-    if opts.max_num_seqs:
-        argv += ["--max-running-requests", str(opts.max_num_seqs)]
+    argv += server_flags(opts, "--max-running-requests")
     argv += ["--enable-metrics"]
     argv += _rollout_flags(topo, opts)
     if topo.nnodes > 1:

@@ -133,6 +133,13 @@ class Topology:
             )
 
 
+def default_speculative(speculative: str | None, hardware: str) -> str | None:
+    """The speculative decoding an external engine runs: as asked; by default GLM-5's MTP layer, except on AMD."""
+    if speculative == "off":
+        return None
+    return speculative or ("mtp" if hardware != "amd" else None)
+
+
 def checkpoint_precision(model: str) -> str:
     """fp8 if the checkpoint is FP8, int4 if it is compressed-tensors (the W4A16 `glm5 model quantize` writes; both
     engines read it from config.json's quantization_config, no flag), else bf16; a hub id by its name."""

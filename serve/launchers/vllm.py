@@ -15,14 +15,7 @@ Multi-node launches set GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to `--socket-ifn
 
 from __future__ import annotations
 
-from serve.launchers.common import (
-    REASONING_PARSER,
-    TOOL_CALL_PARSER,
-    EngineCommand,
-    ServerOptions,
-    console_script,
-    socket_env,
-)
+from serve.launchers.common import EngineCommand, ServerOptions, console_script, parser_flags, server_flags, socket_env
 from serve.launchers.topology import Topology, TopologyError
 
 
@@ -48,19 +41,14 @@ def vllm_command(topo: Topology, opts: ServerOptions, program: tuple[str, ...] |
         argv += ["--data-parallel-size", str(dp)]
     if topo.dp_attention or topo.ep > 1:
         argv += ["--enable-expert-parallel"]
-    argv += ["--tool-call-parser", TOOL_CALL_PARSER, "--reasoning-parser", REASONING_PARSER]
+    argv += parser_flags()
     argv += ["--enable-auto-tool-choice", "--trust-remote-code", "--chat-template-content-format", "string"]
     if topo.speculative == "mtp":
         argv += ["--speculative-config.method", "mtp"]
         argv += ["--speculative-config.num_speculative_tokens", str(topo.spec_steps)]
     mem = 0.85 if opts.mem_fraction is None else opts.mem_fraction
     argv += ["--gpu-memory-utilization", f"{mem:g}"]
-    if opts.served_model_name:
-        argv += ["--served-model-name", opts.served_model_name]
-    if opts.api_key:
-        argv += ["--api-key", opts.api_key]
-    if opts.max_num_seqs:
-        argv += ["--max-num-seqs", str(opts.max_num_seqs)]
+    argv += server_flags(opts, "--max-num-seqs")
     if topo.nnodes > 1:
         if dp > 1:
             if dp % topo.nnodes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from model.tokenizer import Tokenizer
-from serve.http.detokenizer import IncrementalDetokenizer, StopStrings
+from serve.engine.detokenizer import IncrementalDetokenizer, StopStrings
 
 
 def test_incremental_equals_whole_decode_across_multibyte_characters():
@@ -70,7 +70,7 @@ def test_decode_stream_gives_what_the_window_reference_gives_token_by_token():
     """The same deltas, step by step, as the plain window decoder -- on real text, on random ids (which
     split characters and make invalid UTF-8), with several tokens in one step (speculative decoding), eos
     skipped, and stop strings cut from the result."""
-    from serve.http.detokenizer import StreamDetokenizer, WindowDetokenizer
+    from serve.engine.detokenizer import StreamDetokenizer, WindowDetokenizer
 
     tok = Tokenizer.shipped()
     rng = random.Random(0)

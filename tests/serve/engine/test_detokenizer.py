@@ -63,3 +63,23 @@ def test_string_prompts_are_tokenised(tiny_model):
     llm = LLM(tiny_model, tokenizer=LetterTokenizer(), num_kv_blocks=32, block_size=4)
     out = llm.generate("hello", SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))[0]
     assert out.prompt_token_ids == [7, 4, 11, 11, 14]
+
+
+def test_prompt_context_gives_the_same_text_in_the_stream_and_the_window_decoder():
+    """The engine decodes its output after the prompt's last tokens (word boundaries): DecodeStream primed with
+    them gives what the window reference gives, a prompt that ends inside a character included (the character
+    comes out whole with the output tokens that complete it)."""
+    import random
+
+    from model.tokenizer import Tokenizer
+    from serve.engine.detokenizer import StreamDetokenizer, WindowDetokenizer
+
+    tok, rng = Tokenizer.shipped(), random.Random(5)
+    euro = tok.encode("a€b")
+    for n in range(200):
+        ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(2, 40))] if n else euro * 3
+        cut = rng.randint(1, len(ids) - 1)
+        context, out, skip = ids[max(0, cut - 6) : cut], ids[cut:], rng.random() < 0.5
+        stream = StreamDetokenizer(tok, tok._tok, (), skip, context)
+        window = WindowDetokenizer(tok, (), skip, context)
+        assert [stream.add([t]) for t in out] + [stream.flush()] == [window.add([t]) for t in out] + [window.flush()]

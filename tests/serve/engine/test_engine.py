@@ -13,7 +13,7 @@ from model.norms import RMSNorm
 from serve import LLM, SamplingParams
 from serve.engine.config import EngineConfig
 from serve.engine.engine import LLMEngine
-from serve.engine.model_runner import rms_norm
+from serve.engine.fast_layer import rms_norm
 from tests.model.conftest import close
 from tests.serve.engine.conftest import plain_greedy, random_prompts
 
