@@ -37,7 +37,8 @@ trajectories, hooks, MCP, TUI and headless runs.
     session.py      where sessions live; --continue / --resume lookup
     redact.py       secrets out of everything written to a trajectory
     settings.py     TOML settings, GLM5_* environment, flags; named providers; save_rule
-    plugin_registry.py  PluginManager: the hookspec (tools, benchmarks, environments, rewards), DEFAULT_PLUGINS by name
+    plugin_registry.py  pluggy hook specs (tools, benchmarks, environments, rewards, log parsers) and default_manager(),
+                    the one PluginManager: DEFAULT_PLUGINS by name
                     and the `glm5.plugins` entry points, loaded at run time (plugins import agent, never the reverse)
     builder.py      assembles a Session (all of the above) for an interface
     commands.py     slash commands, !cmd, @file mentions

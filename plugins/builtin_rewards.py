@@ -29,6 +29,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from agent.plugin_registry import hookimpl
+
 Score = Callable[[str], "float | None"]
 
 
@@ -128,6 +130,7 @@ def _run(argv: list[str], cwd: Path, stdin: str, env: dict, timeout: float) -> s
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+@hookimpl
 def register_rewards(register, context) -> None:
     register("regex", _regex)
     register("command", _command)

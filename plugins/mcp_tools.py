@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from agent.plugin_registry import hookimpl
 
+
+@hookimpl
 def register_tools(register, context) -> None:
     servers = getattr(context.settings, "mcp_servers", None) or {}
     if not servers:

@@ -28,6 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from agent.bench.grades import MISSING, RESOLVED, UNRESOLVED, Grade
+
 EXTRA_HINT = "pip install 'glm5[swebench]'"
 START, END, EXIT = ">>>>> Start Test Output", ">>>>> End Test Output", ">>>>> Test Exit Code"
 
@@ -190,8 +192,6 @@ def harness_report(task: Any, model_patch: str | None, framed_log: str) -> dict[
 def harness_judge(task: Any, statuses: dict[str, str]):
     """A glm5 Grade from the harness's resolution rule on a status map (its eval_type, its prefix matching)."""
     from swebench.harness.constants import EvalType, ResolvedStatus
-
-    from agent.bench.grading import MISSING, RESOLVED, UNRESOLVED, Grade
 
     grading, _ = _swebench()
     gold = {"FAIL_TO_PASS": list(task.FAIL_TO_PASS), "PASS_TO_PASS": list(task.PASS_TO_PASS)}

@@ -11,7 +11,8 @@ names tests as that harness does, so FAIL_TO_PASS / PASS_TO_PASS lists from SWE-
     junit_xml  every <testcase> of the JUnit XML reports the test command printed (Maven surefire, Gradle):
                `Class.method`
 `parser_for(task)` picks the task's `log_parser`, else one guessed from its test command. Plugins add parsers
-through `register_benchmarks`: register("log_parser:NAME", fn).
+through `register_log_parsers(register, context)`: register(NAME, fn) (plugins written before that hook did it
+through `register_benchmarks`: register("log_parser:NAME", fn), which still works).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+
+from agent import plugin_registry
 
 PASSED, FAILED, SKIPPED, ERROR, XFAIL = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"
 STATUSES = (PASSED, FAILED, SKIPPED, ERROR, XFAIL)
@@ -181,17 +184,11 @@ SUITE_RAN = re.compile(
 
 
 def all_parsers() -> dict[str, Parser]:
-    """Built-ins plus plugins' `log_parser:NAME` registrations."""
-    out = dict(PARSERS)
+    """Built-ins plus plugins' parsers (`register_log_parsers`, or the older `log_parser:NAME` benchmarks)."""
     try:
-        from agent.plugin_registry import PluginManager
-
-        for name, obj in PluginManager().benchmarks().items():
-            if name.startswith("log_parser:") and callable(obj):
-                out[name.split(":", 1)[1]] = obj
+        return {**PARSERS, **plugin_registry.default_manager().log_parsers()}
     except Exception:  # noqa: BLE001 - a broken plugin must not stop grading with the built-ins
-        pass
-    return out
+        return dict(PARSERS)
 
 
 def guess_parser(test_cmd: str) -> str:

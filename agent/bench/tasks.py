@@ -26,6 +26,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from agent.bench import harness_specs
+from agent.bench.log_parsers import parser_for
+
 SWE_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")
 HARBOR_SCHEMAS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 
@@ -180,8 +183,6 @@ def swe_task_from_row(row: Any, where: str) -> SWETask:
 
 def _check_harness_fields(row: dict[str, Any], where: str) -> None:
     """log_parser is glm5's or the harness's (parse_log_*); eval_type one of the harness's; python a version."""
-    from agent.bench import harness_specs
-
     name = row.get("log_parser")
     if name and harness_specs.is_harness_parser(name):
         try:
@@ -191,8 +192,6 @@ def _check_harness_fields(row: dict[str, Any], where: str) -> None:
         if name not in known:
             raise TaskError(f"{where}: log_parser {name!r} is not one the installed swebench harness has")
     elif name:
-        from agent.bench.log_parsers import parser_for
-
         try:
             parser_for(name, "")
         except ValueError as e:
@@ -214,20 +213,16 @@ def good_image(ref: str) -> bool:
 
 
 def _python_of(row: dict[str, Any]) -> str:
-    from agent.bench.harness_specs import python_version
-
-    return python_version(row.get("dockerfile") or "") or ""
+    return harness_specs.python_version(row.get("dockerfile") or "") or ""
 
 
 def _rows(path: Path) -> list[tuple[Any, str]]:
     """(row, "file:line") pairs; JSON lists and parquet count rows from 1; a harness task repo (a folder with
     tasks/<id>/task.yaml) is read with the harness's own reader."""
     if path.is_dir() and (path / "tasks").is_dir():
-        from agent.bench.harness_specs import HarnessMissing, load_task_repo
-
         try:
-            return load_task_repo(path)
-        except (HarnessMissing, OSError, ValueError) as e:
+            return harness_specs.load_task_repo(path)
+        except (harness_specs.HarnessMissing, OSError, ValueError) as e:
             raise TaskError(f"{path}: {e}") from None
     if not path.is_file():
         raise TaskError(f"{path}: no such file")

@@ -28,8 +28,10 @@ from typing import Any
 
 from agent.bench.agents import AgentLimits, BenchAgent
 from agent.bench.docker_env import BASE_IMAGE
-from agent.bench.environments import EnvSpec, InfraError, make_environment
-from agent.bench.grading import INFRA_ERROR, Grade, frozen, grade_swe, grade_terminal, infra, patch_files
+from agent.bench.env_kinds import make_environment
+from agent.bench.environments import EnvSpec, InfraError
+from agent.bench.grades import INFRA_ERROR, Grade, infra
+from agent.bench.grading import frozen, grade_swe, grade_terminal, patch_files
 from agent.bench.repos import RepoCache, working_tree_diff
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.trajectory import TrajectoryWriter

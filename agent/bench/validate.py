@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.agents import NopAgent, OracleAgent
-from agent.bench.grading import MISSING
+from agent.bench.grades import MISSING
 from agent.bench.log_parsers import PASSED, SKIPPED, XFAIL
 from agent.bench.repos import RepoCache
 from agent.bench.tasks import SWETask
