@@ -18,11 +18,14 @@ infra_error (the verifier failed), never a zero.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import tempfile
 from pathlib import Path
+
+from unidiff import PatchSet
+from unidiff.constants import RE_DIFF_GIT_HEADER
+from unidiff.errors import UnidiffParseError
 
 from agent.bench import harness_specs
 from agent.bench.environments import APP, VERIFIER_LOGS, Environment, ExecResult, InfraError
@@ -67,14 +70,15 @@ def read_statuses(log: str, returncode: int | None, parser_name: str | None, tes
 
 
 def patch_files(patch: str) -> list[str]:
-    """Paths a unified diff touches (b/ side; a/ side for deletions)."""
-    out: list[str] = []
-    for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", patch, re.M):
-        for p in (m.group(2), m.group(1)):
-            if p not in out and p != "/dev/null":
-                out.append(p)
-                break
-    return out
+    """Paths a unified diff touches (the new path; the old one for a deletion), read by unidiff. A patch whose hunks
+    unidiff refuses (cut short, or a lone CR that text decoding made a line end) still names its files: its
+    `diff --git` headers are read with unidiff's own pattern, so a malformed hunk cannot hide a path."""
+    try:
+        paths = [f.path for f in PatchSet(patch, metadata_only=True)]
+    except UnidiffParseError:
+        heads = (RE_DIFF_GIT_HEADER.match(line) for line in patch.split("\n"))
+        paths = [m.group("target").strip('"')[2:] for m in heads if m]
+    return list(dict.fromkeys(paths))
 
 
 def default_test_cmd(task: SWETask) -> str:
