@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -115,18 +117,18 @@ class TerminalTask:
 # -- SWE-bench rows --------------------------------------------------------------------------------------------
 
 
-def _test_list(value: Any, where: str, name: str) -> tuple[str, ...]:
+def _test_list(value: Any, name: str) -> tuple[str, ...]:
     if value is None or value == "":
         return ()
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
-            raise TaskError(f"{where}: {name} is a string but not a JSON list ({e})") from None
+            raise ValueError(f"{name} is a string but not a JSON list ({e})") from None
     if hasattr(value, "tolist"):  # a numpy array from parquet
         value = value.tolist()
     if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise TaskError(f"{where}: {name} must be a list of test names (or a JSON string of one)")
+        raise ValueError(f"{name} must be a list of test names (or a JSON string of one)")
     return tuple(value)
 
 
@@ -137,73 +139,6 @@ def _good_id(ident: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z0-9_.\-]+", ident)) and len(ident) <= MAX_ID and ident.strip(".") != ""
 
 
-def swe_task_from_row(row: Any, where: str) -> SWETask:
-    """One SWE-bench row (a dict) -> SWETask; `where` is `file:line` for errors."""
-    if not isinstance(row, dict):
-        raise TaskError(f"{where}: a task must be a JSON object, not {type(row).__name__}")
-    missing = [k for k in SWE_REQUIRED if not row.get(k)]
-    if missing:
-        raise TaskError(f"{where}: missing required field(s) {', '.join(missing)}")
-    for k in ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch"):
-        if row.get(k) is not None and not isinstance(row[k], str):
-            raise TaskError(f"{where}: {k} must be a string")
-    if not _good_id(row["instance_id"]):
-        # the id becomes a folder name under the run; no slashes, no dot-dot games
-        raise TaskError(f"{where}: instance_id {row['instance_id'][:80]!r} may hold only letters, digits, . _ - "
-                        f"(not only dots), at most {MAX_ID} of them")  # fmt: skip
-    for k in ("test_cmd", "log_parser", "setup", "version", "environment_setup_commit", "hints_text",
-              "eval_script", "image", "eval_type", "python", "dockerfile"):  # fmt: skip
-        if row.get(k) is not None and not isinstance(row[k], str):
-            raise TaskError(f"{where}: {k} must be a string")
-    _check_harness_fields(row, where)
-    known = {f for f in SWETask.__dataclass_fields__ if f not in ("source", "extra")}
-    return SWETask(
-        instance_id=row["instance_id"],
-        repo=row["repo"],
-        base_commit=row["base_commit"],
-        problem_statement=row["problem_statement"],
-        patch=row.get("patch") or "",
-        test_patch=row.get("test_patch") or "",
-        FAIL_TO_PASS=_test_list(row.get("FAIL_TO_PASS"), where, "FAIL_TO_PASS"),
-        PASS_TO_PASS=_test_list(row.get("PASS_TO_PASS"), where, "PASS_TO_PASS"),
-        version=str(row.get("version") or ""),
-        environment_setup_commit=row.get("environment_setup_commit") or "",
-        hints_text=row.get("hints_text") or "",
-        test_cmd=row.get("test_cmd") or None,
-        log_parser=row.get("log_parser") or None,
-        setup=row.get("setup") or None,
-        eval_script=row.get("eval_script") or "",
-        image=row.get("image") or "",
-        eval_type=row.get("eval_type") or "",
-        python=row.get("python") or _python_of(row),
-        source=where,
-        extra={k: v for k, v in row.items() if k not in known},
-    )
-
-
-def _check_harness_fields(row: dict[str, Any], where: str) -> None:
-    """log_parser is glm5's or the harness's (parse_log_*); eval_type one of the harness's; python a version."""
-    name = row.get("log_parser")
-    if name and harness_specs.is_harness_parser(name):
-        try:
-            known = harness_specs.parser_names()
-        except harness_specs.HarnessMissing as e:
-            raise TaskError(f"{where}: {e}") from None
-        if name not in known:
-            raise TaskError(f"{where}: log_parser {name!r} is not one the installed swebench harness has")
-    elif name:
-        try:
-            parser_for(name, "")
-        except ValueError as e:
-            raise TaskError(f"{where}: {e}") from None
-    if row.get("image") and not good_image(row["image"]):
-        raise TaskError(f"{where}: image {row['image'][:80]!r} is not a Docker image reference")
-    if row.get("eval_type") and row["eval_type"] not in ("pass_and_fail", "fail_only"):
-        raise TaskError(f"{where}: eval_type must be pass_and_fail or fail_only, not {row['eval_type'][:40]!r}")
-    if row.get("python") and not re.fullmatch(r"3\.\d{1,2}", row["python"]):
-        raise TaskError(f"{where}: python must be a version such as 3.9, not {row['python'][:40]!r}")
-
-
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
 
 
@@ -212,8 +147,129 @@ def good_image(ref: str) -> bool:
     return bool(_IMAGE.fullmatch(ref))
 
 
-def _python_of(row: dict[str, Any]) -> str:
-    return harness_specs.python_version(row.get("dockerfile") or "") or ""
+class SWERow(BaseModel):
+    """What glm5 reads of a SWE-bench row, checked by pydantic: the four required fields, strings where strings
+    belong, the test lists, and the harness's fields; any other key is kept (SWETask.extra). The first problem in
+    field order is reported, named by its field."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    patch: str | None = None
+    test_patch: str | None = None
+    test_cmd: str | None = None
+    log_parser: str | None = None
+    setup: str | None = None
+    version: str | None = None
+    environment_setup_commit: str | None = None
+    hints_text: str | None = None
+    eval_script: str | None = None
+    image: str | None = None
+    eval_type: str | None = None
+    python: str | None = None
+    dockerfile: str | None = None
+    FAIL_TO_PASS: Any = ()
+    PASS_TO_PASS: Any = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _required(cls, row: Any) -> Any:
+        if not isinstance(row, dict):
+            raise ValueError(f"a task must be a JSON object, not {type(row).__name__}")
+        missing = [k for k in SWE_REQUIRED if not row.get(k)]
+        if missing:
+            raise ValueError(f"missing required field(s) {', '.join(missing)}")
+        return row
+
+    @field_validator("instance_id")
+    @classmethod
+    def _folder_name(cls, v: str) -> str:
+        if not _good_id(v):  # the id becomes a folder name under the run; no slashes, no dot-dot games
+            raise ValueError(f"instance_id {v[:80]!r} may hold only letters, digits, . _ - (not only dots), at most "
+                             f"{MAX_ID} of them")  # fmt: skip
+        return v
+
+    @field_validator("log_parser")
+    @classmethod
+    def _known_parser(cls, name: str | None) -> str | None:
+        """glm5's (or a plugin's) parser, or one the installed harness has (parse_log_*)."""
+        if name and harness_specs.is_harness_parser(name):
+            if name not in harness_specs.parser_names():  # HarnessMissing says to install the extra
+                raise ValueError(f"log_parser {name!r} is not one the installed swebench harness has")
+        elif name:
+            parser_for(name, "")
+        return name
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v and not good_image(v):
+            raise ValueError(f"image {v[:80]!r} is not a Docker image reference")
+        return v
+
+    @field_validator("eval_type")
+    @classmethod
+    def _eval_type(cls, v: str | None) -> str | None:
+        if v and v not in ("pass_and_fail", "fail_only"):
+            raise ValueError(f"eval_type must be pass_and_fail or fail_only, not {v[:40]!r}")
+        return v
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str | None) -> str | None:
+        if v and not re.fullmatch(r"3\.\d{1,2}", v):
+            raise ValueError(f"python must be a version such as 3.9, not {v[:40]!r}")
+        return v
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _tests(cls, v: Any, info: ValidationInfo) -> tuple[str, ...]:
+        return _test_list(v, info.field_name)
+
+
+def _problem(e: ValidationError) -> str:
+    """The first problem pydantic found, in the words glm5 has always used: the field named."""
+    err = e.errors(include_url=False)[0]
+    if err["type"] == "value_error":
+        return str(err["ctx"]["error"])
+    field = ".".join(map(str, err["loc"]))
+    return f"{field} must be a string" if err["type"] == "string_type" else f"{field}: {err['msg']}"
+
+
+def swe_task_from_row(row: Any, where: str) -> SWETask:
+    """One SWE-bench row (a dict) -> SWETask; `where` is `file:line` for errors."""
+    try:
+        r = SWERow.model_validate(row)
+    except ValidationError as e:
+        raise TaskError(f"{where}: {_problem(e)}") from None
+    except harness_specs.HarnessMissing as e:
+        raise TaskError(f"{where}: {e}") from None
+    known = {f for f in SWETask.__dataclass_fields__ if f not in ("source", "extra")}
+    return SWETask(
+        instance_id=r.instance_id,
+        repo=r.repo,
+        base_commit=r.base_commit,
+        problem_statement=r.problem_statement,
+        patch=r.patch or "",
+        test_patch=r.test_patch or "",
+        FAIL_TO_PASS=r.FAIL_TO_PASS,
+        PASS_TO_PASS=r.PASS_TO_PASS,
+        version=r.version or "",
+        environment_setup_commit=r.environment_setup_commit or "",
+        hints_text=r.hints_text or "",
+        test_cmd=r.test_cmd or None,
+        log_parser=r.log_parser or None,
+        setup=r.setup or None,
+        eval_script=r.eval_script or "",
+        image=r.image or "",
+        eval_type=r.eval_type or "",
+        python=r.python or harness_specs.python_version(r.dockerfile or "") or "",
+        source=where,
+        extra={k: v for k, v in row.items() if k not in known},
+    )
 
 
 def _rows(path: Path) -> list[tuple[Any, str]]:
