@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 from unidiff import PatchSet
@@ -131,8 +133,6 @@ def _suite_runs_without_prediction(task: SWETask, env: Environment, timeout_s: f
 def frozen(env: Environment):
     """While the host touches /app or /logs, nothing inside runs (DockerEnvironment.frozen pauses its
     container; in the local environment nothing outlives a command, so there is nothing to pause)."""
-    from contextlib import nullcontext
-
     f = getattr(env, "frozen", None)
     return f() if callable(f) else nullcontext()
 
@@ -184,9 +184,7 @@ def task_test_cmd(task: SWETask) -> str:
     if task.test_cmd:
         return task.test_cmd
     if task.eval_script:
-        from agent.bench.harness_specs import test_command
-
-        cmd = test_command(task.eval_script)
+        cmd = harness_specs.test_command(task.eval_script)
         if cmd:
             return cmd
     return default_test_cmd(task)
@@ -203,10 +201,8 @@ def runs_eval_script(task: SWETask, env: Environment) -> bool:
 
 def run_tests(env: Environment, task: SWETask, timeout_s: float) -> tuple[ExecResult, str]:
     if runs_eval_script(task, env):
-        from agent.bench.harness_specs import eval_script
-
         (env.logs / "verifier").mkdir(parents=True, exist_ok=True)
-        (env.logs / "verifier" / "eval.sh").write_text(eval_script(task), encoding="utf-8")
+        (env.logs / "verifier" / "eval.sh").write_text(harness_specs.eval_script(task), encoding="utf-8")
         return env.exec(EVAL_SH, cwd=env.workdir, timeout_s=timeout_s), EVAL_SH
     cmd = task_test_cmd(task)
     return env.exec(cmd, cwd=APP, timeout_s=timeout_s), cmd
@@ -286,8 +282,6 @@ def _verifier_file(path: Path) -> str | None:
 def clear_verifier_dir(verifier_dir: Path) -> None:
     """Empty /logs/verifier before the verifier runs: the agent could write there (its reward.txt, reward.json,
     ctrf.json), and only what the verifier writes is its verdict."""
-    import shutil
-
     if verifier_dir.is_symlink() or (verifier_dir.exists() and not verifier_dir.is_dir()):
         verifier_dir.unlink()
     elif verifier_dir.exists():

@@ -21,8 +21,11 @@ What it does not know: how to build the harness's images (the task repo's Docker
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import json
 import re
+import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -69,8 +72,6 @@ def is_harness_parser(name: str | None) -> bool:
 @lru_cache(maxsize=1)
 def repo_parsers() -> dict[str, str]:
     """owner/name -> the registry name of the parser the harness maps that repository to (MAP_REPO_TO_PARSER_*)."""
-    import importlib
-
     registry = _swebench()[1].PARSER_REGISTRY
     by_fn: dict[Any, str] = {}
     for name, fn in registry.items():
@@ -291,9 +292,6 @@ ANSWER_FILES = ("gold.patch", "test.patch", "tests.json", "eval.sh", "hints.md")
 def build_context(task: Any, cache_dir: Path) -> Path | None:
     """A row's task folder as a Docker build context, less what would give the answer away (a Dockerfile can
     `COPY . /x`: the agent would find the gold patch in its image); None for a row without one."""
-    import hashlib
-    import shutil
-
     src = task.extra.get("task_dir")
     if not isinstance(src, str) or not (Path(src) / "Dockerfile").is_file():
         return None
