@@ -10,11 +10,14 @@ The work happens in agent/bench (and serve/bench); these commands parse flags an
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import typer
 
+from glm5cli.bench_harness import compare_with_harness
 from glm5cli.bench_run import EXIT_BELOW, MIN_RESOLVED_HELP, command, gate, show
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.help_format import WholeSummaries
@@ -45,9 +48,6 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print {task: [problems]} as JSON."),
 ) -> None:
     """Check tasks: the oracle solves each, nop none; each FAIL_TO_PASS test fails before the gold patch."""
-    import shutil
-    import tempfile
-
     # agent/bench is imported here, not at the top: `glm5 --help` must not pay for it
     from agent.bench.tasks import TaskError
     from agent.bench.validate import validate_kinds
@@ -96,7 +96,7 @@ def report(
     min_resolved: float = typer.Option(None, "--min-resolved", min=0.0, max=1.0, help=MIN_RESOLVED_HELP),
 ) -> None:
     """Rebuild the report of one run, or merge the folders of a sharded run into the report one job would write."""
-    from agent.bench.reports import build_report, junit_xml, write_reports
+    from agent.bench.reports import build_report, junit_xml, write_reports  # here, not at the top: --help's speed
     from agent.bench.reports import markdown as to_markdown
     from agent.bench.run_folder import RunFolderError
 
@@ -127,12 +127,10 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Per-task flips between two runs and the paired difference in resolved rate (B - A), with a 95% interval."""
-    from agent.bench.reports import compare as cmp
+    from agent.bench.reports import compare as cmp  # here, not at the top: --help's speed
     from agent.bench.run_folder import RunFolderError
 
     if run_b.is_file():
-        from glm5cli.bench_harness import compare_with_harness
-
         compare_with_harness(run_a, run_b, as_json)
         return
 
@@ -196,6 +194,7 @@ def serve(
     output_file: Path | None = typer.Option(None, help="Append the summary as one JSON line to this file."),
 ) -> None:
     """Load-test an OpenAI-compatible server (sglang bench_serving semantics)."""
+    # asyncio and serve/bench here, not at the top: --help's speed
     import asyncio
 
     from serve.bench.dataset import random_dataset, shared_prefix_dataset

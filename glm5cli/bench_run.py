@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 
+from glm5cli.bench_harness import check_local, write_predictions
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.progress import BenchProgress
 
@@ -185,7 +186,6 @@ def run(kind: str, f: RunFlags) -> None:
     from agent.bench.runner import RunOptions, parse_shard
     from agent.bench.tasks import TaskError
     from agent.settings import SettingsError
-    from glm5cli.bench_harness import check_local, write_predictions
 
     out = f.out.resolve()  # every trial and the repository cache live under it, whatever folder git runs in
     if f.k < 1 or f.n < 1 or f.retries < 0:

@@ -71,40 +71,32 @@ def parse_unittest(log: str) -> dict[str, str]:
     return out
 
 
-_GO = re.compile(r"^--- (PASS|FAIL|SKIP): (.+) \((.+)\)$")
+def _matched_lines(log: str, rx: re.Pattern, statuses: dict[str, str], strip: bool = False) -> dict[str, str]:
+    """Each line (stripped) that `rx` matches: its `name` group (stripped too with `strip`) -> statuses[its `status`
+    group]."""
+    out = {}
+    for line in log.splitlines():
+        m = rx.match(line.strip())
+        if m:
+            out[m.group("name").strip() if strip else m.group("name")] = statuses[m.group("status")]
+    return out
+
+
+_GO = re.compile(r"^--- (?P<status>PASS|FAIL|SKIP): (?P<name>.+) \((.+)\)$")
+_CARGO = re.compile(r"^test\s+(?P<name>\S+)\s+\.\.\.\s+(?P<status>ok|FAILED|ignored)$")
+_JEST = re.compile(r"^(?P<status>✓|✕|○)\s(?P<name>.+?)(?:\s\((\d+\s*m?s)\))?$")
 
 
 def parse_go_test(log: str) -> dict[str, str]:
-    out = {}
-    for line in log.splitlines():
-        m = _GO.match(line.strip())
-        if m:
-            out[m.group(2)] = {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED}[m.group(1)]
-    return out
-
-
-_CARGO = re.compile(r"^test\s+(\S+)\s+\.\.\.\s+(ok|FAILED|ignored)$")
+    return _matched_lines(log, _GO, {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED})
 
 
 def parse_cargo(log: str) -> dict[str, str]:
-    out = {}
-    for line in log.splitlines():
-        m = _CARGO.match(line.strip())
-        if m:
-            out[m.group(1)] = {"ok": PASSED, "FAILED": FAILED, "ignored": SKIPPED}[m.group(2)]
-    return out
-
-
-_JEST = re.compile(r"^(✓|✕|○)\s(.+?)(?:\s\((\d+\s*m?s)\))?$")
+    return _matched_lines(log, _CARGO, {"ok": PASSED, "FAILED": FAILED, "ignored": SKIPPED})
 
 
 def parse_jest(log: str) -> dict[str, str]:
-    out = {}
-    for line in log.splitlines():
-        m = _JEST.match(line.strip())
-        if m:
-            out[m.group(2).strip()] = {"✓": PASSED, "✕": FAILED, "○": SKIPPED}[m.group(1)]
-    return out
+    return _matched_lines(log, _JEST, {"✓": PASSED, "✕": FAILED, "○": SKIPPED}, strip=True)
 
 
 _MOCHA_PASS = re.compile(r"^[✓✔]\s(.+?)(?:\s\(\d+m?s\))?$")
