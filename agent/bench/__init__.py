@@ -1,6 +1,7 @@
 """`glm5 bench`: SWE-bench and Harbor / Terminal-Bench tasks run by an agent, graded, recorded in a run folder.
 
     tasks.py        SWETask / TerminalTask; load_swe_tasks (JSONL / JSON / parquet), load_terminal_task(s)
+    task_schema.py  what a SWE-bench row and a Harbor task.toml may hold: pydantic models (SWERow, HarborToml)
     environments.py the Environment protocol (start, exec, copy_in, copy_out, stop), Harbor's fixed paths
     env_kinds.py    the kinds by name: local, docker and plugins' (register_environments); make_environment
     process.py      run_argv: a command in its own session, its output kept head and tail (every environment's exec)

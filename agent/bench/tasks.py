@@ -10,7 +10,7 @@ A row as the harness publishes it (SWE-bench 5.x: `image`, `eval_script`, `log_p
 
 A Harbor task is a folder: task.toml (schema 1.4: [task], [metadata], [agent], [verifier], [environment],
 [solution]), instruction.md, environment/ (Dockerfile, files), tests/test.sh, solution/solve.sh.
-Every error names the file, and the line or the field.
+Every error names the file, and the line or the field; the fields are checked by task_schema.py's pydantic models.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationError
 
 try:
     import tomllib
@@ -29,9 +29,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from agent.bench import harness_specs
-from agent.bench.log_parsers import parser_for
+from agent.bench.task_schema import MAX_ID, HarborToml, SWERow, good_id, problem
 
-SWE_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")
 HARBOR_SCHEMAS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 
 
@@ -117,134 +116,12 @@ class TerminalTask:
 # -- SWE-bench rows --------------------------------------------------------------------------------------------
 
 
-def _test_list(value: Any, name: str) -> tuple[str, ...]:
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{name} is a string but not a JSON list ({e})") from None
-    if hasattr(value, "tolist"):  # a numpy array from parquet
-        value = value.tolist()
-    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise ValueError(f"{name} must be a list of test names (or a JSON string of one)")
-    return tuple(value)
-
-
-MAX_ID = 200  # a folder name: most filesystems allow 255 bytes
-
-
-def _good_id(ident: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z0-9_.\-]+", ident)) and len(ident) <= MAX_ID and ident.strip(".") != ""
-
-
-_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
-
-
-def good_image(ref: str) -> bool:
-    """A Docker image reference (registry/name:tag or @digest); never one that `docker run` would read as a flag."""
-    return bool(_IMAGE.fullmatch(ref))
-
-
-class SWERow(BaseModel):
-    """What glm5 reads of a SWE-bench row, checked by pydantic: the four required fields, strings where strings
-    belong, the test lists, and the harness's fields; any other key is kept (SWETask.extra). The first problem in
-    field order is reported, named by its field."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    instance_id: str
-    repo: str
-    base_commit: str
-    problem_statement: str
-    patch: str | None = None
-    test_patch: str | None = None
-    test_cmd: str | None = None
-    log_parser: str | None = None
-    setup: str | None = None
-    version: str | None = None
-    environment_setup_commit: str | None = None
-    hints_text: str | None = None
-    eval_script: str | None = None
-    image: str | None = None
-    eval_type: str | None = None
-    python: str | None = None
-    dockerfile: str | None = None
-    FAIL_TO_PASS: Any = ()
-    PASS_TO_PASS: Any = ()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _required(cls, row: Any) -> Any:
-        if not isinstance(row, dict):
-            raise ValueError(f"a task must be a JSON object, not {type(row).__name__}")
-        missing = [k for k in SWE_REQUIRED if not row.get(k)]
-        if missing:
-            raise ValueError(f"missing required field(s) {', '.join(missing)}")
-        return row
-
-    @field_validator("instance_id")
-    @classmethod
-    def _folder_name(cls, v: str) -> str:
-        if not _good_id(v):  # the id becomes a folder name under the run; no slashes, no dot-dot games
-            raise ValueError(f"instance_id {v[:80]!r} may hold only letters, digits, . _ - (not only dots), at most "
-                             f"{MAX_ID} of them")  # fmt: skip
-        return v
-
-    @field_validator("log_parser")
-    @classmethod
-    def _known_parser(cls, name: str | None) -> str | None:
-        """glm5's (or a plugin's) parser, or one the installed harness has (parse_log_*)."""
-        if name and harness_specs.is_harness_parser(name):
-            if name not in harness_specs.parser_names():  # HarnessMissing says to install the extra
-                raise ValueError(f"log_parser {name!r} is not one the installed swebench harness has")
-        elif name:
-            parser_for(name, "")
-        return name
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, v: str | None) -> str | None:
-        if v and not good_image(v):
-            raise ValueError(f"image {v[:80]!r} is not a Docker image reference")
-        return v
-
-    @field_validator("eval_type")
-    @classmethod
-    def _eval_type(cls, v: str | None) -> str | None:
-        if v and v not in ("pass_and_fail", "fail_only"):
-            raise ValueError(f"eval_type must be pass_and_fail or fail_only, not {v[:40]!r}")
-        return v
-
-    @field_validator("python")
-    @classmethod
-    def _python(cls, v: str | None) -> str | None:
-        if v and not re.fullmatch(r"3\.\d{1,2}", v):
-            raise ValueError(f"python must be a version such as 3.9, not {v[:40]!r}")
-        return v
-
-    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
-    @classmethod
-    def _tests(cls, v: Any, info: ValidationInfo) -> tuple[str, ...]:
-        return _test_list(v, info.field_name)
-
-
-def _problem(e: ValidationError) -> str:
-    """The first problem pydantic found, in the words glm5 has always used: the field named."""
-    err = e.errors(include_url=False)[0]
-    if err["type"] == "value_error":
-        return str(err["ctx"]["error"])
-    field = ".".join(map(str, err["loc"]))
-    return f"{field} must be a string" if err["type"] == "string_type" else f"{field}: {err['msg']}"
-
-
 def swe_task_from_row(row: Any, where: str) -> SWETask:
     """One SWE-bench row (a dict) -> SWETask; `where` is `file:line` for errors."""
     try:
         r = SWERow.model_validate(row)
     except ValidationError as e:
-        raise TaskError(f"{where}: {_problem(e)}") from None
+        raise TaskError(f"{where}: {problem(e)}") from None
     except harness_specs.HarnessMissing as e:
         raise TaskError(f"{where}: {e}") from None
     known = {f for f in SWETask.__dataclass_fields__ if f not in ("source", "extra")}
@@ -341,28 +218,8 @@ def load_swe_tasks(path: str | Path) -> list[SWETask]:
 # -- Harbor task folders ---------------------------------------------------------------------------------------
 
 
-def _table(data: dict[str, Any], key: str, where: Path) -> dict[str, Any]:
-    v = data.get(key) or {}
-    if not isinstance(v, dict):
-        raise TaskError(f"{where}: [{key}] must be a table")
-    return v
-
-
-def _num(table: dict[str, Any], key: str, where: str, kind: type = float) -> Any:
-    v = table.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise TaskError(f"{where}.{key} must be a positive number, not {v!r}")
-    return kind(v)
-
-
-def load_terminal_task(folder: str | Path) -> TerminalTask:
-    """A Harbor task folder -> TerminalTask. Needs instruction.md and tests/test.sh; task.toml is optional."""
-    folder = Path(folder).resolve()
-    if not folder.is_dir():
-        raise TaskError(f"{folder}: not a task folder")
-    toml_path = folder / "task.toml"
+def _harbor_toml(folder: Path, toml_path: Path) -> dict[str, Any]:
+    """task.toml's data (none: {}), its schema version and steps checked, and the task's two required files."""
     data: dict[str, Any] = {}
     if toml_path.is_file():
         try:
@@ -374,44 +231,42 @@ def load_terminal_task(folder: str | Path) -> TerminalTask:
         raise TaskError(f"{toml_path}: schema_version {version!r} is not one glm5 reads ({', '.join(HARBOR_SCHEMAS)})")
     if data.get("steps"):
         raise TaskError(f"{toml_path}: multi-step tasks ([[steps]]) are not supported yet")
-    instruction = folder / "instruction.md"
-    if not instruction.is_file():
+    if not (folder / "instruction.md").is_file():
         raise TaskError(f"{folder}: instruction.md is missing (what the agent is asked to do)")
     if not (folder / "tests" / "test.sh").is_file():
         raise TaskError(f"{folder}: tests/test.sh is missing (the verifier)")
-    task = _table(data, "task", toml_path)
-    agent, verifier = _table(data, "agent", toml_path), _table(data, "verifier", toml_path)
-    env = _table(data, "environment", toml_path)
-    name = task.get("name") or folder.name
-    if not isinstance(name, str):
-        raise TaskError(f"{toml_path}: [task].name must be a string")
+    return data
+
+
+def load_terminal_task(folder: str | Path) -> TerminalTask:
+    """A Harbor task folder -> TerminalTask. Needs instruction.md and tests/test.sh; task.toml is optional."""
+    folder = Path(folder).resolve()
+    if not folder.is_dir():
+        raise TaskError(f"{folder}: not a task folder")
+    toml_path = folder / "task.toml"
+    data = _harbor_toml(folder, toml_path)
+    try:
+        t = HarborToml.model_validate(data)
+    except ValidationError as e:
+        raise TaskError(f"{toml_path}: {problem(e)}") from None
+    name = t.task.name or folder.name
     ident = re.sub(r"[^A-Za-z0-9_.\-]", "__", name)
-    if not _good_id(ident):
+    if not good_id(ident):
         raise TaskError(f"{toml_path}: [task].name {name[:80]!r} cannot name a folder (only dots, or over {MAX_ID})")
-    venv = verifier.get("env") or {}
-    if not isinstance(venv, dict) or not all(isinstance(v, str) for v in venv.values()):
-        raise TaskError(f"{toml_path}: [verifier].env must be a table of strings")
-    network = env.get("network_mode")
-    internet = env.get("allow_internet", False)
-    if not isinstance(internet, bool):  # "false" is a true string: the network would be on
-        raise TaskError(f"{toml_path}: [environment].allow_internet must be true or false, not {internet!r}")
-    allow = internet or network == "public"
-    image = env.get("docker_image")
-    if image is not None and (not isinstance(image, str) or not good_image(image)):
-        raise TaskError(f"{toml_path}: [environment].docker_image {str(image)[:80]!r} is not a Docker image reference")
+    env = t.environment
     return TerminalTask(
         instance_id=ident,
         path=folder,
-        instruction=instruction.read_text(encoding="utf-8"),
+        instruction=(folder / "instruction.md").read_text(encoding="utf-8"),
         config=data,
-        agent_timeout_s=_num(agent, "timeout_sec", f"{toml_path}: [agent]"),
-        verifier_timeout_s=_num(verifier, "timeout_sec", f"{toml_path}: [verifier]") or 600.0,
-        verifier_env=dict(venv),
-        docker_image=env.get("docker_image"),
-        memory_mb=_num(env, "memory_mb", f"{toml_path}: [environment]", int),
-        cpus=_num(env, "cpus", f"{toml_path}: [environment]", int),
-        allow_internet=allow,
-        workdir=str(env.get("workdir") or "/app"),
+        agent_timeout_s=t.agent.timeout_sec,
+        verifier_timeout_s=t.verifier.timeout_sec or 600.0,
+        verifier_env=t.verifier.env or {},
+        docker_image=env.docker_image,
+        memory_mb=env.memory_mb,
+        cpus=env.cpus,
+        allow_internet=env.allow_internet or env.network_mode == "public",
+        workdir=str(env.workdir or "/app"),
     )
 
 
