@@ -3,23 +3,27 @@ trajectories, hooks, MCP, TUI and headless runs.
 
     client.py       ChatClient: OpenAI-compatible Chat Completions over httpx; streaming, reasoning_content and
                     tool_calls deltas assembled, retries with backoff on 429/5xx/timeouts, raw response kept
-    loop.py         Agent: run(task) loops step() = execute(query()), as small as mini-swe-agent's loop
+    loop.py         Agent: run(task) loops step() = execute(query()), as small as mini-swe-agent's loop; the agent
+                    owns its state: compact() (the conversation summarized and restarted from the summary: auto
+                    and /compact), rewind(n) (the last N turns undone, code and conversation: /undo, /rewind),
+                    labels() (the outcome labels: test runs, files changed, diff kept) are its methods
     flow.py         the exit statuses and the exceptions that carry the loop's control flow (Submitted, ...)
     stats.py        token / cost / step totals and the limits checked before each model call
-    tool_call.py    one tool call: parse, approval, PreToolUse hook, checkpoints, run, PostToolUse, record
+    tool_call.py    one tool call: parse, approval, PreToolUse hook, checkpoints, run, PostToolUse, record; sees
+                    the agent as `Caller` (a Protocol of what it needs), never imports the loop
     approval.py     may a call run: permission rules (a terminal's line judged as the bash command), then the
-                    user's yes / no / always
-    outcomes.py     outcome labels: test runs (passed / failed / unknown), files changed, diff kept
-    compaction.py   the conversation summarized and restarted from the summary (auto and /compact)
-    rewind.py       the last N turns undone: code and conversation (/undo, /rewind)
+                    user's yes / no / always; sees the agent as `Approver`
+    outcomes.py     a test run's label (passed / failed / unknown) from the runner's summary or exit status
     environment.py  Environment: the repository, path resolution, commands (process groups, timeouts, background
                     jobs, long output to a file), the terminal sessions (made at the first terminal_open)
     terminal.py     interactive sessions: a program on a pty in the sandbox, its screen emulated by pyte, named
                     keys, waits for quiet or a pattern; limits on count, output and idle time; no orphans
     sandbox.py      bubblewrap wrapping (an allowlist view: system folders, toolchains, the repository; binds,
                     read-only .git / .glm5, no capabilities, limits), probed once; a clear warning where it cannot run
-    permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules on parsed commands; deny
-                    wins; narrowest_rule for "always allow"
+    permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules on analyzed commands;
+                    deny wins; narrowest_rule for "always allow"
+    command_analysis.py  what a command line does as far as static reading tells: wrappers looked through,
+                    writes, paths outside the repository, the read-only allowlist (is_read_only)
     shell.py        a conservative bash parser: simple commands, redirections, what cannot be judged statically
     git_safe.py     every host-side git call: no repository-configured filter, hook, fsmonitor or program runs
     child_env.py    the scrubbed environment commands get (an allowlist, never keys)
@@ -32,11 +36,13 @@ trajectories, hooks, MCP, TUI and headless runs.
     profiles.py     agent profiles: full (every tool, the full prompt) or compact (read, edit, bash, glob, a short
                     prompt: for small models); `[agent] profile`, `glm5 code --profile`, `--agent-profile`
     hooks.py        PreToolUse, PostToolUse, UserPromptSubmit, Stop, SessionStart, PreCompact commands
-    trajectory.py   the JSONL session record (schema glm5-trajectory/1), writer and reader
+    trajectory.py   the JSONL session record (schema glm5-trajectory/1), writer and reader; file_is_ours
     provenance.py   this machine's keyed chain on every trajectory record; marks on run folders (what was recorded here)
     session.py      where sessions live; --continue / --resume lookup
     redact.py       secrets out of everything written to a trajectory
-    settings.py     TOML settings, GLM5_* environment, flags; named providers; save_rule
+    settings.py     TOML settings, GLM5_* environment, flags; named providers; trust's narrowing; save_rule
+    settings_schema.py  what each settings table accepts, checked by pydantic, and the message naming a wrong key
+    config_dir.py   the user's config folder ($GLM5_CONFIG_DIR or ~/.config/glm5)
     plugin_registry.py  pluggy hook specs (tools, benchmarks, environments, rewards, log parsers) and default_manager(),
                     the one PluginManager: DEFAULT_PLUGINS by name
                     and the `glm5.plugins` entry points, loaded at run time (plugins import agent, never the reverse)
@@ -50,7 +56,7 @@ trajectories, hooks, MCP, TUI and headless runs.
 
 Life of a task: interface -> builder.build_session -> Agent.run(task) -> ChatClient.query -> tool_call.run_call
 (approval, hooks, checkpoints) -> every message and call appended to the trajectory -> Agent.finish writes the
-outcome labels.
+outcome labels (Agent.labels).
 """
 
 __version__ = "0.1.0"

@@ -7,25 +7,38 @@
       repository's or the user's settings when the user chose one.
 
 The verdict's `decision` is what the trajectory records (allow | approved | denied) and `reason` what the model
-is told when the call is refused. Knows nothing of running the tool.
+is told when the call is refused. Knows nothing of running the tool, and sees the agent only as `Approver` (its
+rules, its environment, its user and its record).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agent.permissions import ALLOW, ASK, DENY, Rule, narrowest_rule, suggest_rule
+from agent.permissions import ALLOW, ASK, DENY, Permissions, Rule, narrowest_rule, suggest_rule
+from agent.settings import save_rule
 from agent.tools.base import EDIT, EXECUTE
-from agent.ui import ALWAYS, NO, YES, Answer, ApprovalRequest
+from agent.tools.write import unified_diff
+from agent.ui import ALWAYS, NO, YES, AgentUI, Answer, ApprovalRequest
 
 if TYPE_CHECKING:
-    from agent.loop import Agent
+    from agent.environment import Environment
     from agent.tools.base import Tool
+    from agent.trajectory import TrajectoryWriter
 
 ALLOWED, APPROVED, DENIED = "allow", "approved", "denied"
 MAX_PREVIEW_CHARS = 20_000
+
+
+class Approver(Protocol):
+    """What approval needs of the agent (agent/loop.py's Agent is one)."""
+
+    permissions: Permissions
+    env: Environment
+    ui: AgentUI
+    writer: TrajectoryWriter
 
 
 @dataclass(frozen=True)
@@ -49,14 +62,12 @@ def proposed_rule(name: str, kind: str, subject: str | None, rel_path: str | Non
     return suggest_rule(name, kind, subject)
 
 
-def preview(agent: Agent, name: str, kind: str, args: dict[str, Any]) -> str:
+def preview(agent: Approver, name: str, kind: str, args: dict[str, Any]) -> str:
     """What the call would do, for the user to judge before answering: the full command, or the edit's diff
     (computed on a copy; nothing is written)."""
     if kind == EXECUTE and "command" in args:
         return str(args["command"])
     if kind == EDIT and isinstance(args.get("path"), str):
-        from agent.tools.write import unified_diff
-
         try:
             path = agent.env.resolve(args["path"])
             before = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
@@ -76,7 +87,7 @@ def preview(agent: Agent, name: str, kind: str, args: dict[str, Any]) -> str:
     return json.dumps(args, ensure_ascii=False, indent=1)[:MAX_PREVIEW_CHARS]
 
 
-def judged(agent: Agent, name: str, j: Any) -> Verdict | None:
+def judged(agent: Approver, name: str, j: Any) -> Verdict | None:
     """A tool that runs what it is sent (the terminal tools, agent/tools/terminal.py) says what would run: that
     command line is checked as `bash` would check it, under `bash` rules; keystrokes that run nothing are
     allowed, except in plan mode or under a deny rule naming the tool. None: `j.subject` is checked as a command."""
@@ -92,7 +103,7 @@ def judged(agent: Agent, name: str, j: Any) -> Verdict | None:
     return Verdict(ALLOWED, j.reason)
 
 
-def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[str, Any]) -> Verdict:
+def decide(agent: Approver, name: str, tool: Tool, subject: str | None, args: dict[str, Any]) -> Verdict:
     if callable(getattr(tool, "judge", None)):
         j = tool.judge(args, agent.env)
         if (v := judged(agent, name, j)) is not None:
@@ -102,7 +113,7 @@ def decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[
     return _decide(agent, name, tool, subject, args, name, "")
 
 
-def _decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict[str, Any], pname: str,
+def _decide(agent: Approver, name: str, tool: Tool, subject: str | None, args: dict[str, Any], pname: str,
             shown: str) -> Verdict:  # fmt: skip
     """`pname`: the tool name the rules are matched under (`bash` for a terminal's line); `shown`: the preview."""
     d = agent.permissions.check(pname, tool.kind, subject, agent.env)
@@ -130,7 +141,7 @@ def _decide(agent: Agent, name: str, tool: Tool, subject: str | None, args: dict
     return Verdict(DENIED, answer.reason or "the user declined", answer.message.strip())
 
 
-def always(agent: Agent, rule: str, save: str | None) -> None:
+def always(agent: Approver, rule: str, save: str | None) -> None:
     """Allow `rule` from now on; saved to settings (`save` = "repo" | "user") it holds for later sessions too."""
     try:
         Rule.parse(rule)
@@ -141,10 +152,8 @@ def always(agent: Agent, rule: str, save: str | None) -> None:
     agent.writer.write("permission_rule", rule=rule, kind="allow", scope=save or "session")
     if save in ("repo", "user"):
         try:
-            from agent.settings import save_rule
-
             where = save_rule(rule, kind="allow", scope=save, root=agent.env.root)
-        except (ImportError, OSError, ValueError) as e:
+        except (OSError, ValueError) as e:
             agent.ui.on_notice(f"could not save {rule} to the {save} settings: {e}")
             return
         agent.ui.on_notice(f"allowed {rule}; saved to {where or save + ' settings'}")

@@ -69,15 +69,7 @@ def build_session(
             f"{cwd} is not in a git repository (or one whose core.worktree names another folder, which "
             "glm5 does not take as the repository): checkpoints, /undo and /rewind are off"
         )
-    folder = sessions_dir(root, settings.sessions_dir)
-    traj = None
-    if resume is not None or continue_latest:
-        path = find_session(folder, resume, root=root)
-        traj = Trajectory.load(path)
-        sid = _session_id(traj.header.get("id"), path)
-    else:
-        sid = new_id()
-        path = folder / f"{sid}.jsonl"
+    sid, path, traj = _locate(root, settings, resume, continue_latest)
 
     sandbox = Sandbox(settings.sandbox, settings.network, getattr(settings, "limits_for_sandbox", None))
     if sandbox.warning:
@@ -109,18 +101,8 @@ def build_session(
     )
     warnings += pm.load_errors + pctx.warnings
 
+    client = model or _client(settings)
     p = settings.provider
-    client = model or ChatClient(
-        ClientConfig(
-            base_url=p.base_url,
-            model=p.model,
-            api_key=p.api_key,
-            stream=settings.stream,
-            temperature=settings.temperature,
-            extra_body=dict(p.extra_body),
-            seed=settings.seed,
-        )
-    )
     header = {
         "id": sid,
         "root": str(root),
@@ -135,10 +117,62 @@ def build_session(
     writer = open_writer(path, header)
     checkpoints = Checkpoints(root, sid) if git_root(cwd) else None
     hooks = Hooks(settings.hooks, root, sid, str(path)) if settings.hooks else None
+    agent = Agent(
+        client,
+        env,
+        registry,
+        Permissions.from_settings(settings),
+        writer,
+        _agent_config(settings, client),
+        checkpoints=checkpoints,
+        hooks=hooks,
+        ui=ui,
+        sandbox_warning=sandbox.warning,
+    )
+    if traj is not None:
+        _resume(agent, traj)
+    else:
+        warnings += _start(agent, root, cwd, settings.profile, sandbox.warning)
+    session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
+    # env.close: background jobs and terminal sessions end with the session, however it ends
+    session.closers = [env.close, *pctx.closers, writer.close, getattr(client, "close", lambda: None)]
+    return session
+
+
+def _locate(root: Path, settings: Settings, resume: str | None,
+            continue_latest: bool) -> tuple[str, Path, Trajectory | None]:  # fmt: skip
+    """The session's id, its trajectory's path and, when it is resumed, the trajectory read back."""
+    folder = sessions_dir(root, settings.sessions_dir)
+    if resume is not None or continue_latest:
+        path = find_session(folder, resume, root=root)
+        traj = Trajectory.load(path)
+        return _session_id(traj.header.get("id"), path), path, traj
+    sid = new_id()
+    return sid, folder / f"{sid}.jsonl", None
+
+
+def _client(settings: Settings) -> ChatClient:
+    p = settings.provider
+    return ChatClient(
+        ClientConfig(
+            base_url=p.base_url,
+            model=p.model,
+            api_key=p.api_key,
+            stream=settings.stream,
+            temperature=settings.temperature,
+            extra_body=dict(p.extra_body),
+            seed=settings.seed,
+        )
+    )
+
+
+def _agent_config(settings: Settings, client: Any) -> AgentConfig:
+    """The loop's limits, costs and context window: the provider's, else what the server says it serves."""
+    p = settings.provider
     window = p.context_window
     if window is None and isinstance(client, ChatClient):
         window = client.served_context_window()
-    config = AgentConfig(
+    return AgentConfig(
         limits=settings.limits,
         context_window=window or DEFAULT_CONTEXT_WINDOW,
         compact_ratio=settings.compact_ratio,
@@ -147,39 +181,30 @@ def build_session(
         send_reasoning=settings.send_reasoning,
         profile=settings.profile,
     )
-    agent = Agent(
-        client,
-        env,
-        registry,
-        Permissions.from_settings(settings),
-        writer,
-        config,
-        checkpoints=checkpoints,
-        hooks=hooks,
-        ui=ui,
-        sandbox_warning=sandbox.warning,
-    )
-    if traj is not None:
-        agent.messages = traj.messages()
-        agent.turns = traj.turns()
-        u = traj.usage()
-        agent.stats.steps, agent.stats.prompt_tokens = u["steps"], u["prompt_tokens"]
-        agent.stats.completion_tokens, agent.stats.cost_usd = u["completion_tokens"], u["cost_usd"]
-        agent.tests = list(traj.outcome().get("tests", []))  # labels accumulate across processes
-        writer.write("resume", n_messages=len(agent.messages))
-    else:
-        extra = ""
-        if hooks:
-            h = hooks.run("SessionStart", {"source": "startup"})
-            warnings += h.warnings
-            extra = h.context
-        system = context.system_prompt(root, cwd, sandbox.warning, extra, settings.profile, env.shown_root,
-                                       env.shown_date)  # fmt: skip
-        agent.add_message({"role": "system", "content": system})
-    session = Session(sid, path, agent, settings, resumed=traj is not None, warnings=warnings)
-    # env.close: background jobs and terminal sessions end with the session, however it ends
-    session.closers = [env.close, *pctx.closers, writer.close, getattr(client, "close", lambda: None)]
-    return session
+
+
+def _resume(agent: Agent, traj: Trajectory) -> None:
+    """The conversation, turns, totals and test labels as the trajectory left them; a `resume` record."""
+    agent.messages = traj.messages()
+    agent.turns = traj.turns()
+    u = traj.usage()
+    agent.stats.steps, agent.stats.prompt_tokens = u["steps"], u["prompt_tokens"]
+    agent.stats.completion_tokens, agent.stats.cost_usd = u["completion_tokens"], u["cost_usd"]
+    agent.tests = list(traj.outcome().get("tests", []))  # labels accumulate across processes
+    agent.writer.write("resume", n_messages=len(agent.messages))
+
+
+def _start(agent: Agent, root: Path, cwd: Path, profile: str, sandbox_warning: str | None) -> list[str]:
+    """A new session's SessionStart hooks and system prompt (with what the hooks added); their warnings."""
+    extra, warnings = "", []
+    if agent.hooks:
+        h = agent.hooks.run("SessionStart", {"source": "startup"})
+        warnings += h.warnings
+        extra = h.context
+    env = agent.env
+    system = context.system_prompt(root, cwd, sandbox_warning, extra, profile, env.shown_root, env.shown_date)
+    agent.add_message({"role": "system", "content": system})
+    return warnings
 
 
 def _session_id(recorded: Any, path: Path) -> str:

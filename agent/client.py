@@ -15,6 +15,9 @@ request asks for per-token logprobs (`logprobs: true`) and token ids (`return_to
 and sglang answer with `token_ids` per choice and `prompt_token_ids`); a server that rejects those fields gets
 the request again without them, and is not asked again.
 
+The stream is read by its own `data:` line loop, not httpx-sse's EventSource: the library took 1.15-1.29x the
+whole streamed call (benchmarks/bench_agent_sse.py, issue 45).
+
 Knows nothing of tools or the loop: it takes messages and tool schemas and returns a `ModelResponse`.
 """
 

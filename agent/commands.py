@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from agent.git_safe import git
+from agent.session import list_sessions
 from agent.settings import MODES
 
 MAX_MENTION_BYTES = 100_000
@@ -94,8 +96,6 @@ def handle(session: Any, line: str) -> CommandResult:
         if name == "/cost":
             return CommandResult(cost_line(agent))
         if name == "/sessions":
-            from agent.session import list_sessions
-
             rows = [f"{s.id}  {s.title!r}" for s in list_sessions(session.path.parent)[:10]]
             return CommandResult("\n".join(rows) or "no sessions")
     except (ValueError, RuntimeError) as e:
@@ -106,12 +106,9 @@ def handle(session: Any, line: str) -> CommandResult:
 def session_diff(agent: Any) -> str:
     """The unified diff from the working tree at the session's first turn to the working tree now (untracked
     files included: both ends are checkpoints)."""
-    from agent.git_safe import git
-    from agent.outcomes import first_checkpoint
-
     if not (agent.checkpoints and agent.checkpoints.enabled):
         raise RuntimeError("no checkpoints here (not a git repository): the session's changes are unknown")
-    first = first_checkpoint(agent)
+    first = agent.first_checkpoint()
     now = agent.checkpoints.snapshot("diff")
     if first is None or now is None:
         return ""

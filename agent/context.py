@@ -15,8 +15,10 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from agent.bench.host_files import read_beneath
+from agent.config_dir import config_dir
 from agent.environment import shown_path
-from agent.settings import config_dir
+from agent.profiles import COMPACT_PROMPT
 
 MAX_FILE_BYTES = 32 * 1024
 NAMES = ("AGENTS.md", "CLAUDE.md")
@@ -70,8 +72,6 @@ def _read_instruction(root: Path, f: Path) -> bytes | None:
     """A repository's instruction file read through the descriptor whose type was checked, walked from the root
     with no link followed: a command that swaps AGENTS.md for a link after instruction_files looked at it gets
     nothing read (the check and the read were two lookups before). The user's global file is read as it is."""
-    from agent.bench.host_files import read_beneath
-
     root = root.resolve()
     try:
         rel = f.relative_to(root)
@@ -100,8 +100,6 @@ def system_prompt(root: Path, cwd: Path, sandbox_warning: str | None = None, ext
     `date`: the date it is given (Environment.shown_date; None: today)."""
     shown_cwd = shown_path(cwd, root, shown_root)
     if profile == "compact":
-        from agent.profiles import COMPACT_PROMPT
-
         prompt = COMPACT_PROMPT.format(cwd=shown_cwd) + (f"Note: {sandbox_warning}\n" if sandbox_warning else "")
         return _with_context(prompt, root, cwd, extra)
     prompt = SYSTEM_PROMPT.format(

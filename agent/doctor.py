@@ -17,6 +17,11 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from agent import sandbox, trust
+from agent.checkpoints import Checkpoints
+from agent.child_env import scrubbed_env
+from agent.environment import Environment
+
 
 @dataclass
 class Check:
@@ -26,18 +31,13 @@ class Check:
 
 
 def _env(root: Path, network: bool = False):
-    from agent.environment import Environment
-    from agent.sandbox import Sandbox
-
-    return Environment(root, sandbox=Sandbox(True, network=network), scratch_dir=root / ".glm5" / "tmp" / "doctor")
+    box = sandbox.Sandbox(True, network=network)
+    return Environment(root, sandbox=box, scratch_dir=root / ".glm5" / "tmp" / "doctor")
 
 
 def run_checks(repo: Path | None = None) -> list[Check]:
-    from agent import trust
-    from agent.sandbox import probe
-
     out: list[Check] = []
-    reason = probe(False)
+    reason = sandbox.probe(False)  # looked up at the call: tests replace it
     out.append(Check("bubblewrap sandbox", reason is None, reason or "bwrap starts a sandbox with no network"))
     with tempfile.TemporaryDirectory(prefix="glm5-doctor-") as tmp:
         root = Path(tmp) / "repo"
@@ -127,8 +127,6 @@ def _hidden_check(env) -> Check:
 
 
 def _git_check(root: Path) -> Check:
-    from agent.checkpoints import Checkpoints
-
     marker = Path(f"/var/tmp/glm5-doctor-{uuid.uuid4().hex}")
     (root / "payload.sh").write_text(f"touch {marker}\ncat\n")
     with open(root / ".git" / "config", "a") as f:
@@ -146,8 +144,6 @@ def _git_check(root: Path) -> Check:
 
 
 def _env_check() -> Check:
-    from agent.child_env import scrubbed_env
-
     name = "GLM5_DOCTOR_SECRET_TOKEN"
     env = scrubbed_env(environ={**os.environ, name: "x" * 16})
     leaked = [k for k in env if k == name or ("API_KEY" in k.upper())]

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent.config_dir import config_dir
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -56,7 +58,6 @@ def check(base_url: str, came_from: str, timeout_s: float = 1.0) -> str | None:
         pass
     except OSError:
         return None  # a timeout or another error: let the client's retries and their message handle it
-    from agent.settings import config_dir
 
     return (
         f"no model server at {base_url} (connection to {host}:{port} refused). The URL came from {came_from}.\n"

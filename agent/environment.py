@@ -24,6 +24,7 @@ from agent import host_path
 from agent.child_env import scrubbed_env
 from agent.redact import Redactor
 from agent.sandbox import Sandbox, SandboxLimits, limit_argv
+from agent.terminal import Terminals
 
 
 @dataclass
@@ -115,8 +116,6 @@ class Environment:
     def terminals(self):
         """The interactive terminal sessions (agent/terminal.py), started in the sandbox as commands are."""
         if self._terminals is None:
-            from agent.terminal import Terminals
-
             self.scratch_dir.mkdir(parents=True, exist_ok=True)
             sandboxed = self.sandbox is not None and self.sandbox.active
             self._terminals = Terminals(lambda argv: self.wrap_argv(argv, tty=True), str(self.cwd), self.env,

@@ -21,10 +21,14 @@ were refused (the answer may rest on work not done; `is_error` is true), 130 int
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+import threading
+import traceback
 from typing import Any, TextIO
 
+from agent import commands
 from agent.client import APIError
 from agent.loop import BLOCKED, ERROR, FORMAT, INTERRUPTED, LIMITS, SUBMITTED
 from agent.ui import NO, YES, AgentUI, Answer, ApprovalRequest, terminal_safe
@@ -119,8 +123,6 @@ def run_headless(session: Any, prompt: str, ui: HeadlessUI) -> int:
     except KeyboardInterrupt:
         status, final = INTERRUPTED, "interrupted"
     except Exception as e:  # noqa: BLE001 - a crash still ends with a result object and the trajectory closed
-        import traceback
-
         traceback.print_exc(file=ui.err)
         status, final = ERROR, f"internal error: {type(e).__name__}: {e}"
     finally:
@@ -152,8 +154,6 @@ def _key_hint(e: APIError, session: Any) -> str:
     """For a 401 / 403: which variable the key was read from, and whether it was set at all."""
     if e.status not in (401, 403):
         return ""
-    import os
-
     var = getattr(session.settings.provider, "api_key_env", None)
     if not var:
         return " (the endpoint wants an API key: name the variable that holds it with --api-key-env)"
@@ -165,8 +165,6 @@ class NoModel:
     """The model of a session opened only to undo, rewind or diff it: these never call it."""
 
     def __init__(self) -> None:
-        import threading
-
         self.cancel_event = threading.Event()
 
     def query(self, *a: Any, **k: Any) -> Any:
@@ -182,16 +180,13 @@ def run_session_command(session: Any, line: str, output_format: str = "text", ou
                         err: TextIO | None = None) -> int:  # fmt: skip
     """`glm5 code --undo / --rewind N / --diff`: one slash command on a recorded session, without the model.
     Exit 0 done, 2 when it cannot be done (nothing to undo, N out of range, not a git repository)."""
-    from agent import commands
-    from agent.outcomes import labels
-
     out, err = out or sys.stdout, err or sys.stderr
     agent = session.agent
     try:
         res = commands.handle(session, line)
         name, _, arg = line.partition(" ")
         if not res.error and (name == "/undo" or (name == "/rewind" and arg.strip())):
-            agent.writer.write("outcome", labels=labels(agent))  # files_changed / diff_kept after the undo
+            agent.writer.write("outcome", labels=agent.labels())  # files_changed / diff_kept after the undo
     finally:
         agent.env.close()
         session.close()

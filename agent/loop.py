@@ -6,12 +6,23 @@ crash at any point leaves a readable trajectory behind.
     run(task)
       UserPromptSubmit hook -> checkpoint at the turn start -> user message
       loop: step()
-        query():   limits (stats.py) -> auto-compaction near the context limit (compaction.py)
+        query():   limits (stats.py) -> auto-compaction near the context limit (compact(), below)
                    -> model call (streamed) -> model_call record -> assistant message
         execute(): no tool calls -> Submitted (a Stop hook may send the agent back to work)
                    each tool call -> tool_call.run_call (approval, hooks, checkpoints, the tool, the record)
       Submitted / LimitsExceeded / Interrupted end the turn with an exit status.
-    finish(): outcome labels (outcomes.py) and the `end` record. rewind(n) and compact() serve /undo, /compact.
+    finish(): outcome labels (labels(): the test runs outcomes.py labelled, the files changed) and the `end`
+    record.
+
+The agent owns its state: the conversation, the turns, the stats and the labels change only through its methods.
+    compact(focus, reason)  PreCompact hook (may block) -> the model summarizes (the oldest half dropped until the
+                            request fits) -> context.compacted(system prompt re-read from disk, summary, the last
+                            request when automatic; the screen of each terminal session still open) ->
+                            `compaction` record -> the messages replaced; earlier turns can no longer be rewound
+    rewind(n)               the last n user turns undone, code and conversation (/undo, /rewind N): the turn's
+                            checkpoint restored (the present snapshot first), the conversation cut, a `rewind`
+                            record, which `Trajectory.messages()` replays on resume
+tool_call.py and approval.py see the agent through the narrow protocols they declare, never this module.
 
 The loop knows the model only through `Model.query` and the machine only through the tools and `Environment`.
 """
@@ -23,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent import compaction, context, outcomes, rewind, tool_call
+from agent import context, tool_call
 from agent.checkpoints import Checkpoints
 from agent.client import Cancelled, ContextLengthError, DeltaCallback, ModelResponse
 from agent.environment import Environment
@@ -47,7 +58,7 @@ from agent.settings import Limits
 from agent.stats import Stats, check_limits
 from agent.tools.base import ToolState
 from agent.tools.registry import ToolRegistry
-from agent.trajectory import TrajectoryWriter
+from agent.trajectory import TrajectoryWriter, read_records
 from agent.ui import AgentUI
 
 
@@ -243,12 +254,91 @@ class Agent:
     # -- what the commands and the interfaces call -------------------------------------------------------------
 
     def compact(self, focus: str | None = None, reason: str = "user") -> bool:
-        return compaction.compact(self, focus, reason)
+        """Summarize the conversation and restart it from the summary, instruction files re-read. False if blocked.
+        The loop calls it near the context limit and after a context-length error; /compact with a focus."""
+        if self.hooks:
+            h = self.hooks.run("PreCompact", {"trigger": "manual" if reason == "user" else "auto", "focus": focus})
+            self.warn(h.warnings)
+            if h.blocked:
+                self.ui.on_notice(f"compaction blocked by hook: {h.message}")
+                return False
+        msgs = self.messages
+        # The conversation may itself be too long to summarize: drop the oldest half of it until it fits.
+        keep = list(msgs[1:])
+        while True:
+            try:
+                resp = self.model.query(context.summary_request(msgs[:1] + keep, focus), None)
+                break
+            except ContextLengthError:
+                if len(keep) <= 2:
+                    raise
+                keep = context.drop_oldest_half(keep)
+        summary = resp.content or ""
+        last_user = None
+        if reason != "user":
+            users = [m for m in msgs if m.get("role") == "user" and isinstance(m.get("content"), str)]
+            last_user = users[-1]["content"] if users else None
+        new = context.compacted(self.system_prompt(), summary, last_user)
+        terms = getattr(self.env, "_terminals", None)
+        if terms is not None and (screens := terms.live_screens()):
+            new[1] = {**new[1], "content": new[1]["content"] + "\n\n" + screens}  # a live session's latest screen
+        u = resp.usage or {}
+        self.stats.prompt_tokens += u.get("prompt_tokens") or 0
+        self.stats.completion_tokens += u.get("completion_tokens") or 0
+        self.stats.last_prompt_tokens = 0
+        self.writer.write("compaction", reason=reason, summary=summary, messages=new, n_before=len(msgs),
+                          response=resp.raw)  # fmt: skip
+        self.messages = list(new)
+        # turns before the compaction can no longer be rewound to message-wise; keep their code checkpoints only
+        self.turns = []
+        self.ui.on_notice(f"compacted {len(msgs)} messages into a summary ({reason})")
+        return True
 
     def rewind(self, n: int = 1) -> dict[str, Any]:
-        return rewind.rewind(self, n)
+        """Undo the last `n` user turns: the working tree and the conversation go back to before them."""
+        if n < 1 or n > len(self.turns):
+            raise ValueError(f"can rewind 1..{len(self.turns)} turns, not {n}")
+        target = self.turns[-n]
+        saved = None
+        if self.checkpoints and target.get("checkpoint"):
+            saved = self.checkpoints.restore(target["checkpoint"])
+        del self.messages[target["n_messages"] :]
+        del self.turns[-n:]
+        self.undone_turns += n
+        self.state.read_files.clear()  # files may differ from what the model read
+        rec = {
+            "to_turn": target["turn"],
+            "n_turns": n,
+            "n_messages": target["n_messages"],
+            "checkpoint": target.get("checkpoint"),
+            "saved_as": saved.commit if saved else None,
+        }
+        self.writer.write("rewind", **rec)
+        return rec
+
+    def labels(self) -> dict[str, Any]:
+        """The outcome labels: {"tests", "tests_passed", "undone_turns", "files_changed", "diff_kept",
+        "commit_start", "commit_end"}, for the bench and for training."""
+        out: dict[str, Any] = {"tests": self.tests, "undone_turns": self.undone_turns}
+        if self.tests:
+            out["tests_passed"] = self.tests[-1]["passed"]
+        cps = self.checkpoints
+        if cps and cps.enabled:
+            end = cps.snapshot("session end")
+            first = self.first_checkpoint()
+            if end and first:
+                changed = cps.changed_files(first, end.commit)
+                out.update(files_changed=changed, diff_kept=bool(changed), commit_start=first, commit_end=end.commit)
+        return out
+
+    def first_checkpoint(self) -> str | None:
+        """The working tree's snapshot at the session's first turn (in this or an earlier process)."""
+        for r in read_records(self.writer.path):
+            if r.get("type") == "turn" and r.get("checkpoint"):
+                return r["checkpoint"]
+        return None
 
     def finish(self, exit_status: str, final: str = "") -> None:
-        self.writer.write("outcome", labels=outcomes.labels(self))
+        self.writer.write("outcome", labels=self.labels())
         self.writer.write("end", exit_status=exit_status, stats=self.stats.as_dict(), final=final)
         self.env.close()

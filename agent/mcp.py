@@ -54,7 +54,7 @@ class MCPConnection:
             raise MCPError(f"MCP server {name!r} failed to start: {self._error}")
 
     def _target(self) -> Any:
-        from mcp import StdioServerParameters
+        from mcp import StdioServerParameters  # the SDK costs ~1.8 s to import: only where a server is configured
 
         if self.spec.get("url"):
             return str(self.spec["url"])
@@ -72,7 +72,7 @@ class MCPConnection:
         )
 
     async def _main(self) -> None:
-        from mcp import Client
+        from mcp import Client  # ~1.8 s to import: only where a server is configured
 
         self._stop = asyncio.Event()
         try:

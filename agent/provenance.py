@@ -21,14 +21,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from agent.config_dir import config_dir
+
 KEY_FILE = "provenance.key"
 _lock = threading.Lock()
 _keys: dict[Path, bytes] = {}
 
 
 def key_path() -> Path:
-    from agent.settings import config_dir
-
     return config_dir() / KEY_FILE
 
 
@@ -93,12 +93,3 @@ def last_mac(records: list[dict[str, Any]]) -> str:
 
 def is_ours(records: list[dict[str, Any]]) -> bool:
     return bool(records) and verified_prefix(records) == len(records)
-
-
-def file_is_ours(path: Path) -> bool:
-    from agent.trajectory import read_records
-
-    try:
-        return is_ours(read_records(path))
-    except (OSError, ValueError):
-        return False

@@ -19,6 +19,7 @@ says so; the probe runs once per process.
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -26,7 +27,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 from agent import host_path
+from agent.config_dir import config_dir
+from agent.git_safe import GitError, git
 
 PROTECTED_NAMES = (".git", ".glm5")
 
@@ -77,8 +85,6 @@ def probe(network: bool) -> str | None:
 
 def git_dirs(root: Path) -> list[Path]:
     """The repository's `.git` entry, its real git directory and its common directory (worktrees share one)."""
-    from agent.git_safe import GitError, git
-
     out = [root / ".git"]
     try:
         r = git(root, "rev-parse", "--absolute-git-dir", "--git-common-dir", check=False, timeout=30)
@@ -246,15 +252,11 @@ def configured_read_only() -> list[str]:
     repository's) and GLM5_SANDBOX_READ_ONLY."""
     out = [p for p in os.environ.get(READ_ONLY_ENV, "").split(os.pathsep) if p]
     try:
-        import tomllib
-
-        from agent.settings import config_dir
-
         f = config_dir() / "config.toml"
         if f.is_file():
             extra = (tomllib.loads(f.read_text(encoding="utf-8")).get("sandbox") or {}).get("read_only") or []
             out += [str(p) for p in extra if isinstance(p, str)] if isinstance(extra, list) else []
-    except (OSError, ValueError, ImportError):
+    except (OSError, ValueError):
         pass
     return out
 
@@ -263,8 +265,6 @@ def toolchain_dirs() -> list[str]:
     """What commands need to find and run programs, read-only: this Python's prefixes, its user site, the PATH
     entries, and the folders the user configured. Never `/`, the home folder itself or one above it (that would
     be the whole home), nor a credential folder."""
-    import site
-
     home = Path(os.path.expanduser("~")).resolve()
     candidates = [sys.prefix, sys.base_prefix, site.getusersitepackages(), *os.environ.get("PATH", "").split(os.pathsep),
                   *configured_read_only()]  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 
 import agent
 from agent import own_files
+from agent.git_safe import git  # no repository-configured program runs on the host
 from agent.provenance import is_ours
 from agent.trajectory import SCHEMA, Trajectory, TrajectoryWriter
 
@@ -44,8 +45,6 @@ def new_id() -> str:
 
 def git_info(root: Path) -> dict[str, Any]:
     def q(*args: str) -> str | None:
-        from agent.git_safe import git  # no repository-configured program runs on the host
-
         r = git(root, *args, check=False, timeout=30)
         return r.stdout.strip() if r.returncode == 0 else None
 

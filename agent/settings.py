@@ -35,7 +35,9 @@ but never drop a global `deny`. A repository's files are someone else's input: u
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,10 +47,18 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from agent import own_files
-from agent.profiles import PROFILES
-
-MODES = ("ask", "accept-edits", "plan", "auto")
+from agent import own_files, trust
+from agent.config_dir import config_dir
+from agent.permissions import Rule
+from agent.sandbox import SandboxLimits
+from agent.settings_schema import (  # noqa: F401 - MODES and SettingsError are also read from here
+    MODES,
+    AgentOptions,
+    ProviderTable,
+    SandboxTable,
+    SettingsError,
+    validated,
+)
 
 BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
     "local": {"base_url": "http://127.0.0.1:8000/v1", "model": "glm-5", "api_key_env": "GLM5_API_KEY"},
@@ -62,10 +72,6 @@ BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
 
 
 DEFAULT_CONTEXT_WINDOW = 131072
-
-
-class SettingsError(ValueError):
-    """A settings file or value is wrong; the message names the file and the key."""
 
 
 @dataclass(frozen=True)
@@ -127,22 +133,7 @@ class Settings:
 
     @property
     def limits_for_sandbox(self):
-        from agent.sandbox import SandboxLimits
-
         return SandboxLimits(**dict(self.sandbox_limits)) if self.sandbox_limits else None
-
-
-def config_dir() -> Path:
-    d = os.environ.get("GLM5_CONFIG_DIR")
-    return Path(d) if d else Path.home() / ".config" / "glm5"
-
-
-def _seed(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SettingsError(f"[agent] seed = {value!r}: expected a whole number >= 0")
-    return value
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -251,9 +242,51 @@ def load_settings(
 ) -> Settings:
     """Resolve settings for a repository. `flags` holds only what the user passed (None values are ignored);
     `flags["trust"]` (or `trusted`) applies the repository's own settings in full for this run."""
-    from agent import trust
-
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    data, sources, ignored, trusted = _read_files(root, flags, trusted)
+    env = os.environ
+    provider = _provider(data, flags, env)
+    a = _agent_options(data, flags, env)
+    limits = Limits(max_steps=a.max_steps, max_tokens=a.max_tokens, max_cost_usd=a.max_cost_usd,
+                    max_wall_s=a.max_wall_s)  # fmt: skip
+    perms = data.get("permissions") or {}
+    sb = validated(SandboxTable, data.get("sandbox") or {}, "[sandbox]")
+    sandbox_limits = tuple((k, v) for k in _LIMIT_KEYS if (v := getattr(sb, k)) is not None)
+    hooks = {e: tuple(h) for e, h in (data.get("hooks") or {}).items()}
+    sessions_dir = flags.get("sessions_dir") or env.get("GLM5_SESSIONS_DIR") or (data.get("sessions") or {}).get("dir")
+    return Settings(
+        provider=provider,
+        limits=limits,
+        mode=a.mode,
+        allow=tuple(perms.get("allow", [])) + tuple(flags.get("allow", ())),
+        ask=tuple(perms.get("ask", [])),
+        deny=tuple(perms.get("deny", [])) + tuple(flags.get("deny", ())),
+        additional_dirs=tuple(perms.get("additional_dirs", [])),
+        sandbox=bool(flags.get("sandbox", sb.enabled)),
+        network=sb.network,
+        hooks=hooks,
+        mcp_servers=dict(data.get("mcp_servers") or {}),
+        sessions_dir=sessions_dir,
+        compact_ratio=a.compact_ratio,
+        stream=a.stream,
+        temperature=a.temperature,
+        seed=a.seed,
+        send_reasoning=a.send_reasoning,
+        profile=a.profile,
+        terminal=a.terminal,
+        sources=tuple(sources),
+        env={str(k): str(v) for k, v in sb.env.items()},
+        pass_env=tuple(str(n) for n in sb.pass_env),
+        sandbox_limits=sandbox_limits,
+        trusted=trusted,
+        ignored=tuple(dict.fromkeys(ignored)),
+    )
+
+
+def _read_files(root: Path | None, flags: dict[str, Any],
+                trusted: bool | None) -> tuple[dict[str, Any], list[str], list[str], bool]:  # fmt: skip
+    """The user's config.toml, then the repository's files (narrowed unless trusted), merged: (data, the files
+    read, the repository's keys left out, whether the repository is trusted)."""
     data: dict[str, Any] = {}
     sources = []
     user_file = config_dir() / "config.toml"
@@ -274,8 +307,12 @@ def load_settings(
                 ignored += [f"{f.name}: {k}" for k in left_out]
             data = _merge(data, repo_data)
             sources.append(str(f))
+    return data, sources, ignored, trusted
 
-    env = os.environ
+
+def _provider(data: dict[str, Any], flags: dict[str, Any], env: Any) -> Provider:
+    """The provider named by the flag, GLM5_PROVIDER or the files (built-in ones under them), with base_url,
+    model and api_key_env from the flags or GLM5_* over its table."""
     providers = {**{k: dict(v) for k, v in BUILTIN_PROVIDERS.items()}}
     for name, p in (data.get("providers") or {}).items():
         if not isinstance(p, dict):
@@ -293,87 +330,36 @@ def load_settings(
             p[key] = v
     if not p.get("base_url") or not p.get("model"):
         raise SettingsError(f"provider {pname!r} needs base_url and model")
-    try:
-        provider = Provider(
-            name=pname,
-            base_url=str(p["base_url"]),
-            model=str(p["model"]),
-            api_key_env=p.get("api_key_env"),
-            context_window=int(p["context_window"]) if p.get("context_window") is not None else None,
-            input_cost_per_mtok=float(p.get("input_cost_per_mtok", 0.0)),
-            output_cost_per_mtok=float(p.get("output_cost_per_mtok", 0.0)),
-            extra_body=tuple(sorted((p.get("extra_body") or {}).items())),
-        )
-    except (TypeError, ValueError) as e:
-        raise SettingsError(f"[providers.{pname}]: {e}") from None
+    t = validated(ProviderTable, p, f"[providers.{pname}]")
+    return Provider(name=pname, base_url=t.base_url, model=t.model, api_key_env=t.api_key_env,
+                    context_window=t.context_window, input_cost_per_mtok=t.input_cost_per_mtok,
+                    output_cost_per_mtok=t.output_cost_per_mtok,
+                    extra_body=tuple(sorted((t.extra_body or {}).items())))  # fmt: skip
 
+
+def _agent_options(data: dict[str, Any], flags: dict[str, Any], env: Any) -> AgentOptions:
+    """[agent] and the permission mode with the flags and GLM5_* over them, checked."""
     a = data.get("agent") or {}
-    limits = Limits(
-        max_steps=int(flags.get("max_turns") or a.get("max_steps", 200)),
-        max_tokens=a.get("max_tokens"),
-        max_cost_usd=flags.get("max_cost_usd", a.get("max_cost_usd")),
-        max_wall_s=a.get("max_wall_s"),
-    )
-    perms = data.get("permissions") or {}
-    mode = flags.get("mode") or env.get("GLM5_PERMISSION_MODE") or perms.get("mode", "ask")
-    if mode not in MODES:
-        raise SettingsError(f"permission mode {mode!r} is not one of {', '.join(MODES)}")
-    profile = flags.get("profile") or env.get("GLM5_AGENT_PROFILE") or a.get("profile", "full")
-    if profile not in PROFILES:
-        raise SettingsError(f"agent profile {profile!r} is not one of {', '.join(PROFILES)} ([agent] profile)")
+    file_mode = (data.get("permissions") or {}).get("mode", "ask")
     terminal = flags.get("terminal")
     if terminal is None and env.get("GLM5_AGENT_TERMINAL"):
         words = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
         terminal = words.get(env["GLM5_AGENT_TERMINAL"].strip().lower(), env["GLM5_AGENT_TERMINAL"])
-    terminal = a.get("terminal") if terminal is None else terminal
-    if terminal is not None and not isinstance(terminal, bool):
-        raise SettingsError(f"[agent] terminal (GLM5_AGENT_TERMINAL) must be true or false, not {terminal!r}")
-    sb = data.get("sandbox") or {}
-    for key in ("env", "pass_env"):
-        if key in sb and not isinstance(sb[key], dict if key == "env" else list):
-            raise SettingsError(f"[sandbox] {key} must be a {'table' if key == 'env' else 'list of names'}")
-    try:
-        sandbox_limits = tuple((k, int(sb[k])) for k in _LIMIT_KEYS if sb.get(k) is not None)
-    except (TypeError, ValueError) as e:
-        raise SettingsError(f"[sandbox] limits must be whole numbers: {e}") from None
-    hooks = {e: tuple(h) for e, h in (data.get("hooks") or {}).items()}
-    sessions_dir = flags.get("sessions_dir") or env.get("GLM5_SESSIONS_DIR") or (data.get("sessions") or {}).get("dir")
-    return Settings(
-        provider=provider,
-        limits=limits,
-        mode=mode,
-        allow=tuple(perms.get("allow", [])) + tuple(flags.get("allow", ())),
-        ask=tuple(perms.get("ask", [])),
-        deny=tuple(perms.get("deny", [])) + tuple(flags.get("deny", ())),
-        additional_dirs=tuple(perms.get("additional_dirs", [])),
-        sandbox=bool(flags.get("sandbox", sb.get("enabled", True))),
-        network=bool(sb.get("network", False)),
-        hooks=hooks,
-        mcp_servers=dict(data.get("mcp_servers") or {}),
-        sessions_dir=sessions_dir,
-        compact_ratio=float(a.get("compact_ratio", 0.85)),
-        stream=bool(a.get("stream", True)),
-        temperature=a.get("temperature"),
-        seed=_seed(a.get("seed")),
-        send_reasoning=bool(a.get("send_reasoning", True)),
-        profile=profile,
-        terminal=terminal,
-        sources=tuple(sources),
-        env={str(k): str(v) for k, v in (sb.get("env") or {}).items()},
-        pass_env=tuple(str(n) for n in sb.get("pass_env") or ()),
-        sandbox_limits=sandbox_limits,
-        trusted=trusted,
-        ignored=tuple(dict.fromkeys(ignored)),
-    )
+    values = {
+        **a,
+        "max_steps": flags.get("max_turns") or a.get("max_steps", 200),
+        "max_cost_usd": flags.get("max_cost_usd", a.get("max_cost_usd")),
+        "mode": flags.get("mode") or env.get("GLM5_PERMISSION_MODE") or file_mode,
+        "profile": flags.get("profile") or env.get("GLM5_AGENT_PROFILE") or a.get("profile", "full"),
+        "terminal": a.get("terminal") if terminal is None else terminal,
+    }
+    return validated(AgentOptions, values, "[agent]")
 
 
 def save_rule(rule: str, kind: str = "allow", scope: str = "repo", root: Path | None = None) -> Path:
     """Append a permission rule to the repository's `.glm5/settings.local.toml` (scope "repo"; the rule is also
     remembered in the user's trusted list, so it applies while the folder is untrusted) or to the user's
     config.toml (scope "user"). The rule is checked first; the file's other content is kept as it is."""
-    from agent import trust
-    from agent.permissions import Rule
-
     if kind not in ("allow", "ask", "deny"):
         raise SettingsError(f"rule kind {kind!r} is not one of allow, ask, deny")
     if scope not in ("repo", "user"):
@@ -405,9 +391,6 @@ def save_rule(rule: str, kind: str = "allow", scope: str = "repo", root: Path | 
 def _write_rules(path: Path, kind: str, rules: list[str]) -> None:
     """Rewrite only the `kind = [...]` line of [permissions] (adding the table or the line when missing), so the
     user's comments and layout elsewhere survive."""
-    import json
-    import re
-
     line = f"{kind} = {json.dumps(rules)}"
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     m = re.search(r"(?ms)^\[permissions\]\s*$(.*?)(?=^\[|\Z)", text)

@@ -15,6 +15,7 @@ checks can expand them.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 
 OPERATORS = ("&&", "||", "|&", ";;", "|", ";", "&", "\n")
@@ -64,8 +65,6 @@ class SimpleCommand:
         return [w.text for w in self.words]
 
     def __str__(self) -> str:
-        import shlex
-
         return shlex.join(self.argv)
 
 
@@ -200,36 +199,13 @@ class _Lexer:
                 self.i = end + 1
                 continue
             if c == '"':
-                self.i += 1
-                while True:
-                    d = self.peek()
-                    if d == "":
-                        self.problem("unterminated double quote")
-                        break
-                    if d == '"':
-                        self.i += 1
-                        break
-                    if d == "\\" and self.peek(1) in ('"', "\\", "$", "`", "\n"):
-                        if self.peek(1) != "\n":
-                            out.append(self.peek(1))
-                        self.i += 2
-                    elif d == "$":
-                        out.append(self.dollar(quoted=True))
-                    elif d == "`":
-                        self.problem("command substitution `...`")
-                        end = self.s.find("`", self.i + 1)
-                        self.i = len(self.s) if end < 0 else end + 1
-                    else:
-                        out.append(d)
-                        self.i += 1
+                self._double_quoted(out)
                 continue
             if c == "$":
                 out.append(self.dollar(quoted=False))
                 continue
             if c == "`":
-                self.problem("command substitution `...`")
-                end = self.s.find("`", self.i + 1)
-                self.i = len(self.s) if end < 0 else end + 1
+                self._backticks()
                 continue
             if c in "*?[":
                 glob = True
@@ -242,6 +218,35 @@ class _Lexer:
         if self.i == start:
             return None
         return Word("".join(out), glob=glob, tilde=tilde)
+
+    def _double_quoted(self, out: list[str]) -> None:
+        """A "..." string from its opening quote: its text onto `out`, `$` expansions and backticks noted."""
+        self.i += 1
+        while True:
+            d = self.peek()
+            if d == "":
+                self.problem("unterminated double quote")
+                break
+            if d == '"':
+                self.i += 1
+                break
+            if d == "\\" and self.peek(1) in ('"', "\\", "$", "`", "\n"):
+                if self.peek(1) != "\n":
+                    out.append(self.peek(1))
+                self.i += 2
+            elif d == "$":
+                out.append(self.dollar(quoted=True))
+            elif d == "`":
+                self._backticks()
+            else:
+                out.append(d)
+                self.i += 1
+
+    def _backticks(self) -> None:
+        """A `...` command substitution, skipped and noted as a problem."""
+        self.problem("command substitution `...`")
+        end = self.s.find("`", self.i + 1)
+        self.i = len(self.s) if end < 0 else end + 1
 
 
 def parse(line: str) -> Parsed:

@@ -45,6 +45,7 @@ import pyte
 import regex
 
 from agent import host_path
+from agent.child_env import scrubbed_env
 
 # Named keys the model may send, as xterm sends them (normal cursor mode).
 KEYS = {
@@ -422,8 +423,6 @@ class Terminals:
                  limits: TerminalLimits | None = None):
         self.wrap, self.cwd, self.sandboxed = wrap, cwd, sandboxed
         if env is None:
-            from agent.child_env import scrubbed_env
-
             env = scrubbed_env()
         self.env = env
         self.limits = limits or TerminalLimits()

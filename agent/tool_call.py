@@ -7,24 +7,43 @@
       -> PostToolUse hook (may add to the result) -> test-run label -> `tool` record -> tool message
 
 Every way a call can end (denied, blocked, failed, done) leaves one `tool` record with its `decision` and one
-tool message answering the call, so the conversation stays well formed.
+tool message answering the call, so the conversation stays well formed. Sees the agent only as `Caller`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent import approval, outcomes
 from agent.flow import FormatError
-from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult, missing_argument
+from agent.tools.base import EXECUTE, READ, ToolContext, ToolError, ToolResult, ToolState, missing_argument
 
 if TYPE_CHECKING:
-    from agent.loop import Agent
+    from agent.checkpoints import Checkpoints
+    from agent.hooks import Hooks
+    from agent.stats import Stats
+    from agent.tools.registry import ToolRegistry
 
 
-def parse(agent: Agent, call: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+class Caller(approval.Approver, Protocol):
+    """What a tool call needs of the agent (agent/loop.py's Agent is one): approval's needs, and the tools, the
+    hooks, the checkpoints, the test-run labels and the conversation's tool messages."""
+
+    tools: ToolRegistry
+    stats: Stats
+    hooks: Hooks | None
+    checkpoints: Checkpoints | None
+    state: ToolState
+    tests: list[dict[str, Any]]
+
+    def warn(self, warnings: list[str]) -> None: ...
+
+    def tool_message(self, call_id: str, content: str) -> None: ...
+
+
+def parse(agent: Caller, call: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
     fn = call.get("function") or {}
     name = fn.get("name", "")
     tool = agent.tools.get(name)
@@ -44,7 +63,7 @@ def parse(agent: Agent, call: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]
     return name, tool, args
 
 
-def run_call(agent: Agent, call: dict[str, Any]) -> None:
+def run_call(agent: Caller, call: dict[str, Any]) -> None:
     name, tool, args = parse(agent, call)
     subject = tool.subject(args)
     record: dict[str, Any] = {"step": agent.stats.steps, "call_id": call["id"], "name": name, "arguments": args}
@@ -68,19 +87,13 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
         agent.tool_message(call["id"], text)
         return
 
-    if agent.hooks:
-        h = agent.hooks.run("PreToolUse", {"tool_name": name, "tool_input": args}, tool_name=name)
-        agent.warn(h.warnings)
-        if not h.blocked and verdict.command:  # a line a terminal's shell will run: the hooks on bash see it too
-            h = agent.hooks.run("PreToolUse", {"tool_name": "bash", "tool_input": {"command": verdict.command}},
-                                tool_name="bash")  # fmt: skip
-            agent.warn(h.warnings)
-        if h.blocked:
-            text = f"blocked by a PreToolUse hook: {h.message}"
-            agent.ui.on_tool_decision(call["id"], name, args, "blocked", text)
-            agent.writer.write("tool", **record, decision="blocked", result=text, is_error=True)
-            agent.tool_message(call["id"], text)
-            return
+    blocked = _pre_tool_use(agent, name, args, verdict.command) if agent.hooks else None
+    if blocked is not None:
+        text = f"blocked by a PreToolUse hook: {blocked}"
+        agent.ui.on_tool_decision(call["id"], name, args, "blocked", text)
+        agent.writer.write("tool", **record, decision="blocked", result=text, is_error=True)
+        agent.tool_message(call["id"], text)
+        return
 
     mutating = tool.kind != READ and name != "todo"
     cps = agent.checkpoints if mutating else None
@@ -100,14 +113,7 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
     after = cps.snapshot(f"after {name}") if cps else None
 
     if agent.hooks:
-        h = agent.hooks.run(
-            "PostToolUse",
-            {"tool_name": name, "tool_input": args, "tool_response": {"output": result.output, **result.data}},
-            tool_name=name,
-        )
-        agent.warn(h.warnings)
-        if h.blocked:
-            result.output += f"\n[PostToolUse hook] {h.message}"
+        _post_tool_use(agent, name, args, result)
     if tool.kind == EXECUTE and name == "bash":
         test = outcomes.label_test_run(args.get("command", ""), result)
         if test is not None:
@@ -129,7 +135,30 @@ def run_call(agent: Agent, call: dict[str, Any]) -> None:
     agent.tool_message(call["id"], result.output)
 
 
-def _refused_before_asking(agent: Agent, tool: Any, args: dict[str, Any]) -> str | None:
+def _pre_tool_use(agent: Caller, name: str, args: dict[str, Any], command: str) -> str | None:
+    """The PreToolUse hooks on the call (and on `command`, a line a terminal's shell will run, as the hooks on bash
+    see it too): the message of the hook that blocked it, or None."""
+    h = agent.hooks.run("PreToolUse", {"tool_name": name, "tool_input": args}, tool_name=name)
+    agent.warn(h.warnings)
+    if not h.blocked and command:
+        h = agent.hooks.run("PreToolUse", {"tool_name": "bash", "tool_input": {"command": command}}, tool_name="bash")
+        agent.warn(h.warnings)
+    return h.message if h.blocked else None
+
+
+def _post_tool_use(agent: Caller, name: str, args: dict[str, Any], result: ToolResult) -> None:
+    """The PostToolUse hooks on a call that ran: a blocking hook's message is added to the result."""
+    h = agent.hooks.run(
+        "PostToolUse",
+        {"tool_name": name, "tool_input": args, "tool_response": {"output": result.output, **result.data}},
+        tool_name=name,
+    )
+    agent.warn(h.warnings)
+    if h.blocked:
+        result.output += f"\n[PostToolUse hook] {h.message}"
+
+
+def _refused_before_asking(agent: Caller, tool: Any, args: dict[str, Any]) -> str | None:
     """A tool's `refuses(args, ctx)` (an edit of a file the model has not read): why it would refuse the call as
     made, checked before the approval prompt, or None."""
     refuses = getattr(tool, "refuses", None)

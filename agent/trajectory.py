@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent.provenance import last_mac, seal
+from agent.provenance import is_ours, last_mac, seal
 from agent.redact import Redactor
 
 SCHEMA = "glm5-trajectory/1"
@@ -99,6 +99,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             except (ValueError, RecursionError):  # torn, or a line built to crash a parser (nesting, huge numbers)
                 continue
     return out
+
+
+def file_is_ours(path: Path) -> bool:
+    """Every record of the trajectory at `path` carries this machine's chain (agent/provenance.py)."""
+    try:
+        return is_ours(read_records(path))
+    except (OSError, ValueError):
+        return False
 
 
 class Trajectory:

@@ -23,10 +23,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent.config_dir import config_dir
+
 
 def _store() -> Path:
-    from agent.settings import config_dir
-
     return config_dir() / "trusted.json"
 
 

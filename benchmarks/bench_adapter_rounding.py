@@ -33,13 +33,13 @@ def rounding(base: Path, adapter: Path, group: int = 128) -> dict[str, float | i
     import torch
     from safetensors.torch import load_file
 
-    from model.quant_int4 import fake_quantize_weight
+    from model.int4_numerics import fake_quantize_weight
 
     weights = load_file(str(base / "model.safetensors"))
     lora = load_file(str(adapter / "adapter_model.safetensors"))
     cfg = json.loads((adapter / "adapter_config.json").read_text())
     scale = cfg["lora_alpha"] / cfg["r"]
-    from model.quant_int4 import Int4Linear
+    from model.int4_linear import Int4Linear
 
     sums = {"d": 0.0, "q": 0.0, "w": 0.0, "lost": 0.0, "xd": 0.0, "served": 0.0}
     gen = torch.Generator().manual_seed(0)

@@ -41,10 +41,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model.config import preset  # noqa: E402
+from model.int4_linear import Int4Linear  # noqa: E402
+from model.int4_write import quantize_checkpoint  # noqa: E402
 from model.kernels import int4 as int4_kernel  # noqa: E402
 from model.kv_cache import KVCache  # noqa: E402
 from model.modeling import GLM5ForCausalLM  # noqa: E402
-from model.quant_int4 import Int4Linear, quantize_checkpoint, quantize_int4  # noqa: E402
+from model.quant_int4 import quantize_int4  # noqa: E402
 
 
 def tinygemm_int4(build):

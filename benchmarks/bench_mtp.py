@@ -11,7 +11,7 @@ Sections (ratios are measured in the same run, alternating the two sides, so mac
               and so every output, is unchanged); `--align-steps 0` skips it
   acceptance  before and after aligning: greedy acceptance length (tokens per verification) and rate at k = 1, 2, 3 in the engine on
               held-out code, outputs checked identical to decoding without speculation; the plain-model
-              reference (serve/engine/spec_reference.py) on one prompt, as a cross-check
+              reference (tests/serve/engine/spec_reference.py) on one prompt, as a cross-check
   speed       batch-1 decode tokens/s with and without speculation (k = 1, 2, 3), after aligning; and k = 3
               drafting from draft vocabularies of V/4 and V/16 tokens ranked by the model's own generations
               (`--draft-vocab-fractions`), with their acceptance (drafts outside the set can no longer match)
@@ -46,7 +46,7 @@ from serve.engine.config import EngineConfig  # noqa: E402
 from serve.engine.engine import LLMEngine  # noqa: E402
 from serve.engine.sampling_params import SamplingParams  # noqa: E402
 from serve.engine.spec_decode import SpecMetrics  # noqa: E402
-from serve.engine.spec_reference import speculative_greedy  # noqa: E402
+from tests.serve.engine.spec_reference import speculative_greedy  # noqa: E402
 
 
 def corpus(tok: Tokenizer, max_chars: int) -> tuple[list[int], list[int]]:

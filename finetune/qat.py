@@ -6,7 +6,7 @@ will apply, so the served INT4 model is the model that was trained.
     remove_qat(model)                                             # plain nn.Linear again, same parameters
     write_int4_checkpoint(fp_dir, out, settings)                  # what `glm5 serve` loads
 
-Numerics: an `Int4FakeQuantLinear` multiplies by `model.quant_int4.fake_quantize_weight(W)`, the very function
+Numerics: an `Int4FakeQuantLinear` multiplies by `model.int4_numerics.fake_quantize_weight(W)`, the very function
 (group-wise symmetric int4, MSE range search, scales in the weight's dtype) that `glm5 model quantize` and
 `quantize_int4` use, so what trains and what is served cannot drift. The rounding has no useful gradient (zero
 almost everywhere), so the backward is straight-through: d/dW of the fake-quantized matmul is taken as if the
@@ -29,14 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.quant_int4 import (
-    DEFAULT_SKIP,
-    GROUP_SIZES,
-    fake_quantize_weight,
-    is_skipped,
-    quantize_checkpoint,
-    set_submodule,
-)
+from model.int4_linear import GROUP_SIZES
+from model.int4_numerics import fake_quantize_weight
+from model.int4_write import quantize_checkpoint
+from model.quant_int4 import DEFAULT_SKIP, is_skipped, set_submodule
 
 QAT_SCHEMES = ("int4",)
 

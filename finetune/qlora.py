@@ -28,7 +28,7 @@ from torch import nn
 
 from model.compressed_tensors import PACK_FACTOR, Int4Scheme, decompress
 from model.fp8 import FP8_BLOCK, dequantize_fp8
-from model.quant_int4 import dequantize_weight
+from model.int4_numerics import dequantize_weight
 
 CHECKPOINT_NAMES = {"weight_fp8": "weight", "weight_frozen": "weight"}  # parameter -> checkpoint local name
 

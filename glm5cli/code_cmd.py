@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -77,8 +78,8 @@ def code(
     diff: bool = typer.Option(False, "--diff", help="Print what the latest (or given) session changed so far."),
 ) -> None:
     """Run the coding agent in the current git repository (the help text and EPILOG are what --help shows)."""
+    # the agent's modules are imported in the command and its helpers below, so that `glm5 --help` stays fast
     from agent.headless import EXIT_BAD_INPUT, FORMATS, HeadlessUI, is_session_command, run_headless
-    from agent.settings import SettingsError, load_settings
 
     if output_format not in FORMATS:
         fail(f"--output-format must be one of {', '.join(FORMATS)}", code=EXIT_BAD_INPUT)
@@ -105,12 +106,7 @@ def code(
         from glm5cli.doctor_cmd import show_checks
 
         raise typer.Exit(show_checks(cwd, output_format == "json"))
-    try:
-        from agent.checkpoints import git_root
-
-        settings = load_settings(git_root(cwd.resolve()) or cwd.resolve(), flags)
-    except (SettingsError, ValueError) as e:
-        fail(str(e), code=EXIT_BAD_INPUT)
+    settings = _settings(cwd, flags)
     actions = [a for a, on in (("/undo", undo), (f"/rewind {rewind or ''}".strip(), rewind is not None),
                                 ("/diff", diff)) if on]  # fmt: skip
     if not actions and prompt is not None and is_session_command(prompt):
@@ -118,27 +114,9 @@ def code(
     if actions:
         if len(actions) > 1 or prompt is not None:
             fail("--undo, --rewind and --diff go alone (not with each other or -p)", code=EXIT_BAD_INPUT)
-        from agent.builder import build_session
-        from agent.headless import NoModel, run_session_command
+        raise typer.Exit(_session_command(cwd, settings, session_id, actions[0], output_format))
 
-        try:
-            session = build_session(cwd, settings, HeadlessUI(output_format), resume=session_id,
-                                    continue_latest=session_id is None, model=NoModel())  # fmt: skip
-        except (FileNotFoundError, ValueError) as e:
-            fail(str(e), code=EXIT_BAD_INPUT)
-        raise typer.Exit(run_session_command(session, actions[0], output_format))
-
-    p = settings.provider
-    from agent.endpoint import check, origin
-
-    unreachable = check(p.base_url, origin(settings, base_url))
-    if unreachable:  # exit 1 (EXIT_ERROR), as for any endpoint error
-        message, _, hint = unreachable.partition("\n")
-        fail(message, code=1, hint=hint)
-    if p.api_key_env and not p.api_key and not p.base_url.startswith(("http://127.", "http://localhost")):
-        # a warning, not an error: a self-hosted endpoint may need no key; a hosted one will answer 401 (exit 1)
-        err_console.print(f"[yellow]warning:[/] ${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})")
-
+    _check_endpoint(settings, base_url)
     if session_id is not None and not resume:
         fail(f"unexpected argument {session_id!r}: give a task with -p, or a session id after --resume",
              code=EXIT_BAD_INPUT)  # fmt: skip
@@ -152,16 +130,9 @@ def code(
             prompt = sys.stdin.read()
         if not prompt.strip():
             fail("the task given with -p is empty", code=EXIT_BAD_INPUT)
-        from agent.builder import build_session
-
         ui = HeadlessUI(output_format, approval)
-        try:
-            session = build_session(cwd, settings, ui, resume=resume_id if wants_resume else None,
-                                    continue_latest=continue_ or (wants_resume and resume_id is None))  # fmt: skip
-        except FileNotFoundError as e:
-            fail(str(e), code=EXIT_BAD_INPUT)
-        except ValueError as e:
-            fail(str(e), code=EXIT_BAD_INPUT)
+        session = _build(cwd, settings, ui, resume=resume_id if wants_resume else None,
+                         continue_latest=continue_ or (wants_resume and resume_id is None))  # fmt: skip
         raise typer.Exit(run_headless(session, prompt, ui))
 
     from agent.tui.app import run_tui
@@ -169,3 +140,49 @@ def code(
     raise typer.Exit(
         run_tui(cwd, settings, resume=resume_id, continue_latest=continue_ or (wants_resume and resume_id is None))
     )
+
+
+def _settings(cwd: Path, flags: dict) -> Any:
+    """The settings for the repository `cwd` is in; a wrong one exits 2 with its message."""
+    from agent.checkpoints import git_root
+    from agent.headless import EXIT_BAD_INPUT
+    from agent.settings import SettingsError, load_settings
+
+    try:
+        return load_settings(git_root(cwd.resolve()) or cwd.resolve(), flags)
+    except (SettingsError, ValueError) as e:
+        fail(str(e), code=EXIT_BAD_INPUT)
+
+
+def _build(cwd: Path, settings: Any, ui: Any, **kwargs: Any) -> Any:
+    """build_session; a session that cannot be found or opened exits 2 with why."""
+    from agent.builder import build_session
+    from agent.headless import EXIT_BAD_INPUT
+
+    try:
+        return build_session(cwd, settings, ui, **kwargs)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e), code=EXIT_BAD_INPUT)
+
+
+def _session_command(cwd: Path, settings: Any, session_id: str | None, action: str, output_format: str) -> int:
+    """--undo / --rewind N / --diff on the latest (or named) session, without the model: the exit code."""
+    from agent.headless import HeadlessUI, NoModel, run_session_command
+
+    session = _build(cwd, settings, HeadlessUI(output_format), resume=session_id,
+                     continue_latest=session_id is None, model=NoModel())  # fmt: skip
+    return run_session_command(session, action, output_format)
+
+
+def _check_endpoint(settings: Any, base_url: str | None) -> None:
+    """Exit 1 when a local endpoint refuses the connection; warn when a hosted one's key variable is unset."""
+    from agent.endpoint import check, origin
+
+    p = settings.provider
+    unreachable = check(p.base_url, origin(settings, base_url))
+    if unreachable:  # exit 1 (EXIT_ERROR), as for any endpoint error
+        message, _, hint = unreachable.partition("\n")
+        fail(message, code=1, hint=hint)
+    if p.api_key_env and not p.api_key and not p.base_url.startswith(("http://127.", "http://localhost")):
+        # a warning, not an error: a self-hosted endpoint may need no key; a hosted one will answer 401 (exit 1)
+        err_console.print(f"[yellow]warning:[/] ${p.api_key_env} is not set (provider {p.name!r} at {p.base_url})")

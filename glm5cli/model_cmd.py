@@ -1,7 +1,13 @@
-"""`glm5 model`: create, inspect, convert and quantize GLM-5 checkpoints (`quantize` lives in quantize_cmd.py)."""
+"""`glm5 model`: create, inspect, convert and quantize GLM-5 checkpoints (`quantize` lives in quantize_cmd.py).
+
+torch and `model` (which imports torch) are imported inside the commands, for speed: `glm5 --help` loads neither.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import typer
@@ -64,9 +70,6 @@ def init(
 
 def _with_overrides(cfg, overrides: list[str]):
     """cfg with KEY=VALUE fields changed (VALUE read as JSON, else as a string); a clear error for a bad one."""
-    import dataclasses
-    import json
-
     from model.config import ConfigError
 
     fields = {f.name for f in dataclasses.fields(cfg)} - {"extra"}
@@ -208,9 +211,6 @@ def convert(
     The tokenizer files and chat template are copied along. INT4 (compressed-tensors) checkpoints are not
     converted back: quantize from the original weights instead.
     """
-    import json
-    import shutil
-
     import torch
 
     from model import GLM5ForCausalLM

@@ -30,8 +30,11 @@ def quantize(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Quantize a checkpoint's linear weights to int4, group-wise, in the compressed-tensors format."""
+    # model imports torch: imported here, for speed, so that `glm5 --help` loads neither
     from model.compressed_tensors import CompressedTensorsError
-    from model.quant_int4 import DEFAULT_SKIP, GROUP_SIZES, quantize_checkpoint
+    from model.int4_linear import GROUP_SIZES
+    from model.int4_write import quantize_checkpoint
+    from model.quant_int4 import DEFAULT_SKIP
 
     if bits != 4:
         fail(f"--bits {bits} is not supported; glm5 writes 4-bit (W4A16) checkpoints", code=2)

@@ -223,7 +223,7 @@ def qat_settings(qat: str | None, group_size: int, full: bool, merge: bool):
     if qat is None:
         return None
     from finetune.qat import QAT_SCHEMES, QATSettings
-    from model.quant_int4 import GROUP_SIZES
+    from model.int4_linear import GROUP_SIZES
 
     if qat not in QAT_SCHEMES:
         fail(f"--qat {qat!r} is not supported", code=EXIT_USAGE, hint=f"choose one of {', '.join(QAT_SCHEMES)}")

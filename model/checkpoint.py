@@ -18,6 +18,7 @@ unexpected, or mis-shaped. Saving writes the same layout (per-expert tensor name
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import re
@@ -29,6 +30,7 @@ from safetensors.torch import save_file
 
 from model.config import GLM5Config
 from model.fp8 import FP8_BLOCK, dequantize_fp8
+from model.int4_load import load_compressed_tensors
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -70,8 +72,6 @@ def side_files(path: Path, ignore: tuple[str, ...] = ()) -> list[Path]:
     entry that holds it (a cached snapshot links into its `blobs/`): one that points elsewhere
     (`tokenizer.json -> ~/.ssh/id_rsa` in a downloaded folder) would copy that file into every checkpoint made
     from this one, which the user may then share. It is left out, with a warning."""
-    import fnmatch
-
     path = Path(path)
     roots = [path.resolve()]
     roots += [q for q in roots[0].parents if q.name.startswith(("models--", "datasets--"))][:1]
@@ -172,8 +172,6 @@ def load_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, dev
     with torch.device("meta"):
         model = cls(cfg)
     if (cfg.quantization_config or {}).get("quant_method") == "compressed-tensors":  # INT4 W4A16
-        from model.quant_int4 import load_compressed_tensors
-
         return load_compressed_tensors(model, path, dtype, device, _FP32_SUFFIXES).eval()
     expected = {}
     for name, t in model.state_dict().items():

@@ -17,7 +17,8 @@ have no zero point (it is 0).
 `format: pack-quantized`, `config_groups` whose `weights` say num_bits 4 / type int / strategy group /
 group_size / symmetric, `targets: ["Linear"]`, and an `ignore` list of modules left in high precision).
 
-What this file does not know: modules, kernels (see `model/quant_int4.py`), or the GLM-5 network.
+What this file does not know: modules, kernels (see `model/int4_linear.py`), or the GLM-5 network. Loading such
+a checkpoint into a model is model/int4_load.py's; writing one from an unquantized checkpoint model/int4_write.py's.
 """
 
 from __future__ import annotations
@@ -25,22 +26,18 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-from model.checkpoint import side_files
-from model.fp8 import dequantize_fp8
+from safetensors.torch import load_file
 
 QUANT_METHOD = "compressed-tensors"
 FORMAT = "pack-quantized"
 # The compressed-tensors release whose serialisation we follow (written as `version`, informational only).
 FORMAT_VERSION = "0.20.1"
 PACK_FACTOR = 8  # int4 values per int32 word
-SHARD_BYTES = 2 * 1024**3
 
 
 class CompressedTensorsError(ValueError):
@@ -259,138 +256,8 @@ def packed_modules(names: Iterable[str]) -> set[str]:
     return {n[: -len(".weight_packed")] for n in names if n.endswith(".weight_packed")}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Writing a checkpoint from an unquantized one, tensor by tensor (never the whole model in memory).
-
-
-def write_quantized_checkpoint(
-    src: str | Path,
-    out: str | Path,
-    quantize_fn: Callable[[torch.Tensor], Int4Tensors],
-    classify: Callable[[str, torch.Tensor], str],
-    scheme: Int4Scheme,
-    progress: Callable[[str], None] | None = None,
-) -> dict:
-    """Quantize the 2-D `*.weight` tensors for which `classify(module_name, w)` says "quantize"; copy the rest.
-
-    `classify` answers "quantize", "ignore" (a linear kept in high precision: listed in `ignore`) or "keep"
-    (not a linear at all, e.g. embeddings). 1-D tensors (norms, biases) are always copied.
-
-    Writes `*.safetensors` shards + `model.safetensors.index.json`, copies the non-weight files (tokenizer,
-    chat template, generation config) and adds `quantization_config` to `config.json`. Returns a summary.
-    """
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    src, out = Path(src), Path(out)
-    if (src / "config.json").resolve() == (out / "config.json").resolve():
-        raise ValueError("--out must be a different directory from the source checkpoint")
-    cfg = json.loads((src / "config.json").read_text())
-    if cfg.get("quantization_config"):
-        raise ValueError(f"{src} is already quantized ({cfg['quantization_config'].get('quant_method')})")
-    shards = sorted(src.glob("*.safetensors"))
-    if not shards:
-        raise FileNotFoundError(f"no *.safetensors in {src}")
-    where: dict[str, Path] = {}
-    for shard in shards:
-        with safe_open(str(shard), framework="pt") as f:
-            where.update(dict.fromkeys(f.keys(), shard))
-    out.mkdir(parents=True, exist_ok=True)
-
-    quantized: list[str] = []
-    ignored: list[str] = []
-    bytes_in = bytes_out = 0
-
-    def tensors() -> Iterator[tuple[str, torch.Tensor]]:
-        nonlocal bytes_in, bytes_out
-        for shard in shards:
-            with safe_open(str(shard), framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                    if name.endswith("_scale_inv") and name[: -len("_scale_inv")] in where:
-                        continue  # an FP8 block scale, consumed with its weight below
-                    w = f.get_tensor(name)
-                    bytes_in += w.numel() * w.element_size()
-                    if w.dtype == torch.float8_e4m3fn:
-                        # GLM-5-FP8 source: dequantize (128x128 block scales) first; FP8 tensors that stay in
-                        # high precision are written as bf16, since the output is not an FP8 checkpoint.
-                        w = _dequantize_fp8(w, name, where).to(torch.bfloat16)
-                    module = name.removesuffix(".weight")
-                    if name.endswith(".weight") and w.ndim == 2 and w.is_floating_point():
-                        kind = classify(module, w)
-                        if kind == "quantize":
-                            if progress:
-                                progress(module)
-                            quantized.append(module)
-                            for local, t in compress(quantize_fn(w)).items():
-                                bytes_out += t.numel() * t.element_size()
-                                yield f"{module}.{local}", t
-                            continue
-                        if kind == "ignore":
-                            ignored.append(module)
-                    bytes_out += w.numel() * w.element_size()
-                    yield name, w
-
-    weight_map: dict[str, str] = {}
-    chunk: dict[str, torch.Tensor] = {}
-    chunk_bytes, n_files = 0, 0
-    tmp_names: list[str] = []
-
-    def flush() -> None:
-        nonlocal chunk, chunk_bytes, n_files
-        if not chunk:
-            return
-        n_files += 1
-        fname = f"model-{n_files:05d}.safetensors"
-        save_file(chunk, str(out / fname), metadata={"format": "pt"})
-        tmp_names.append(fname)
-        weight_map.update(dict.fromkeys(chunk, fname))
-        chunk, chunk_bytes = {}, 0
-
-    for name, t in tensors():
-        chunk[name] = t.contiguous()
-        chunk_bytes += t.numel() * t.element_size()
-        if chunk_bytes >= SHARD_BYTES:
-            flush()
-    flush()
-    # Rename to the HF "-of-" convention now that the shard count is known.
-    final: dict[str, str] = {}
-    for i, fname in enumerate(tmp_names, 1):
-        new = f"model-{i:05d}-of-{n_files:05d}.safetensors"
-        (out / fname).rename(out / new)
-        final[fname] = new
-    weight_map = {k: final[v] for k, v in weight_map.items()}
-    (out / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": bytes_out}, "weight_map": dict(sorted(weight_map.items()))}, indent=2)
-    )
-
-    for p in side_files(src, ignore=("config.json",)):
-        shutil.copyfile(p, out / p.name)
-    qcfg = QuantizationConfig(groups={"group_0": scheme}, ignore=tuple(sorted(ignored)))
-    cfg["quantization_config"] = qcfg.to_json()
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    return {
-        "quantized_modules": len(quantized),
-        "ignored_modules": sorted(ignored),
-        "bytes_in": bytes_in,
-        "bytes_out": bytes_out,
-        "files": n_files,
-    }
-
-
-def _dequantize_fp8(w: torch.Tensor, name: str, where: dict[str, Path]) -> torch.Tensor:
-    from safetensors import safe_open
-
-    sname = name + "_scale_inv"
-    if sname not in where:
-        raise ValueError(f"FP8 tensor {name} has no {sname} in the checkpoint")
-    with safe_open(str(where[sname]), framework="pt") as f:
-        return dequantize_fp8(w, f.get_tensor(sname))
-
-
 def read_tensors(ckpt_dir: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of a safetensors checkpoint directory, by name."""
-    from safetensors.torch import load_file
-
     files = sorted(Path(ckpt_dir).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors in {ckpt_dir}")

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from model.checkpoint import load_pretrained, save_pretrained
 from model.config import GLM5Config
 from model.decoder_layer import DecoderLayer
 from model.kv_cache import KVCache
@@ -201,11 +202,7 @@ class GLM5ForCausalLM(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype | None = None, device: str = "cpu"):
         """Load a Hugging Face checkpoint directory (see model/checkpoint.py). dtype None: the config's."""
-        from model.checkpoint import load_pretrained
-
         return load_pretrained(cls, path, dtype=dtype, device=device)
 
     def save_pretrained(self, path: str | Path, max_shard_size: int | str = "5GB") -> None:
-        from model.checkpoint import save_pretrained
-
         save_pretrained(self, path, max_shard_size=max_shard_size)

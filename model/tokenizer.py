@@ -15,6 +15,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from tokenizers import Tokenizer as Backend
+
 from model.special_tokens import EOS_TOKENS, GLM5_SPECIAL_OFFSETS, PAD_TOKEN
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -42,8 +44,6 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: Path | str) -> Tokenizer:
-        from tokenizers import Tokenizer as Backend
-
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no tokenizer file at {path}")

@@ -14,6 +14,7 @@ blocks on it.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +28,9 @@ from textual.binding import Binding
 from textual.widgets import Input, Markdown, Static
 
 from agent import commands
+from agent.builder import build_session
 from agent.client import APIError
+from agent.settings import MODES
 from agent.tui.bridge import TUIBridge
 from agent.tui.terminal_pane import TerminalPane
 from agent.tui.widgets import (
@@ -238,8 +241,6 @@ class CodeApp(App):
 
     def action_cycle_mode(self) -> None:
         """Shift+Tab: ask -> accept-edits -> plan -> auto -> ask."""
-        from agent.settings import MODES
-
         perms = self.session.agent.permissions
         perms.mode = MODES[(MODES.index(perms.mode) + 1) % len(MODES)]
         self.refresh_status()
@@ -337,10 +338,6 @@ class CodeApp(App):
 
 
 def run_tui(cwd: Path, settings: Any, resume: str | None = None, continue_latest: bool = False) -> int:
-    import sys
-
-    from agent.builder import build_session
-
     app = CodeApp(lambda ui: session)
     try:  # built before the screen opens, so a bad --resume is a plain error message
         session = build_session(cwd, settings, app.bridge, resume=resume, continue_latest=continue_latest)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.agents import Glm5Agent
+from agent.profiles import check_profile
 from finetune.rl.rollout import ENV_ERROR, OK, Grade
 
 
@@ -31,8 +32,8 @@ class RLBenchAgent(Glm5Agent):
 
     name = "glm5-rl"
 
-    def __init__(self, model, max_turns: int):
-        super().__init__(max_turns=max_turns, client=model)
+    def __init__(self, model, max_turns: int, profile: str | None = None):
+        super().__init__(max_turns=max_turns, client=model, profile=profile)
 
     def describe(self) -> dict[str, Any]:
         return {"agent": self.name}
@@ -46,7 +47,7 @@ class BenchSession:
     def run(self, model) -> None:
         from agent.bench.trial import run_trial
 
-        self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns), self.workdir,
+        self.result = run_trial(self.task, RLBenchAgent(model, self.bench.max_turns, self.bench.profile), self.workdir,
                                 self.bench.trial_config(self.workdir))  # fmt: skip
 
     def grade(self) -> Grade:
@@ -76,10 +77,14 @@ class BenchSession:
 
 class BenchEnv:
     def __init__(self, kind: str, max_turns: int = 30, partial_credit: bool = False, reward=None,
-                 environment: str = "local", cache_dir: Path = Path(".glm5-bench-cache")):  # fmt: skip
+                 environment: str = "local", cache_dir: Path = Path(".glm5-bench-cache"),
+                 profile: str | None = None):  # fmt: skip
+        """`profile`: the agent profile the sessions run (agent/profiles.py: "full" or "compact"; None: the
+        config's, else full), the same tools and prompt `glm5 code --profile` gives."""
         from finetune.rl.rewards import HybridReward
 
         self.name, self.max_turns, self.partial_credit = kind, max_turns, partial_credit
+        self.profile = check_profile(profile) if profile is not None else None
         self.hybrid = HybridReward(reward) if reward is not None else None
         from agent.bench.repos import RepoCache
 

@@ -11,7 +11,8 @@ TITO session), with the session id as the router's routing key (header X-SMG-Rou
 bench grades it; samples.py turns the session into slime Samples, whose reward is that grade.
 
 Settings slime's arguments do not carry come from the environment: GLM5_SLIME_MAX_TURNS (model calls per session,
-default 30), GLM5_SLIME_WORKDIR (trial folders; default the temp dir), GLM5_SLIME_CACHE (the bench's repository
+default 30), GLM5_SLIME_PROFILE (the agent profile: full or compact; default the config's, else full),
+GLM5_SLIME_WORKDIR (trial folders; default the temp dir), GLM5_SLIME_CACHE (the bench's repository
 cache), GLM5_SLIME_API_KEY (the router's key, if any). The blocking session runs on a worker thread, so slime's
 event loop keeps serving the group's other sessions.
 """
@@ -79,7 +80,8 @@ def run_session(args, sample, sampling_params: dict, sample_type) -> list:
                    max_turns=int(os.environ.get("GLM5_SLIME_MAX_TURNS", "30")), concurrency=1,
                    seed=int(getattr(args, "seed", 0) or 0))  # fmt: skip
     cache = Path(os.environ.get("GLM5_SLIME_CACHE", Path(tempfile.gettempdir()) / "glm5-slime-cache"))
-    env = BenchEnv(ref["env"], max_turns=cfg.max_turns, cache_dir=cache)
+    env = BenchEnv(ref["env"], max_turns=cfg.max_turns, cache_dir=cache,
+                   profile=os.environ.get("GLM5_SLIME_PROFILE") or None)  # fmt: skip
     work = Path(os.environ.get("GLM5_SLIME_WORKDIR", Path(tempfile.gettempdir()) / "glm5-slime")) / session
     limit = getattr(args, "rollout_max_context_len", None)
     orch = Orchestrator(env, [task], server, _tokenizer(args.hf_checkpoint), cfg, work, lambda r: None,

@@ -25,6 +25,7 @@ class SlimeRun:
     temperature: float = 1.0
     max_turns: int = 30
     lr: float = 1e-6
+    profile: str = "full"  # the agent profile of every session (agent/profiles.py: full or compact)
 
 
 SCRIPT = """#!/usr/bin/env bash
@@ -102,6 +103,7 @@ RUNTIME_ENV_JSON="{{
     \\"CUDA_DEVICE_MAX_CONNECTIONS\\": \\"1\\",
     \\"INDEXER_ROPE_NEOX_STYLE\\": \\"0\\",
     \\"GLM5_SLIME_MAX_TURNS\\": \\"{max_turns}\\",
+    \\"GLM5_SLIME_PROFILE\\": \\"${{GLM5_SLIME_PROFILE:-{profile}}}\\",
     \\"GLM5_SLIME_WORKDIR\\": \\"${{GLM5_SLIME_WORKDIR:-/tmp/glm5-slime}}\\",
     \\"MASTER_ADDR\\": \\"${{MASTER_ADDR}}\\"
   }}
@@ -122,5 +124,5 @@ def launch_script(run: SlimeRun, glm5_root: Path, hf_checkpoint: Path) -> str:
         glm5_root=glm5_root, hf_checkpoint=shlex.quote(str(hf_checkpoint)), prompts=shlex.quote(str(Path(run.prompts).resolve())), num_rollout=run.num_rollout,
         rollout_batch_size=run.rollout_batch_size, n_samples=run.n_samples, max_response_len=run.max_response_len,
         max_context_len=run.max_context_len, temperature=run.temperature,
-        global_batch=run.rollout_batch_size * run.n_samples, lr=run.lr, max_turns=run.max_turns,
+        global_batch=run.rollout_batch_size * run.n_samples, lr=run.lr, max_turns=run.max_turns, profile=run.profile,
     )  # fmt: skip

@@ -19,7 +19,7 @@ Module map, one way (each imports only those above it):
                  `set_impl` / `use` for the process), reference wherever the kernel does not apply
 - cpu_kernels.c  plain C: norms, RoPE, masks, copies, top-k
 - cpu_kernels_vec.cpp  on torch's Vectorized types and BLAS: the softmax, SwiGLU's SiLU, the three GEMM ones
-- int4.py        apart from the ops: Int4Linear's own CPU kernel (model/quant_int4.py) with its layout, probe and
+- int4.py        apart from the ops: Int4Linear's own CPU kernel (model/int4_linear.py) with its layout, probe and
                  per-machine choice against torch's int4 kernel; equal to its reference to a tolerance, not bits
 - cpu_int4.c     that kernel: AVX2 / FMA, fp32 activations, int4 weights decoded once per 4 input rows
 

@@ -314,14 +314,9 @@ def _whole_rows(rows: int, n: int) -> bool:
 
 
 def moe_experts(
-    x: torch.Tensor,
-    token: torch.Tensor,
-    w: torch.Tensor,
-    counts: torch.Tensor,
-    gate_up: torch.Tensor,
-    down: torch.Tensor,
-    out: torch.Tensor,
-) -> torch.Tensor | None:
+    x: torch.Tensor, token: torch.Tensor, w: torch.Tensor, counts: torch.Tensor, gate_up: torch.Tensor,
+    down: torch.Tensor, out: torch.Tensor,
+) -> torch.Tensor | None:  # fmt: skip
     """`reference.moe_experts` in one call: per expert, its rows gathered, the same two sgemm calls torch's grouped GEMM
     makes, the SwiGLU and the weighted scatter-add, with one expert's rows in cache at a time; or None.
 

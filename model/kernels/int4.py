@@ -1,7 +1,7 @@
 """The INT4 linear's own CPU kernel (model/kernels/cpu_int4.c): y = x @ W^T with fp32 activations in and out and
 group-wise symmetric int4 weights, repacked once at load into the layout the kernel reads.
 
-Which CPU kernel an `Int4Linear` (model/quant_int4.py) runs is chosen per machine when the layer is built
+Which CPU kernel an `Int4Linear` (model/int4_linear.py) runs is chosen per machine when the layer is built
 (`cpu_kernel()`):
 - "glm5" (this kernel) on CPUs whose best vector code is AVX2: there torch's `_weight_int4pack_mm_for_cpu`
   decodes every weight again for each block of <= 4 input rows and needs bf16 activations, and it was no faster

@@ -1,7 +1,7 @@
 """The built-in SWE-bench Multilingual-style suite ("swe:multilingual"): one small repository per language whose
-toolchain installs from Debian's packages (Go, Rust, JavaScript, C, PHP, Ruby), graded with the official harness's
-parser for that language (parse_log_gotest, parse_log_cargo, parse_log_tap, parse_log_jq, parse_log_phpunit,
-parse_log_ruby_unit).
+toolchain installs from Debian's packages (Go, Rust, JavaScript, C, PHP, Ruby, Java), graded with the official
+harness's parser for that language (parse_log_gotest, parse_log_cargo, parse_log_tap, parse_log_jq, parse_log_phpunit,
+parse_log_ruby_unit, parse_log_maven: Maven offline on Debian's Maven repository).
 
 Data (plugins/bench_suites/multilingual/):
     Dockerfile        the environment of every task: glm5's offline base image plus the toolchains (built by
@@ -69,7 +69,7 @@ def build_task(d: dict, path: Path, final: Path, dockerfile: str) -> dict:
 class MultilingualSuite(BuiltinSuite):
     kind = "swe"
     name = "multilingual"
-    description = ("Offline SWE-bench Multilingual-style tasks in Go, Rust, JavaScript, C, PHP and Ruby, graded "
+    description = ("Offline SWE-bench Multilingual-style tasks in Go, Rust, JavaScript, C, PHP, Ruby and Java, graded "
                    "with the official harness's parsers; run with --env docker (toolchains from Debian packages)")  # fmt: skip
 
     def build(self, tmp: Path, dest: Path) -> list[str]:

@@ -15,7 +15,6 @@ Module map:
                       as per-request logits masks (optional dependency: glm5[grammar])
 - spec_decode.py      SpecModelRunner: MTP speculative decoding (paged MTP cache, chained drafts, verification)
 - rejection_sampler.py  the acceptance rule: greedy, and exact speculative sampling with target logprobs
-- spec_reference.py   plain-model greedy speculative decoding: the reference, and offline acceptance length
 - detokenizer.py      Detokenizer: incremental text and stop strings (skipped with SamplingParams.detokenize=False)
 - request_output.py   RequestOutput: what a request produced so far
 - config.py           EngineConfig: batch and cache sizes, attention path

@@ -118,7 +118,7 @@ def load_engine(
                 raise SystemExit(f"--lora: {e}") from None
             console.print(f"LoRA adapter {lora}: beside the int4 weights of {n} layers, merged into the others")
         llm = LLM(model, tokenizer=load_tokenizer(model_dir), device=device, **kwargs)
-    from model.quant_int4 import Int4Linear
+    from model.int4_linear import Int4Linear
 
     int4_checkpoint = quant != "int4" and any(isinstance(m, Int4Linear) for m in model.modules())
     console.print(

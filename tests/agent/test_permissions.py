@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from agent.command_analysis import is_read_only
 from agent.environment import Environment
-from agent.permissions import ALLOW, ASK, DENY, Permissions, Rule, is_read_only
+from agent.permissions import ALLOW, ASK, DENY, Permissions, Rule
 from agent.tools.base import EDIT, EXECUTE, OTHER, READ
 
 

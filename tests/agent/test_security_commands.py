@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from agent.command_analysis import is_read_only
 from agent.environment import Environment
-from agent.permissions import ALLOW, ASK, DENY, Permissions, Rule, is_read_only, narrowest_rule
+from agent.permissions import ALLOW, ASK, DENY, Permissions, Rule, narrowest_rule
 from agent.shell import parse
 from agent.tools.base import EDIT, EXECUTE, READ
 

@@ -112,8 +112,6 @@ def test_calls_and_screens_are_recorded_streamed_and_checkpointed(repo, fake_mod
 
 
 def test_compaction_keeps_a_live_sessions_screen(repo, fake_model):
-    from agent.compaction import compact
-
     fake_model.script = [reply(tools=[("terminal_open", {"session": "main"})]),
                          reply(tools=[("terminal_send", {"session": "main", "input": ["echo marker-$((6*7))\n"],
                                                          "wait_for": "^marker-42"})]),
@@ -121,7 +119,7 @@ def test_compaction_keeps_a_live_sessions_screen(repo, fake_model):
     s = make_session(repo, fake_model, flags={"mode": "auto"})
     try:
         s.agent.run("go")
-        assert compact(s.agent)
+        assert s.agent.compact()
         assert "marker-42" in s.agent.messages[1]["content"] and "[terminal main, still open" in \
             s.agent.messages[1]["content"]  # fmt: skip
     finally:

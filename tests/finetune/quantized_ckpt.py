@@ -46,7 +46,7 @@ def write_fp8(src: Path, out: Path) -> Path:
 
 
 def write_int4(src: Path, out: Path, group_size: int = 32) -> Path:
-    from model.quant_int4 import quantize_checkpoint
+    from model.int4_write import quantize_checkpoint
 
     quantize_checkpoint(src, out, group_size=group_size)
     return out

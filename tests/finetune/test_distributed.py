@@ -20,7 +20,6 @@ from finetune.sft import SFTConfig, train_sft
 from finetune.train_loop import training_state
 from model import GLM5ForCausalLM
 from model.config import preset
-from tests.serve.conftest import find_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,11 +84,12 @@ def test_a_checkpoint_of_other_parameters_is_refused(tmp_path):
 
 
 def run_worker(tmp_path: Path, nproc: int = 2) -> dict:
-    """tests/finetune/fsdp_worker.py under a real torchrun on a free port -> its results."""
+    """tests/finetune/fsdp_worker.py under a real torchrun -> its results (--standalone: the rendezvous store binds
+    a free port itself, so no other process can take the port between our choosing it and torchrun binding it)."""
     out = tmp_path / "results.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
-    cmd += [f"--master-port={find_free_port()}", str(ROOT / "tests/finetune/fsdp_worker.py"), str(out)]
+    cmd += ["--standalone", str(ROOT / "tests/finetune/fsdp_worker.py"), str(out)]
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(out.read_text())

@@ -7,8 +7,9 @@ import json
 import os
 import time
 
-from agent.provenance import file_is_ours, key_path
+from agent.provenance import key_path
 from agent.session import find_session
+from agent.trajectory import file_is_ours
 from finetune.data.sources import load_sequences
 from finetune.data.trajectories import DataOptions
 from model.tokenizer import Tokenizer

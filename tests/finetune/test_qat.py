@@ -16,8 +16,10 @@ from finetune.full import prepare_full
 from finetune.qat import Int4FakeQuantLinear, QATSettings, apply_qat, qat_targets, remove_qat
 from finetune.sft import SFTConfig, train_sft
 from model.config import preset
+from model.int4_linear import Int4Linear
+from model.int4_numerics import dequantize_weight, fake_quantize_weight, quantize_weight
 from model.modeling import GLM5ForCausalLM
-from model.quant_int4 import Int4Linear, dequantize_weight, fake_quantize_weight, quantize_int4, quantize_weight
+from model.quant_int4 import quantize_int4
 
 
 def _linear(k=96, n=40, seed=0) -> nn.Linear:
@@ -55,7 +57,7 @@ def test_the_gradient_is_straight_through():
 
 def test_the_swap_covers_what_an_int4_checkpoint_quantizes_and_keeps_the_parameters(tmp_path):
     from model.compressed_tensors import packed_modules, read_tensors
-    from model.quant_int4 import quantize_checkpoint
+    from model.int4_write import quantize_checkpoint
 
     model = GLM5ForCausalLM.from_config(preset("tiny"), seed=0)
     model.save_pretrained(tmp_path / "fp")

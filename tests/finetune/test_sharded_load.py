@@ -20,7 +20,6 @@ from model import GLM5ForCausalLM
 from model.checkpoint import CheckpointError
 from model.config import preset
 from tests.finetune.quantized_ckpt import write_dense, write_fp8, write_int4, write_random_fp8
-from tests.serve.conftest import find_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +93,7 @@ def run_worker(ckpt: Path, out: Path, *extra: str) -> dict:
         os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_="131072"
     )  # fmt: skip  (large blocks back to the OS when freed: see below)
     for attempt in range(2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={find_free_port()}"]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone"]
         cmd += [str(ROOT / "tests/finetune/qlora_worker.py"), str(ckpt), str(out), *extra]
         r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
         # A rank that aborts as gloo starts ("terminate called without an active exception", SIGABRT; seen in about

@@ -167,3 +167,22 @@ def test_sft_export_gives_slime_the_ids_and_masks_glm5s_sft_trains_on(tiny_check
         assert s.tokens == ids
         assert s.loss_mask == [int(m) for m in mask[-s.response_length :]] and s.loss_mask[0] == 1
         assert sum(s.loss_mask) == sum(mask)  # every target of glm5's SFT, none more
+
+
+def test_the_hook_runs_the_agent_profile_the_launch_names(tmp_path, monkeypatch):
+    """GLM5_SLIME_PROFILE (written into the launch's runtime env) chooses the sessions' agent profile; a name that is
+    not a profile is refused before any session starts."""
+    from finetune.rl.bench_env import BenchEnv, BenchSession, RLBenchAgent
+    from finetune.slime.launch import SlimeRun, launch_script
+
+    script = launch_script(SlimeRun(prompts=tmp_path / "p.jsonl", profile="compact"), tmp_path, tmp_path / "ckpt")
+    assert '\\"GLM5_SLIME_PROFILE\\": \\"${GLM5_SLIME_PROFILE:-compact}\\"' in script
+    env = BenchEnv("swe", max_turns=2, cache_dir=tmp_path / "cache", profile="compact")
+    made = []
+    monkeypatch.setattr("agent.bench.trial.run_trial", lambda task, agent, *a: made.append(agent))
+    BenchSession(env, None, tmp_path / "w").run(model=object())
+    [agent] = made
+    assert isinstance(agent, RLBenchAgent) and agent.profile == "compact"
+    assert BenchEnv("swe", cache_dir=tmp_path / "cache").profile is None  # the config's, else full
+    with pytest.raises(ValueError, match="not one of full, compact"):
+        BenchEnv("swe", cache_dir=tmp_path / "cache", profile="tiny")

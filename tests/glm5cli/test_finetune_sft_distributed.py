@@ -27,7 +27,7 @@ import finetune.sft
 from glm5cli.app import app
 from model import GLM5ForCausalLM
 from tests.glm5cli.test_finetune_sft import _sessions, ckpt, dies_after_first_save  # noqa: F401  (a fixture)
-from tests.serve.conftest import find_free_port, tiny_checkpoint  # noqa: F401  (a fixture)
+from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,9 +36,10 @@ OPTS = ["--steps", "6", "--lr", "3e-3", "--rank", "4", "--batch-size", "3", "--s
 
 
 def torchrun(args: list[str]) -> subprocess.Popen:
-    """`torchrun --nproc-per-node 2 -m glm5cli ARGS` on a free port, in its own process group."""
+    """`torchrun --nproc-per-node 2 -m glm5cli ARGS` in its own process group (--standalone: the rendezvous store
+    binds a free port itself, so there is no race for one)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", COLUMNS="300")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={find_free_port()}"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone"]
     return subprocess.Popen(
         [*cmd, "-m", "glm5cli", *args],
         env=env,

@@ -137,7 +137,7 @@ def test_dsa_warmup_resumes_exactly_at_every_stage(peaky, tmp_path, monkeypatch)
 @pytest.mark.parametrize("mode", [["--full"], ["--merge", "--rank", "4"]], ids=["full", "lora"])
 def test_sft_qat_int4_writes_the_int4_checkpoint_it_trained_for(peaky, tmp_path, mode):
     from model.compressed_tensors import Int4Scheme, decompress, packed_modules, read_tensors
-    from model.quant_int4 import dequantize_weight, fake_quantize_weight
+    from model.int4_numerics import dequantize_weight, fake_quantize_weight
 
     sessions = _sessions(tmp_path / "s", n=2)
     out = tmp_path / "qat"

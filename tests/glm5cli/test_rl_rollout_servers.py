@@ -29,7 +29,7 @@ CONTROL = ("/pause_generation", "/continue_generation", "/load_lora_adapter", "/
 
 
 class Recorder:
-    """ASGI wrapper: (path, status, JSON body) of every request, in the order they finish."""
+    """ASGI wrapper: (path, status, JSON body) of every request, in the order their answers start."""
 
     def __init__(self, app):
         self.app, self.seen = app, []
@@ -37,7 +37,7 @@ class Recorder:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        chunks, status = [], {}
+        chunks = []
 
         async def recv():
             msg = await receive()
@@ -46,12 +46,13 @@ class Recorder:
 
         async def snd(msg):
             if msg["type"] == "http.response.start":
-                status["code"] = msg["status"]
+                # recorded before the client can see the answer: a test that reads `seen` as soon as its client
+                # got a response finds it there (appending after the app returned raced the client under load)
+                raw = b"".join(chunks)
+                self.seen.append((scope["path"], msg["status"], json.loads(raw) if raw.strip() else None))
             await send(msg)
 
         await self.app(scope, recv, snd)
-        raw = b"".join(chunks)
-        self.seen.append((scope["path"], status.get("code"), json.loads(raw) if raw.strip() else None))
 
 
 @pytest.fixture

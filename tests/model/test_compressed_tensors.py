@@ -22,7 +22,10 @@ from model.compressed_tensors import (
     read_tensors,
     unpack_int4,
 )
-from model.quant_int4 import Int4Linear, apply_compressed_tensors, quantize_checkpoint, quantize_int4
+from model.int4_linear import Int4Linear
+from model.int4_load import apply_compressed_tensors
+from model.int4_write import quantize_checkpoint
+from model.quant_int4 import quantize_int4
 from tests.model.conftest import close
 from tests.model.test_quant_int4 import TinyLM
 

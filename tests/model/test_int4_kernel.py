@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from model.compressed_tensors import Int4Tensors
+from model.int4_linear import Int4Linear
 from model.kernels import build, int4, reference
 from model.moe import MLP
-from model.quant_int4 import Int4Linear, quantize_int4
+from model.quant_int4 import quantize_int4
 
 HAS_CC = shutil.which(os.environ.get("CC", "cc")) is not None
 needs_kernel = pytest.mark.skipif(

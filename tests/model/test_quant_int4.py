@@ -7,17 +7,11 @@ import torch
 from torch import nn
 
 from model.compressed_tensors import Int4Scheme
+from model.int4_gate_up import Int4GateUp
+from model.int4_linear import Int4Linear
+from model.int4_numerics import dequantize_weight, quantize_weight
 from model.moe import MLP
-from model.quant_int4 import (
-    DEFAULT_SKIP,
-    Int4GateUp,
-    Int4Linear,
-    dequantize_weight,
-    is_skipped,
-    quantize_int4,
-    quantize_weight,
-    weight_bytes,
-)
+from model.quant_int4 import DEFAULT_SKIP, is_skipped, quantize_int4, weight_bytes
 
 
 @pytest.mark.parametrize("symmetric", [True, False])

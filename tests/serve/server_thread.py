@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
 import httpx
 import uvicorn
 
-from tests.serve.conftest import find_free_port
-
 
 class ServerThread:
     def __init__(self, app, port: int | None = None):
-        self.port = port or find_free_port()
+        # our own socket, bound before the server starts: no other process can take the port between our choosing
+        # it and uvicorn binding it (port 0 asks the kernel for a free one)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port or 0))
+        self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
@@ -39,3 +43,4 @@ class ServerThread:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.sock.close()

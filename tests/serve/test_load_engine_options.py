@@ -6,7 +6,7 @@ import asyncio
 
 from rich.console import Console
 
-from model.quant_int4 import Int4Linear
+from model.int4_linear import Int4Linear
 from serve.engine import SamplingParams
 from serve.http.server import load_engine
 from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
@@ -72,7 +72,7 @@ def test_load_engine_in_bfloat16_generates(tiny_checkpoint):  # noqa: F811
 def test_an_int4_checkpoint_is_served_as_int4_and_says_so(tiny_checkpoint, tmp_path):  # noqa: F811
     """A compressed-tensors INT4 checkpoint (`glm5 model quantize`, or `finetune sft --qat int4`'s OUT/int4) loads
     as INT4 without --quant, and the loaded line says so; a plain checkpoint's line does not."""
-    from model.quant_int4 import quantize_checkpoint
+    from model.int4_write import quantize_checkpoint
 
     quantize_checkpoint(tiny_checkpoint, tmp_path / "int4", group_size=32)
     for path, said in ((tmp_path / "int4", True), (tiny_checkpoint, False)):

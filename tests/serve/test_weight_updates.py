@@ -165,7 +165,8 @@ def test_an_adapter_on_int4_weights_is_served_beside_them_not_rounded_anew(tiny_
     import copy
 
     from finetune.lora import AdapterBaseMismatch, load_adapter, merge_lora
-    from model.quant_int4 import Int4Linear, quantize_int4, round_like_int4
+    from model.int4_linear import Int4Linear
+    from model.quant_int4 import quantize_int4, round_like_int4
 
     base = GLM5ForCausalLM.from_pretrained(tiny_checkpoint)
     engine, _ = load_engine(tiny_checkpoint, "int4", False, 4, 256, Console(quiet=True), kv_cache_gib=0.02,
@@ -191,7 +192,7 @@ def test_a_lora_push_onto_an_int4_server_serves_it_beside_the_int4_weights(tiny_
     """/load_lora_adapter on a --quant int4 server (the rollout engine of `glm5 finetune rl --quant int4`): the
     INT4 layers take the factors, the others the merge; the result is what `--lora` at load serves, bit for bit;
     unloading gives back the bare INT4 outputs."""
-    from model.quant_int4 import Int4Linear
+    from model.int4_linear import Int4Linear
 
     engine, tok = load_engine(tiny_checkpoint, "int4", False, 4, 256, Console(quiet=True), kv_cache_gib=0.02)
     at_load, _ = load_engine(tiny_checkpoint, "int4", False, 4, 256, Console(quiet=True), kv_cache_gib=0.02,

@@ -16,6 +16,7 @@ swebench = pytest.importorskip("swebench", reason="the swebench extra is not ins
 from agent.bench import harness_specs  # noqa: E402
 from agent.bench.grading import judge_task, task_statuses, task_test_cmd  # noqa: E402
 from agent.bench.tasks import TaskError, swe_task_from_row  # noqa: E402
+from tests.agent.bench import harness_samples  # noqa: E402
 
 PYTEST = """============================= test session starts ==============================
 platform linux -- Python 3.9.19, pytest-7.4.0, pluggy-1.3.0
@@ -246,6 +247,7 @@ CASES = {
     "parse_log_googletest": (GOOGLETEST, "fmtlib/fmt", ["Suite.One"], ["Suite.Two"], 1),
     "parse_log_micropython_test": (MICROPYTHON, "micropython/micropython", ["basics/int.py"], ["basics/float.py"], 1),
 }  # fmt: skip
+CASES.update(harness_samples.MORE_CASES)  # the parsers bound to one repository's runner
 
 
 def published_row(parser: str, repo: str, f2p: list[str], p2p: list[str], **over) -> dict:
@@ -290,17 +292,33 @@ def test_glm5_grades_each_parser_as_the_harness_does(parser):
         assert grade.resolved is (not fail)
 
 
-def test_every_harness_parser_is_checked_or_listed():
-    """A parser the harness adds shows up here: it needs a real-format log in CASES (or a reason below)."""
-    unchecked = {  # parsers bound to one repository's output format, reached only through its own instances
-        "parse_log_calypso", "parse_log_chart_js", "parse_log_marked", "parse_log_p5js", "parse_log_react_pdf",
-        "parse_log_jest_json", "parse_log_karma", "parse_log_immutable_js", "parse_log_bpmn_js", "parse_log_carbon",
-        "parse_log_eslint", "parse_log_grommet", "parse_log_highlightjs", "parse_log_lighthouse", "parse_log_next",
-        "parse_log_openlayers", "parse_log_prismjs", "parse_log_quarto_cli", "parse_log_doctest",
-        "parse_log_cucumber", "parse_log_minitest", "parse_log_rspec_transformed_json",
-        "parse_log_jekyll",
-    }  # fmt: skip
-    assert set(harness_specs.parser_names()) - set(CASES) - unchecked == set()
+# parsers that pick a format by the row's instance number (jekyll: instance_id.split("-")[1]; immutable_js:
+# split("-")[-1]) and raise ValueError for any other: each graded with a row of that number and a log in the format
+# it dispatches to
+BY_INSTANCE = {
+    "parse_log_jekyll": (("jekyll__jekyll-9141", "parse_log_minitest"), ("jekyll__jekyll-8761", "parse_log_cucumber")),
+    "parse_log_immutable_js": (("immutable-js__immutable-js-2005", "parse_log_jest_json"),
+                               ("immutable-js__immutable-js-2006", "parse_log_jest")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("parser", sorted(BY_INSTANCE))
+def test_parsers_chosen_by_instance_grade_as_the_harness_does(parser):
+    for instance_id, fmt in BY_INSTANCE[parser]:
+        log, _, f2p, p2p, rc = CASES[fmt]
+        for fail, passing in ((p2p, f2p), ([], f2p)):
+            repo = instance_id.rsplit("-", 1)[0].replace("__", "/")
+            row = published_row(parser, repo, passing, fail, instance_id=instance_id)
+            _, statuses, problem, grade, report = glm5_and_harness(row, log, rc)
+            assert statuses and not problem, (instance_id, problem)
+            ts = report["tests_status"]
+            assert grade.resolved == report["resolved"] and grade.resolved is (not fail)
+            assert grade.fail_to_pass == ts["FAIL_TO_PASS"] and grade.pass_to_pass == ts["PASS_TO_PASS"]
+
+
+def test_every_harness_parser_is_checked():
+    """A parser the harness adds shows up here: it needs a real-format log in CASES (or a row in BY_INSTANCE)."""
+    assert set(harness_specs.parser_names()) - set(CASES) - set(BY_INSTANCE) == set()
 
 
 def test_a_sympy_row_as_published_is_resolved_where_glm5_used_to_say_infra_error():

@@ -12,9 +12,9 @@ from serve import LLM, SamplingParams
 from serve.engine.engine import LLMEngine
 from serve.engine.rejection_sampler import processed_logprobs
 from serve.engine.spec_decode import SpecModelRunner, read_draft_vocab, write_draft_vocab
-from serve.engine.spec_reference import mtp_drafts, speculative_greedy
 from tests.model.conftest import close
 from tests.serve.engine.conftest import random_prompts
+from tests.serve.engine.spec_reference import mtp_drafts, speculative_greedy
 
 # Tiny tensors: one thread beats two fighting over a loaded 2-core box (as tests/model/conftest.py).
 torch.set_num_threads(1)
