@@ -13,9 +13,9 @@
     run_folder.py   RunFolder: config.json (resume refusals), results.jsonl (appended, fsynced), the lock
     runner.py       run_bench: filter, --shard I/N, k attempts, n at a time, infra retries, resume
     scores.py       resolved rate + Wilson 95% interval, pass@k (unbiased), pass^k, tokens, cost, time; paired diff
-    reports.py      report.json / junit.xml / summary.md from run folders; shards merged; compare
+    reports.py      report.json / junit.xml (junitparser) / summary.md from run folders; shards merged; compare
     suites.py       `--suite NAME`: suites plugins register as "<kind>:NAME", materialized
-    validate.py     oracle solves, nop does not, FAIL_TO_PASS fails before the gold patch
+    validate.py     oracle solves, nop does not, FAIL_TO_PASS fails before the gold patch; validate_kinds for the CLI
     job.py          what the CLI commands do between parsing and showing
     log_parsers.py  per-test statuses from pytest, unittest, go test, cargo, jest, mocha, JUnit XML logs; plugins'
                     (register_log_parsers)
@@ -28,7 +28,8 @@
                     run_hidden / hidden_from_trials: what a trial (or an RL session) must not see
     host_files.py   the host's reads and writes in folders a trial can change: from a directory fd, no link followed
     grades.py       Grade (a trial's verdict) and the SWE-bench resolution rule on a status map (no I/O)
-    grading.py      grade_swe (apply, test_patch, run, parse, then the rule), grade_terminal (reward file)
+    grading.py      grade_swe (apply, test_patch, run, parse, then the rule), grade_terminal (reward file);
+                    patch_files (unidiff)
 
 Life of a run: job.load_tasks -> runner.run_bench (config.json claimed; finished trials skipped) -> per task and
 attempt trial.run_trial: environment up -> agent -> patch.diff / verifier -> grade -> trial folder -> one line of
