@@ -38,8 +38,18 @@ class TaskError(ValueError):
     """A task file or folder is wrong; the message names the file and the line or field."""
 
 
+class _Task:
+    """What every task kind answers: its id (a folder name under the run)."""
+
+    instance_id: str
+
+    @property
+    def task_id(self) -> str:
+        return self.instance_id
+
+
 @dataclass(frozen=True)
-class SWETask:
+class SWETask(_Task):
     instance_id: str
     repo: str  # a local path, a git URL, or owner/name (mapped through --repos)
     base_commit: str
@@ -66,17 +76,13 @@ class SWETask:
     kind = "swe"
 
     @property
-    def task_id(self) -> str:
-        return self.instance_id
-
-    @property
     def text(self) -> str:
         """What the agent is told: the issue, and nothing of the tests or the fix."""
         return self.problem_statement
 
 
 @dataclass(frozen=True)
-class TerminalTask:
+class TerminalTask(_Task):
     instance_id: str  # the folder's name, or [task].name
     path: Path
     instruction: str
@@ -91,10 +97,6 @@ class TerminalTask:
     workdir: str = "/app"
 
     kind = "terminal"
-
-    @property
-    def task_id(self) -> str:
-        return self.instance_id
 
     @property
     def text(self) -> str:
