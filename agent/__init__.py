@@ -43,7 +43,8 @@ trajectories, hooks, MCP, TUI and headless runs.
     settings.py     TOML settings, GLM5_* environment, flags; named providers; trust's narrowing; save_rule
     settings_schema.py  what each settings table accepts, checked by pydantic, and the message naming a wrong key
     config_dir.py   the user's config folder ($GLM5_CONFIG_DIR or ~/.config/glm5)
-    plugin_registry.py  PluginManager: the hookspec (tools, benchmarks, environments, rewards), DEFAULT_PLUGINS by name
+    plugin_registry.py  pluggy hook specs (tools, benchmarks, environments, rewards, log parsers) and default_manager(),
+                    the one PluginManager: DEFAULT_PLUGINS by name
                     and the `glm5.plugins` entry points, loaded at run time (plugins import agent, never the reverse)
     builder.py      assembles a Session (all of the above) for an interface
     commands.py     slash commands, !cmd, @file mentions

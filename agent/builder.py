@@ -19,7 +19,7 @@ from agent.environment import Environment
 from agent.hooks import Hooks
 from agent.loop import Agent, AgentConfig
 from agent.permissions import Permissions
-from agent.plugin_registry import PluginContext, PluginManager
+from agent.plugin_registry import PluginContext, PluginManager, default_manager
 from agent.sandbox import Sandbox
 from agent.session import find_session, git_info, new_id, open_writer, scratch_dir, sessions_dir
 from agent.settings import DEFAULT_CONTEXT_WINDOW, Settings
@@ -93,7 +93,7 @@ def build_session(
 
     registry = ToolRegistry()
     pctx = PluginContext(settings=settings, env=env)
-    pm = plugin_manager or PluginManager()
+    pm = plugin_manager or default_manager()
     pm.register_tools(registry, pctx)
     registry.restrict(
         profiles.tool_names(settings.profile, registry.names(), getattr(settings, "terminal", None)),

@@ -8,6 +8,7 @@
 - distill_cmd.py `glm5 finetune distill`: cross-stage on-policy distillation (teachers by domain)
 - stages_cmd.py `glm5 finetune dsa-warmup` (DSA indexer warm-up + sparse stage) and `sft --qat int4`'s helpers
 - bench_cmd.py  `glm5 bench`: agentic and serving benchmarks
+- bench_run.py  `glm5 bench swe|terminal`: their flags declared once (OPTIONS -> RunFlags), the run, the report shown
 - bench_harness.py what `glm5 bench` says of the SWE-bench harness (predictions, compare) and of --env local's gaps
 - common.py     helpers shared by the commands (errors, console, JSON output)
 - progress.py   progress on stderr: a live bar on a terminal, a plain line per trial / step in a log

@@ -1,7 +1,7 @@
 """What `glm5 bench` says about a run against the official SWE-bench harness and the local environment: before a
 local run, what of each task it cannot honour and which Python versions the machine lacks; `bench compare RUN
 REPORT.json`, the harness's report beside the run. The work is in agent/bench (local_gaps, setup_cache,
-harness_io); this shows it.
+harness_io); this shows it, importing it inside each function so that `glm5 --help` does not pay for it.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from agent.child_env import scrubbed_env
+from agent.plugin_registry import hookimpl
+from agent.sandbox import Sandbox, SandboxLimits, limit_argv
+
 Score = Callable[[str], "float | None"]
 
 
@@ -57,10 +61,6 @@ def _command(spec: dict) -> Score:
     if not isinstance(memory_mb, int) or memory_mb <= 0:
         raise ValueError('"memory_mb" must be a positive whole number of megabytes')
     use_score = bool(spec.get("score", False))
-    # the agent's sandbox and environment policy, imported when a command reward is made (not when plugins load)
-    from agent.child_env import scrubbed_env
-    from agent.sandbox import SandboxLimits, limit_argv
-
     sandbox = _sandbox(spec)
     limits = SandboxLimits(memory_mb=memory_mb, cpu_s=int(timeout) + 1, file_mb=1024)
 
@@ -99,8 +99,6 @@ def _sandbox(spec: dict):
     """The agent's bubblewrap sandbox (network off); None only when the spec says "sandbox": false."""
     if spec.get("sandbox", True) is False:
         return None
-    from agent.sandbox import Sandbox
-
     sb = Sandbox(True, network=False)
     if not sb.active:
         raise ValueError(
@@ -128,6 +126,7 @@ def _run(argv: list[str], cwd: Path, stdin: str, env: dict, timeout: float) -> s
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+@hookimpl
 def register_rewards(register, context) -> None:
     register("regex", _regex)
     register("command", _command)

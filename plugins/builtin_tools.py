@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from agent.plugin_registry import hookimpl
 from agent.tools import builtin_tools
 
 
+@hookimpl
 def register_tools(register, context) -> None:
     for tool in builtin_tools():
         register(tool)

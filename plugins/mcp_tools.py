@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from agent.plugin_registry import hookimpl
 
+
+@hookimpl
 def register_tools(register, context) -> None:
     servers = getattr(context.settings, "mcp_servers", None) or {}
     if not servers:
         return
+    # the mcp library (about 35 ms to import) only where settings name an MCP server: every session loads this plugin
     from agent.mcp import MCPConnection, MCPError, MCPTool
 
     cwd = str(context.env.root) if context.env is not None else None

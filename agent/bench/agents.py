@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.bench.environments import APP, SOLUTION, InfraError
+from agent.bench.grading import apply_patch
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.session import open_writer
+from agent.settings import Limits, load_settings
 from agent.trajectory import SCHEMA  # noqa: F401 (the schema every trial's trajectory.jsonl follows)
 
 Task = SWETask | TerminalTask
@@ -96,8 +98,6 @@ class OracleAgent:
 
     def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
         if isinstance(task, SWETask):
-            from agent.bench.grading import apply_patch
-
             if not task.patch.strip():
                 raise InfraError(f"{task.instance_id} has no gold patch for the oracle")
             method, log = apply_patch(env, task.patch, "gold.diff", inside=SOLUTION)
@@ -175,8 +175,6 @@ class Glm5Agent:
     def settings(self, trial_dir: Path, limits: AgentLimits, attempt: tuple[str, int] | None = None) -> Any:
         """The trial's settings; `attempt` (task id, index) seeds its requests when a seed is set (--seed, else
         the user's `[agent] seed`): each attempt its own draws, never one seed for all k."""
-        from agent.settings import Limits, load_settings
-
         flags = {"provider": self.provider, "base_url": self.base_url, "model": self.model,
                  "api_key_env": self.api_key_env, "mode": "auto", "profile": self.profile}  # fmt: skip
         s = load_settings(None, flags)  # the user's config only: never the task repository's .glm5/
@@ -191,8 +189,6 @@ class Glm5Agent:
                                    seed=_attempt_seed(self.seed if self.seed is not None else s.seed, attempt))  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
-        from agent.settings import load_settings
-
         s = load_settings(None, {"provider": self.provider, "base_url": self.base_url, "model": self.model,
                                  "profile": self.profile})  # fmt: skip
         p = s.provider
@@ -204,6 +200,8 @@ class Glm5Agent:
         return out
 
     def run(self, task: Task, env: Any, trial_dir: Path, limits: AgentLimits, *, attempt: int = 0) -> AgentOutcome:
+        # the agent's whole stack (builder, headless, client: about 0.5 s to import) only for a glm5 trial: oracle,
+        # nop and cmd runs, and `bench validate`, never load it
         from agent.builder import build_session
         from agent.headless import HeadlessUI, run_headless
 

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agent.bench.environments import APP, EnvSpec, ExecResult, InfraError
-from agent.bench.local_env import run_argv
+from agent.bench.process import run_argv
+from agent.bench.setup_cache import SETUP_TIMEOUT_S, exclude_generated, setup_command
 from agent.child_env import scrubbed_env
 
 BASE_IMAGE = os.environ.get("GLM5_BENCH_BASE_IMAGE", "glm5-bench-base:bookworm")
@@ -152,8 +153,6 @@ class DockerEnvironment:
 
     def _setup(self, cut_off_after: bool) -> None:
         """The task's setup in the container (each trial's: its files land in this checkout), then no network."""
-        from agent.bench.setup_cache import SETUP_TIMEOUT_S, setup_command
-
         res = self.exec(setup_command(self.spec.setup or "", self.app_dir), cwd=self.workdir,
                         timeout_s=SETUP_TIMEOUT_S)  # fmt: skip
         if cut_off_after:
@@ -164,8 +163,6 @@ class DockerEnvironment:
         if res.returncode != 0:
             raise InfraError(f"the task's setup failed in the container (exit {res.returncode}): "
                              f"{res.output.strip()[-300:]}")  # fmt: skip
-        from agent.bench.setup_cache import exclude_generated
-
         exclude_generated(self.app_dir)
 
     def wrap(self, argv: list[str], cwd: str = APP, env: dict[str, str] | None = None, tty: bool = False) -> list[str]:

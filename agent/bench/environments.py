@@ -2,9 +2,7 @@
 
 Inside every environment the paths are Harbor's: /app the work (a git worktree for SWE tasks), /logs/agent and
 /logs/verifier mounted from the trial folder, /tests copied in only for the verifier after the agent is done,
-/solution only for the oracle. `local` (bubblewrap over a folder of the trial) is the default, `docker` the
-second; plugins add more through `register_environments(register, context)` -> register(name, factory), where
-`factory(spec: EnvSpec) -> Environment`.
+/solution only for the oracle. The kinds by name (`local`, `docker`, plugins' own) are in env_kinds.py.
 """
 
 from __future__ import annotations
@@ -12,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 APP, LOGS, AGENT_LOGS, VERIFIER_LOGS, TESTS, SOLUTION = (
     "/app",
@@ -86,21 +84,3 @@ class Environment(Protocol):
     def wrap(self, argv: list[str], cwd: str = APP) -> list[str]:
         """argv that runs `argv` inside the environment (how the glm5 agent's bash tool gets in)."""
         ...
-
-
-def environment_kinds(context: Any = None) -> dict[str, Callable[[EnvSpec], Environment]]:
-    """The built-in kinds plus every plugin's `register_environments`."""
-    from agent.bench.docker_env import DockerEnvironment
-    from agent.bench.local_env import LocalEnvironment
-    from agent.plugin_registry import PluginContext, PluginManager
-
-    kinds: dict[str, Callable[[EnvSpec], Environment]] = {"local": LocalEnvironment, "docker": DockerEnvironment}
-    PluginManager().call("register_environments", kinds.__setitem__, context or PluginContext())
-    return kinds
-
-
-def make_environment(kind: str, spec: EnvSpec) -> Environment:
-    kinds = environment_kinds()
-    if kind not in kinds:
-        raise ValueError(f"unknown environment {kind!r}; known: {', '.join(sorted(kinds))}")
-    return kinds[kind](spec)

@@ -18,91 +18,28 @@ infra_error (the verifier failed), never a zero.
 from __future__ import annotations
 
 import json
-import re
 import shlex
+import shutil
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
 
+from unidiff import PatchSet
+from unidiff.constants import RE_DIFF_GIT_HEADER
+from unidiff.errors import UnidiffParseError
+
+from agent.bench import harness_specs
 from agent.bench.environments import APP, VERIFIER_LOGS, Environment, ExecResult, InfraError
+from agent.bench.grades import MISSING, RESOLVED, UNRESOLVED, Grade, infra, judge
 from agent.bench.host_files import read_beneath, unlink_beneath
 from agent.bench.log_parsers import ERROR, FAILED, PASSED, SKIPPED, SUITE_RAN, XFAIL, parser_for
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.git_safe import GitError, git
 
-RESOLVED, UNRESOLVED, INFRA_ERROR = "resolved", "unresolved", "infra_error"
-MISSING = "MISSING"  # a listed test the log does not mention
-
-
-@dataclass
-class Grade:
-    status: str  # resolved | unresolved | infra_error
-    resolved: bool | None  # None for an infra error: unknown, never counted as a failure or a pass
-    reward: float = 0.0
-    tests: dict[str, str] = field(default_factory=dict)  # each FAIL_TO_PASS / PASS_TO_PASS test's status
-    fail_to_pass: dict[str, list[str]] = field(default_factory=lambda: {"success": [], "failure": []})
-    pass_to_pass: dict[str, list[str]] = field(default_factory=lambda: {"success": [], "failure": []})
-    reason: str = ""
-    patch_applied: bool | None = None
-    apply_method: str | None = None
-    test_returncode: int | None = None
-    flaky_tests: list[str] = field(default_factory=list)
-    rewards: dict[str, float] = field(default_factory=dict)  # terminal: named rewards
-    log: str = field(default="", repr=False)  # the test output (written to test_output.txt, not report.json)
-
-    @property
-    def failing_tests(self) -> list[str]:
-        return self.fail_to_pass["failure"] + self.pass_to_pass["failure"]
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("log")
-        return d
-
-
-def infra(reason: str, log: str = "") -> Grade:
-    return Grade(INFRA_ERROR, None, 0.0, reason=reason, log=log)
-
-
-# -- the resolution rule ---------------------------------------------------------------------------------------
-
-
-def _key(case: str, statuses: dict[str, str]) -> str | None:
-    """The log's name for `case`; a parametrized id cut short in the dataset matches by prefix when unambiguous."""
-    if case in statuses:
-        return case
-    if case.count("[") > case.count("]"):
-        hits = [k for k in statuses if k.startswith(case)]
-        if hits and len({statuses[k] in (PASSED, XFAIL) for k in hits}) == 1:
-            return hits[0]
-    return None
-
-
-def judge(fail_to_pass: tuple[str, ...], pass_to_pass: tuple[str, ...], statuses: dict[str, str]) -> Grade:
-    """Apply the SWE-bench rule to a parsed status map (no I/O)."""
-    g = Grade(UNRESOLVED, False)
-    for group, cases, ok in (
-        (g.fail_to_pass, fail_to_pass, (PASSED, XFAIL)),
-        (g.pass_to_pass, pass_to_pass, (PASSED, XFAIL, SKIPPED)),
-    ):
-        for case in cases:
-            k = _key(case, statuses)
-            status = statuses[k] if k is not None else MISSING
-            g.tests[case] = status
-            group["success" if status in ok else "failure"].append(case)
-    if not g.failing_tests:
-        g.status, g.resolved, g.reward = RESOLVED, True, 1.0
-    else:
-        g.reason = "failing: " + ", ".join(g.failing_tests[:10]) + (" ..." if len(g.failing_tests) > 10 else "")
-    return g
-
 
 def task_statuses(task: SWETask, log: str, returncode: int | None, test_cmd: str) -> tuple[dict, str]:
     """read_statuses for `task`: a row the official harness publishes is read by the harness itself."""
-    from agent.bench import harness_specs
-
     name = harness_specs.parser_name(task)
     if name is None:
         return read_statuses(log, returncode, task.log_parser, test_cmd)
@@ -115,8 +52,6 @@ def task_statuses(task: SWETask, log: str, returncode: int | None, test_cmd: str
 
 
 def judge_task(task: SWETask, statuses: dict[str, str]) -> Grade:
-    from agent.bench import harness_specs
-
     if harness_specs.uses_harness(task):
         return harness_specs.harness_judge(task, statuses)
     return judge(task.FAIL_TO_PASS, task.PASS_TO_PASS, statuses)
@@ -137,14 +72,15 @@ def read_statuses(log: str, returncode: int | None, parser_name: str | None, tes
 
 
 def patch_files(patch: str) -> list[str]:
-    """Paths a unified diff touches (b/ side; a/ side for deletions)."""
-    out: list[str] = []
-    for m in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", patch, re.M):
-        for p in (m.group(2), m.group(1)):
-            if p not in out and p != "/dev/null":
-                out.append(p)
-                break
-    return out
+    """Paths a unified diff touches (the new path; the old one for a deletion), read by unidiff. A patch whose hunks
+    unidiff refuses (cut short, or a lone CR that text decoding made a line end) still names its files: its
+    `diff --git` headers are read with unidiff's own pattern, so a malformed hunk cannot hide a path."""
+    try:
+        paths = [f.path for f in PatchSet(patch, metadata_only=True)]
+    except UnidiffParseError:
+        heads = (RE_DIFF_GIT_HEADER.match(line) for line in patch.split("\n"))
+        paths = [m.group("target").strip('"')[2:] for m in heads if m]
+    return list(dict.fromkeys(paths))
 
 
 def default_test_cmd(task: SWETask) -> str:
@@ -197,8 +133,6 @@ def _suite_runs_without_prediction(task: SWETask, env: Environment, timeout_s: f
 def frozen(env: Environment):
     """While the host touches /app or /logs, nothing inside runs (DockerEnvironment.frozen pauses its
     container; in the local environment nothing outlives a command, so there is nothing to pause)."""
-    from contextlib import nullcontext
-
     f = getattr(env, "frozen", None)
     return f() if callable(f) else nullcontext()
 
@@ -250,9 +184,7 @@ def task_test_cmd(task: SWETask) -> str:
     if task.test_cmd:
         return task.test_cmd
     if task.eval_script:
-        from agent.bench.harness_specs import test_command
-
-        cmd = test_command(task.eval_script)
+        cmd = harness_specs.test_command(task.eval_script)
         if cmd:
             return cmd
     return default_test_cmd(task)
@@ -269,10 +201,8 @@ def runs_eval_script(task: SWETask, env: Environment) -> bool:
 
 def run_tests(env: Environment, task: SWETask, timeout_s: float) -> tuple[ExecResult, str]:
     if runs_eval_script(task, env):
-        from agent.bench.harness_specs import eval_script
-
         (env.logs / "verifier").mkdir(parents=True, exist_ok=True)
-        (env.logs / "verifier" / "eval.sh").write_text(eval_script(task), encoding="utf-8")
+        (env.logs / "verifier" / "eval.sh").write_text(harness_specs.eval_script(task), encoding="utf-8")
         return env.exec(EVAL_SH, cwd=env.workdir, timeout_s=timeout_s), EVAL_SH
     cmd = task_test_cmd(task)
     return env.exec(cmd, cwd=APP, timeout_s=timeout_s), cmd
@@ -352,8 +282,6 @@ def _verifier_file(path: Path) -> str | None:
 def clear_verifier_dir(verifier_dir: Path) -> None:
     """Empty /logs/verifier before the verifier runs: the agent could write there (its reward.txt, reward.json,
     ctrf.json), and only what the verifier writes is its verdict."""
-    import shutil
-
     if verifier_dir.is_symlink() or (verifier_dir.exists() and not verifier_dir.is_dir()):
         verifier_dir.unlink()
     elif verifier_dir.exists():

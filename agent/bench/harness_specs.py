@@ -21,12 +21,17 @@ What it does not know: how to build the harness's images (the task repo's Docker
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import json
 import re
+import shutil
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from agent.bench.grades import MISSING, RESOLVED, UNRESOLVED, Grade
 
 EXTRA_HINT = "pip install 'glm5[swebench]'"
 START, END, EXIT = ">>>>> Start Test Output", ">>>>> End Test Output", ">>>>> Test Exit Code"
@@ -67,8 +72,6 @@ def is_harness_parser(name: str | None) -> bool:
 @lru_cache(maxsize=1)
 def repo_parsers() -> dict[str, str]:
     """owner/name -> the registry name of the parser the harness maps that repository to (MAP_REPO_TO_PARSER_*)."""
-    import importlib
-
     registry = _swebench()[1].PARSER_REGISTRY
     by_fn: dict[Any, str] = {}
     for name, fn in registry.items():
@@ -191,8 +194,6 @@ def harness_judge(task: Any, statuses: dict[str, str]):
     """A glm5 Grade from the harness's resolution rule on a status map (its eval_type, its prefix matching)."""
     from swebench.harness.constants import EvalType, ResolvedStatus
 
-    from agent.bench.grading import MISSING, RESOLVED, UNRESOLVED, Grade
-
     grading, _ = _swebench()
     gold = {"FAIL_TO_PASS": list(task.FAIL_TO_PASS), "PASS_TO_PASS": list(task.PASS_TO_PASS)}
     report = grading.get_eval_tests_report(statuses, gold, eval_type=EvalType(eval_type(task)))
@@ -291,9 +292,6 @@ ANSWER_FILES = ("gold.patch", "test.patch", "tests.json", "eval.sh", "hints.md")
 def build_context(task: Any, cache_dir: Path) -> Path | None:
     """A row's task folder as a Docker build context, less what would give the answer away (a Dockerfile can
     `COPY . /x`: the agent would find the gold patch in its image); None for a row without one."""
-    import hashlib
-    import shutil
-
     src = task.extra.get("task_dir")
     if not isinstance(src, str) or not (Path(src) / "Dockerfile").is_file():
         return None

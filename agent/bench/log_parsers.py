@@ -11,7 +11,8 @@ names tests as that harness does, so FAIL_TO_PASS / PASS_TO_PASS lists from SWE-
     junit_xml  every <testcase> of the JUnit XML reports the test command printed (Maven surefire, Gradle):
                `Class.method`
 `parser_for(task)` picks the task's `log_parser`, else one guessed from its test command. Plugins add parsers
-through `register_benchmarks`: register("log_parser:NAME", fn).
+through `register_log_parsers(register, context)`: register(NAME, fn) (plugins written before that hook did it
+through `register_benchmarks`: register("log_parser:NAME", fn), which still works).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+
+from agent import plugin_registry
 
 PASSED, FAILED, SKIPPED, ERROR, XFAIL = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"
 STATUSES = (PASSED, FAILED, SKIPPED, ERROR, XFAIL)
@@ -68,40 +71,32 @@ def parse_unittest(log: str) -> dict[str, str]:
     return out
 
 
-_GO = re.compile(r"^--- (PASS|FAIL|SKIP): (.+) \((.+)\)$")
+def _matched_lines(log: str, rx: re.Pattern, statuses: dict[str, str], strip: bool = False) -> dict[str, str]:
+    """Each line (stripped) that `rx` matches: its `name` group (stripped too with `strip`) -> statuses[its `status`
+    group]."""
+    out = {}
+    for line in log.splitlines():
+        m = rx.match(line.strip())
+        if m:
+            out[m.group("name").strip() if strip else m.group("name")] = statuses[m.group("status")]
+    return out
+
+
+_GO = re.compile(r"^--- (?P<status>PASS|FAIL|SKIP): (?P<name>.+) \((.+)\)$")
+_CARGO = re.compile(r"^test\s+(?P<name>\S+)\s+\.\.\.\s+(?P<status>ok|FAILED|ignored)$")
+_JEST = re.compile(r"^(?P<status>✓|✕|○)\s(?P<name>.+?)(?:\s\((\d+\s*m?s)\))?$")
 
 
 def parse_go_test(log: str) -> dict[str, str]:
-    out = {}
-    for line in log.splitlines():
-        m = _GO.match(line.strip())
-        if m:
-            out[m.group(2)] = {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED}[m.group(1)]
-    return out
-
-
-_CARGO = re.compile(r"^test\s+(\S+)\s+\.\.\.\s+(ok|FAILED|ignored)$")
+    return _matched_lines(log, _GO, {"PASS": PASSED, "FAIL": FAILED, "SKIP": SKIPPED})
 
 
 def parse_cargo(log: str) -> dict[str, str]:
-    out = {}
-    for line in log.splitlines():
-        m = _CARGO.match(line.strip())
-        if m:
-            out[m.group(1)] = {"ok": PASSED, "FAILED": FAILED, "ignored": SKIPPED}[m.group(2)]
-    return out
-
-
-_JEST = re.compile(r"^(✓|✕|○)\s(.+?)(?:\s\((\d+\s*m?s)\))?$")
+    return _matched_lines(log, _CARGO, {"ok": PASSED, "FAILED": FAILED, "ignored": SKIPPED})
 
 
 def parse_jest(log: str) -> dict[str, str]:
-    out = {}
-    for line in log.splitlines():
-        m = _JEST.match(line.strip())
-        if m:
-            out[m.group(2).strip()] = {"✓": PASSED, "✕": FAILED, "○": SKIPPED}[m.group(1)]
-    return out
+    return _matched_lines(log, _JEST, {"✓": PASSED, "✕": FAILED, "○": SKIPPED}, strip=True)
 
 
 _MOCHA_PASS = re.compile(r"^[✓✔]\s(.+?)(?:\s\(\d+m?s\))?$")
@@ -181,17 +176,11 @@ SUITE_RAN = re.compile(
 
 
 def all_parsers() -> dict[str, Parser]:
-    """Built-ins plus plugins' `log_parser:NAME` registrations."""
-    out = dict(PARSERS)
+    """Built-ins plus plugins' parsers (`register_log_parsers`, or the older `log_parser:NAME` benchmarks)."""
     try:
-        from agent.plugin_registry import PluginManager
-
-        for name, obj in PluginManager().benchmarks().items():
-            if name.startswith("log_parser:") and callable(obj):
-                out[name.split(":", 1)[1]] = obj
+        return {**PARSERS, **plugin_registry.default_manager().log_parsers()}
     except Exception:  # noqa: BLE001 - a broken plugin must not stop grading with the built-ins
-        pass
-    return out
+        return dict(PARSERS)
 
 
 def guess_parser(test_cmd: str) -> str:

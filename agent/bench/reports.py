@@ -8,11 +8,13 @@ every graded attempt resolved, an <error> when infra errors left no attempt grad
 
 from __future__ import annotations
 
+import io
 import json
 import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from agent.bench.run_folder import RESULT_KEYS, RunFolder, RunFolderError, final_results
 from agent.bench.scores import paired_difference, per_task, summarize
@@ -87,50 +89,52 @@ def build_report(folders: list[Path]) -> dict[str, Any]:
 
 
 def junit_xml(report: dict[str, Any]) -> str:
+    """The report as JUnit XML, written with junitparser: one test case per task (unresolved: a failure naming the
+    failing tests; infra error: an error; not run: skipped); the counts and times are junitparser's sums of them."""
     s = report["summary"]
     kind = report.get("kind") or "bench"
-    suite = ET.Element("testsuite", name=_x(f"glm5 bench {kind}"), tests=str(len(report["tasks"])))
-    props = ET.SubElement(suite, "properties")  # first: the JUnit schema wants it before the test cases
+    suite = TestSuite(_x(f"glm5 bench {kind}"))
     for key in dict.fromkeys(("resolved_rate", "pass@1", f"pass@{report['k']}", "infra_errors", "cost_usd")):
-        ET.SubElement(props, "property", name=key, value=_x(s.get(key)))
-    failures = errors = skipped = 0
-    total_time = 0.0
+        suite.add_property(key, _x(s.get(key)))  # first: the JUnit schema wants the properties before the cases
     for tid, t in report["tasks"].items():
         secs = sum(float(a.get("seconds") or 0) for a in t["attempts"])
-        total_time += secs
-        case = ET.SubElement(suite, "testcase", classname=_x(f"glm5.bench.{kind}"), name=_x(tid), time=f"{secs:.3f}")
-        graded = [a for a in t["attempts"] if a["status"] != "infra_error"]
-        if t["status"] == "unresolved":
-            failures += 1
-            failing = sorted({x for a in graded if not a["resolved"] for x in (a.get("failing_tests") or [])})
-            reasons = sorted({a.get("reason") or "" for a in graded if not a["resolved"]} - {""})
-            msg = f"unresolved ({t['resolved']}/{t['graded']} attempts resolved)"
-            if failing:
-                msg += "; failing: " + ", ".join(failing[:20])
-            el = ET.SubElement(case, "failure", message=_x(msg), type="unresolved")
-            el.text = _x("\n".join(reasons))
-        elif t["status"] == "infra_error":
-            errors += 1
-            why = t["attempts"][-1].get("reason") or ""
-            el = ET.SubElement(case, "error", message=_x(f"infrastructure error: {why}"), type="infra_error")
-            el.text = _x("\n".join(a.get("reason") or "" for a in t["attempts"]))
-        elif t["status"] == "not_run":
-            skipped += 1
-            ET.SubElement(case, "skipped", message="not run (another shard, or the run was interrupted)")
-        out = ET.SubElement(case, "system-out")
-        out.text = _x("\n".join(
+        case = TestCase(_x(tid), _x(f"glm5.bench.{kind}"), round(secs, 3))
+        result = _junit_result(t)
+        if result is not None:
+            case.result = [result]
+        case.system_out = _x("\n".join(
             f"attempt {a['attempt']}: {a['status']} reward={a.get('reward')} {a.get('trial_dir') or ''}"
             for a in t["attempts"]
         ))  # fmt: skip
-    suite.set("failures", str(failures))
-    suite.set("errors", str(errors))
-    suite.set("skipped", str(skipped))
-    suite.set("time", f"{total_time:.3f}")
-    suites = ET.Element("testsuites", name="glm5 bench", tests=suite.get("tests"), failures=str(failures),
-                        errors=str(errors), time=f"{total_time:.3f}")  # fmt: skip
-    suites.append(suite)
-    ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+        suite.add_testcase(case)
+    xml = JUnitXml("glm5 bench")
+    xml.add_testsuite(suite)
+    xml.update_statistics()
+    out = io.BytesIO()
+    xml.write(out, pretty=True)
+    return out.getvalue().decode("utf-8")
+
+
+def _junit_result(t: dict[str, Any]) -> Failure | Error | Skipped | None:
+    """A task's JUnit result: None when resolved."""
+    graded = [a for a in t["attempts"] if a["status"] != "infra_error"]
+    if t["status"] == "unresolved":
+        failing = sorted({x for a in graded if not a["resolved"] for x in (a.get("failing_tests") or [])})
+        reasons = sorted({a.get("reason") or "" for a in graded if not a["resolved"]} - {""})
+        msg = f"unresolved ({t['resolved']}/{t['graded']} attempts resolved)"
+        if failing:
+            msg += "; failing: " + ", ".join(failing[:20])
+        result: Failure | Error | Skipped = Failure(_x(msg), "unresolved")
+        result.text = _x("\n".join(reasons))
+    elif t["status"] == "infra_error":
+        why = t["attempts"][-1].get("reason") or ""
+        result = Error(_x(f"infrastructure error: {why}"), "infra_error")
+        result.text = _x("\n".join(a.get("reason") or "" for a in t["attempts"]))
+    elif t["status"] == "not_run":
+        result = Skipped("not run (another shard, or the run was interrupted)")
+    else:
+        return None
+    return result
 
 
 _XML_BAD = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -18,6 +18,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -132,8 +133,6 @@ def working_tree_diff(app: Path, base_commit: str, agents_git: bool = False) -> 
     .git folder, named explicitly (GIT_DIR, GIT_WORK_TREE: a `core.worktree` it set would diff a host folder the
     sandbox hides), with no alternates (objects from another repository); else no diff ("").
     """
-    import tempfile
-
     app = Path(app)
     env: dict[str, str] = {}
     if agents_git:

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.environments import APP, InfraError
+from agent.bench.process import run_argv
+from agent.git_safe import GitError, git
 from agent.sandbox import Sandbox
 
 SETUP_TIMEOUT_S = 3600.0
@@ -127,8 +129,6 @@ def ensure_setup(env: Any) -> Path:
 def _run_setup(env: Any, folder: Path) -> None:
     """The setup command in the sandbox (network on; the venv, HOME, pip's cache and `folder` writable), then the
     files it generated in /app packed into folder/generated.tar."""
-    from agent.bench.local_env import run_argv
-
     spec, venv = env.spec, env.venv
     home, pip_cache = folder / "home", Path(spec.cache_dir or env.state / "cache") / "pip"
     for d in (home, pip_cache):
@@ -154,8 +154,6 @@ def exclude_generated(app_dir: Path) -> None:
     """What the setup generated in the checkout (files git does not track) is the environment's, not the answer's:
     listed in the checkout's .git/info/exclude so the prediction (working_tree_diff) leaves it out, and applying
     that prediction where the same files were restored cannot collide with them."""
-    from agent.git_safe import GitError, git
-
     dotgit = Path(app_dir) / ".git"
     if dotgit.is_symlink() or not dotgit.is_dir():
         return
@@ -199,8 +197,6 @@ def restore_generated(env: Any, folder: Path) -> None:
     tarball = folder / GENERATED
     if not tarball.is_file() or tarball.stat().st_size == 0:
         return
-    from agent.bench.local_env import run_argv
-
     argv = env.wrap(["tar", "--no-same-owner", "-xf", str(tarball), "-C", APP], APP)
     i = argv.index("--")
     argv = [*argv[:i], "--ro-bind", str(folder), str(folder), *argv[i:]]

@@ -10,14 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent import plugin_registry
 from agent.bench.tasks import TaskError, load_swe_tasks, load_terminal_tasks
 
 
 def available(kind: str | None = None) -> dict[str, Any]:
-    from agent.plugin_registry import PluginManager
-
     out = {}
-    for key, suite in PluginManager().benchmarks().items():
+    for key, suite in plugin_registry.default_manager().benchmarks().items():
         if hasattr(suite, "materialize") and (kind is None or key.startswith(f"{kind}:")):
             out[key] = suite
     return out

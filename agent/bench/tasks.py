@@ -10,7 +10,7 @@ A row as the harness publishes it (SWE-bench 5.x: `image`, `eval_script`, `log_p
 
 A Harbor task is a folder: task.toml (schema 1.4: [task], [metadata], [agent], [verifier], [environment],
 [solution]), instruction.md, environment/ (Dockerfile, files), tests/test.sh, solution/solve.sh.
-Every error names the file, and the line or the field.
+Every error names the file, and the line or the field; the fields are checked by task_schema.py's pydantic models.
 """
 
 from __future__ import annotations
@@ -21,12 +21,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-SWE_REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")
+from agent.bench import harness_specs
+from agent.bench.task_schema import MAX_ID, HarborToml, SWERow, good_id, problem
+
 HARBOR_SCHEMAS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 
 
@@ -34,8 +38,18 @@ class TaskError(ValueError):
     """A task file or folder is wrong; the message names the file and the line or field."""
 
 
+class _Task:
+    """What every task kind answers: its id (a folder name under the run)."""
+
+    instance_id: str
+
+    @property
+    def task_id(self) -> str:
+        return self.instance_id
+
+
 @dataclass(frozen=True)
-class SWETask:
+class SWETask(_Task):
     instance_id: str
     repo: str  # a local path, a git URL, or owner/name (mapped through --repos)
     base_commit: str
@@ -62,17 +76,13 @@ class SWETask:
     kind = "swe"
 
     @property
-    def task_id(self) -> str:
-        return self.instance_id
-
-    @property
     def text(self) -> str:
         """What the agent is told: the issue, and nothing of the tests or the fix."""
         return self.problem_statement
 
 
 @dataclass(frozen=True)
-class TerminalTask:
+class TerminalTask(_Task):
     instance_id: str  # the folder's name, or [task].name
     path: Path
     instruction: str
@@ -87,10 +97,6 @@ class TerminalTask:
     workdir: str = "/app"
 
     kind = "terminal"
-
-    @property
-    def task_id(self) -> str:
-        return self.instance_id
 
     @property
     def text(self) -> str:
@@ -112,122 +118,46 @@ class TerminalTask:
 # -- SWE-bench rows --------------------------------------------------------------------------------------------
 
 
-def _test_list(value: Any, where: str, name: str) -> tuple[str, ...]:
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise TaskError(f"{where}: {name} is a string but not a JSON list ({e})") from None
-    if hasattr(value, "tolist"):  # a numpy array from parquet
-        value = value.tolist()
-    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
-        raise TaskError(f"{where}: {name} must be a list of test names (or a JSON string of one)")
-    return tuple(value)
-
-
-MAX_ID = 200  # a folder name: most filesystems allow 255 bytes
-
-
-def _good_id(ident: str) -> bool:
-    return bool(re.fullmatch(r"[A-Za-z0-9_.\-]+", ident)) and len(ident) <= MAX_ID and ident.strip(".") != ""
-
-
 def swe_task_from_row(row: Any, where: str) -> SWETask:
     """One SWE-bench row (a dict) -> SWETask; `where` is `file:line` for errors."""
-    if not isinstance(row, dict):
-        raise TaskError(f"{where}: a task must be a JSON object, not {type(row).__name__}")
-    missing = [k for k in SWE_REQUIRED if not row.get(k)]
-    if missing:
-        raise TaskError(f"{where}: missing required field(s) {', '.join(missing)}")
-    for k in ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch"):
-        if row.get(k) is not None and not isinstance(row[k], str):
-            raise TaskError(f"{where}: {k} must be a string")
-    if not _good_id(row["instance_id"]):
-        # the id becomes a folder name under the run; no slashes, no dot-dot games
-        raise TaskError(f"{where}: instance_id {row['instance_id'][:80]!r} may hold only letters, digits, . _ - "
-                        f"(not only dots), at most {MAX_ID} of them")  # fmt: skip
-    for k in ("test_cmd", "log_parser", "setup", "version", "environment_setup_commit", "hints_text",
-              "eval_script", "image", "eval_type", "python", "dockerfile"):  # fmt: skip
-        if row.get(k) is not None and not isinstance(row[k], str):
-            raise TaskError(f"{where}: {k} must be a string")
-    _check_harness_fields(row, where)
+    try:
+        r = SWERow.model_validate(row)
+    except ValidationError as e:
+        raise TaskError(f"{where}: {problem(e)}") from None
+    except harness_specs.HarnessMissing as e:
+        raise TaskError(f"{where}: {e}") from None
     known = {f for f in SWETask.__dataclass_fields__ if f not in ("source", "extra")}
     return SWETask(
-        instance_id=row["instance_id"],
-        repo=row["repo"],
-        base_commit=row["base_commit"],
-        problem_statement=row["problem_statement"],
-        patch=row.get("patch") or "",
-        test_patch=row.get("test_patch") or "",
-        FAIL_TO_PASS=_test_list(row.get("FAIL_TO_PASS"), where, "FAIL_TO_PASS"),
-        PASS_TO_PASS=_test_list(row.get("PASS_TO_PASS"), where, "PASS_TO_PASS"),
-        version=str(row.get("version") or ""),
-        environment_setup_commit=row.get("environment_setup_commit") or "",
-        hints_text=row.get("hints_text") or "",
-        test_cmd=row.get("test_cmd") or None,
-        log_parser=row.get("log_parser") or None,
-        setup=row.get("setup") or None,
-        eval_script=row.get("eval_script") or "",
-        image=row.get("image") or "",
-        eval_type=row.get("eval_type") or "",
-        python=row.get("python") or _python_of(row),
+        instance_id=r.instance_id,
+        repo=r.repo,
+        base_commit=r.base_commit,
+        problem_statement=r.problem_statement,
+        patch=r.patch or "",
+        test_patch=r.test_patch or "",
+        FAIL_TO_PASS=r.FAIL_TO_PASS,
+        PASS_TO_PASS=r.PASS_TO_PASS,
+        version=r.version or "",
+        environment_setup_commit=r.environment_setup_commit or "",
+        hints_text=r.hints_text or "",
+        test_cmd=r.test_cmd or None,
+        log_parser=r.log_parser or None,
+        setup=r.setup or None,
+        eval_script=r.eval_script or "",
+        image=r.image or "",
+        eval_type=r.eval_type or "",
+        python=r.python or harness_specs.python_version(r.dockerfile or "") or "",
         source=where,
         extra={k: v for k, v in row.items() if k not in known},
     )
-
-
-def _check_harness_fields(row: dict[str, Any], where: str) -> None:
-    """log_parser is glm5's or the harness's (parse_log_*); eval_type one of the harness's; python a version."""
-    from agent.bench import harness_specs
-
-    name = row.get("log_parser")
-    if name and harness_specs.is_harness_parser(name):
-        try:
-            known = harness_specs.parser_names()
-        except harness_specs.HarnessMissing as e:
-            raise TaskError(f"{where}: {e}") from None
-        if name not in known:
-            raise TaskError(f"{where}: log_parser {name!r} is not one the installed swebench harness has")
-    elif name:
-        from agent.bench.log_parsers import parser_for
-
-        try:
-            parser_for(name, "")
-        except ValueError as e:
-            raise TaskError(f"{where}: {e}") from None
-    if row.get("image") and not good_image(row["image"]):
-        raise TaskError(f"{where}: image {row['image'][:80]!r} is not a Docker image reference")
-    if row.get("eval_type") and row["eval_type"] not in ("pass_and_fail", "fail_only"):
-        raise TaskError(f"{where}: eval_type must be pass_and_fail or fail_only, not {row['eval_type'][:40]!r}")
-    if row.get("python") and not re.fullmatch(r"3\.\d{1,2}", row["python"]):
-        raise TaskError(f"{where}: python must be a version such as 3.9, not {row['python'][:40]!r}")
-
-
-_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
-
-
-def good_image(ref: str) -> bool:
-    """A Docker image reference (registry/name:tag or @digest); never one that `docker run` would read as a flag."""
-    return bool(_IMAGE.fullmatch(ref))
-
-
-def _python_of(row: dict[str, Any]) -> str:
-    from agent.bench.harness_specs import python_version
-
-    return python_version(row.get("dockerfile") or "") or ""
 
 
 def _rows(path: Path) -> list[tuple[Any, str]]:
     """(row, "file:line") pairs; JSON lists and parquet count rows from 1; a harness task repo (a folder with
     tasks/<id>/task.yaml) is read with the harness's own reader."""
     if path.is_dir() and (path / "tasks").is_dir():
-        from agent.bench.harness_specs import HarnessMissing, load_task_repo
-
         try:
-            return load_task_repo(path)
-        except (HarnessMissing, OSError, ValueError) as e:
+            return harness_specs.load_task_repo(path)
+        except (harness_specs.HarnessMissing, OSError, ValueError) as e:
             raise TaskError(f"{path}: {e}") from None
     if not path.is_file():
         raise TaskError(f"{path}: no such file")
@@ -290,28 +220,8 @@ def load_swe_tasks(path: str | Path) -> list[SWETask]:
 # -- Harbor task folders ---------------------------------------------------------------------------------------
 
 
-def _table(data: dict[str, Any], key: str, where: Path) -> dict[str, Any]:
-    v = data.get(key) or {}
-    if not isinstance(v, dict):
-        raise TaskError(f"{where}: [{key}] must be a table")
-    return v
-
-
-def _num(table: dict[str, Any], key: str, where: str, kind: type = float) -> Any:
-    v = table.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-        raise TaskError(f"{where}.{key} must be a positive number, not {v!r}")
-    return kind(v)
-
-
-def load_terminal_task(folder: str | Path) -> TerminalTask:
-    """A Harbor task folder -> TerminalTask. Needs instruction.md and tests/test.sh; task.toml is optional."""
-    folder = Path(folder).resolve()
-    if not folder.is_dir():
-        raise TaskError(f"{folder}: not a task folder")
-    toml_path = folder / "task.toml"
+def _harbor_toml(folder: Path, toml_path: Path) -> dict[str, Any]:
+    """task.toml's data (none: {}), its schema version and steps checked, and the task's two required files."""
     data: dict[str, Any] = {}
     if toml_path.is_file():
         try:
@@ -323,44 +233,42 @@ def load_terminal_task(folder: str | Path) -> TerminalTask:
         raise TaskError(f"{toml_path}: schema_version {version!r} is not one glm5 reads ({', '.join(HARBOR_SCHEMAS)})")
     if data.get("steps"):
         raise TaskError(f"{toml_path}: multi-step tasks ([[steps]]) are not supported yet")
-    instruction = folder / "instruction.md"
-    if not instruction.is_file():
+    if not (folder / "instruction.md").is_file():
         raise TaskError(f"{folder}: instruction.md is missing (what the agent is asked to do)")
     if not (folder / "tests" / "test.sh").is_file():
         raise TaskError(f"{folder}: tests/test.sh is missing (the verifier)")
-    task = _table(data, "task", toml_path)
-    agent, verifier = _table(data, "agent", toml_path), _table(data, "verifier", toml_path)
-    env = _table(data, "environment", toml_path)
-    name = task.get("name") or folder.name
-    if not isinstance(name, str):
-        raise TaskError(f"{toml_path}: [task].name must be a string")
+    return data
+
+
+def load_terminal_task(folder: str | Path) -> TerminalTask:
+    """A Harbor task folder -> TerminalTask. Needs instruction.md and tests/test.sh; task.toml is optional."""
+    folder = Path(folder).resolve()
+    if not folder.is_dir():
+        raise TaskError(f"{folder}: not a task folder")
+    toml_path = folder / "task.toml"
+    data = _harbor_toml(folder, toml_path)
+    try:
+        t = HarborToml.model_validate(data)
+    except ValidationError as e:
+        raise TaskError(f"{toml_path}: {problem(e)}") from None
+    name = t.task.name or folder.name
     ident = re.sub(r"[^A-Za-z0-9_.\-]", "__", name)
-    if not _good_id(ident):
+    if not good_id(ident):
         raise TaskError(f"{toml_path}: [task].name {name[:80]!r} cannot name a folder (only dots, or over {MAX_ID})")
-    venv = verifier.get("env") or {}
-    if not isinstance(venv, dict) or not all(isinstance(v, str) for v in venv.values()):
-        raise TaskError(f"{toml_path}: [verifier].env must be a table of strings")
-    network = env.get("network_mode")
-    internet = env.get("allow_internet", False)
-    if not isinstance(internet, bool):  # "false" is a true string: the network would be on
-        raise TaskError(f"{toml_path}: [environment].allow_internet must be true or false, not {internet!r}")
-    allow = internet or network == "public"
-    image = env.get("docker_image")
-    if image is not None and (not isinstance(image, str) or not good_image(image)):
-        raise TaskError(f"{toml_path}: [environment].docker_image {str(image)[:80]!r} is not a Docker image reference")
+    env = t.environment
     return TerminalTask(
         instance_id=ident,
         path=folder,
-        instruction=instruction.read_text(encoding="utf-8"),
+        instruction=(folder / "instruction.md").read_text(encoding="utf-8"),
         config=data,
-        agent_timeout_s=_num(agent, "timeout_sec", f"{toml_path}: [agent]"),
-        verifier_timeout_s=_num(verifier, "timeout_sec", f"{toml_path}: [verifier]") or 600.0,
-        verifier_env=dict(venv),
-        docker_image=env.get("docker_image"),
-        memory_mb=_num(env, "memory_mb", f"{toml_path}: [environment]", int),
-        cpus=_num(env, "cpus", f"{toml_path}: [environment]", int),
-        allow_internet=allow,
-        workdir=str(env.get("workdir") or "/app"),
+        agent_timeout_s=t.agent.timeout_sec,
+        verifier_timeout_s=t.verifier.timeout_sec or 600.0,
+        verifier_env=t.verifier.env or {},
+        docker_image=env.docker_image,
+        memory_mb=env.memory_mb,
+        cpus=env.cpus,
+        allow_internet=env.allow_internet or env.network_mode == "public",
+        workdir=str(env.workdir or "/app"),
     )
 
 

@@ -16,6 +16,7 @@ The RL orchestrator calls run_trial directly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -28,8 +29,11 @@ from typing import Any
 
 from agent.bench.agents import AgentLimits, BenchAgent
 from agent.bench.docker_env import BASE_IMAGE
-from agent.bench.environments import EnvSpec, InfraError, make_environment
-from agent.bench.grading import INFRA_ERROR, Grade, frozen, grade_swe, grade_terminal, infra, patch_files
+from agent.bench.env_kinds import make_environment
+from agent.bench.environments import EnvSpec, InfraError
+from agent.bench.grades import INFRA_ERROR, Grade, infra
+from agent.bench.grading import frozen, grade_swe, grade_terminal, patch_files
+from agent.bench.harness_specs import build_context, image_name, local_setup
 from agent.bench.repos import RepoCache, working_tree_diff
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.trajectory import TrajectoryWriter
@@ -143,8 +147,6 @@ def swe_dockerfile(task: SWETask, config: TrialConfig) -> Path | None:
     text = task.extra.get("dockerfile")
     if not isinstance(text, str) or not text.strip():
         return None
-    import hashlib
-
     ctx = Path(config.cache_dir).resolve() / "dockerfiles" / hashlib.sha256(text.encode()).hexdigest()[:16]
     if not (ctx / "Dockerfile").is_file():
         ctx.mkdir(parents=True, exist_ok=True)
@@ -158,11 +160,7 @@ def env_spec(task: SWETask | TerminalTask, folder: Path, config: TrialConfig) ->
     hidden = hidden_from_trials(task, config)
     if isinstance(task, SWETask):
         repos = config.repos or RepoCache(config.cache_dir)
-        from agent.bench.harness_specs import local_setup
-
         if config.env == "docker" and task.eval_script:
-            from agent.bench.harness_specs import build_context, image_name
-
             # the harness's image, as `swebench eval` runs it: the repository installed at /testbed (built from the
             # task repo's Dockerfile where it is not here and cannot be pulled)
             return EnvSpec(folder, image=task.image or image_name(task.instance_id), workdir="/testbed",

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.bench.agents import NopAgent, OracleAgent
-from agent.bench.grading import MISSING
+from agent.bench.grades import MISSING
+from agent.bench.job import load_tasks
 from agent.bench.log_parsers import PASSED, SKIPPED, XFAIL
 from agent.bench.repos import RepoCache
-from agent.bench.tasks import SWETask
+from agent.bench.tasks import SWETask, TaskError
 from agent.bench.trial import TrialConfig, TrialResult, run_trial
 
 
@@ -58,3 +59,21 @@ def validate(tasks: list[Any], work: Path, env: str = "local", concurrency: int 
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         return dict(pool.map(check, tasks))
+
+
+def validate_kinds(kinds: list[str], paths: list[Path], suite: str | None, work: Path, *, env: str = "local",
+                   concurrency: int = 1, repos_dir: Path | None = None,
+                   on_done: Any = None) -> dict[str, list[str]]:  # fmt: skip
+    """`glm5 bench validate`: the tasks of each kind checked under work/<kind>; a named suite asked for several
+    kinds that has no task of one of them is skipped for that kind. A bad task file raises TaskError."""
+    found: dict[str, list[str]] = {}
+    for kind in kinds:
+        try:
+            tasks, _, base_dir = load_tasks(kind, paths, suite, work / kind / "suite")
+        except TaskError as e:
+            if len(kinds) > 1 and "no " in str(e) and "suite named" in str(e):
+                continue  # the suite has no tasks of this kind
+            raise
+        found |= validate(tasks, work / kind, env=env, concurrency=concurrency, repos_dir=repos_dir,
+                          base_dir=base_dir, on_done=on_done)  # fmt: skip
+    return found

@@ -73,9 +73,9 @@ def parse_reward_spec(spec: Any) -> RewardSpec:
     if not isinstance(plugins, list) or not all(isinstance(p, dict) and "type" in p for p in plugins):
         raise RewardSpecError('"plugins" is a list of reward specs ({"type": ..., "weight": ...})')
     if plugins:
-        from agent.plugin_registry import PluginManager
+        from agent.plugin_registry import default_manager
 
-        makers = PluginManager().rewards()
+        makers = default_manager().rewards()
         for p in plugins:
             if p["type"] not in makers:
                 raise RewardSpecError(f"unknown reward plugin {p['type']!r} (known: {', '.join(makers)})")
@@ -132,9 +132,9 @@ class HybridReward:
         self._lock = threading.Lock()
         self._plugins = []
         if spec.plugins:
-            from agent.plugin_registry import PluginManager
+            from agent.plugin_registry import default_manager
 
-            makers = PluginManager().rewards()
+            makers = default_manager().rewards()
             self._plugins = [(makers[p["type"]](p), _weight(p, p["type"]), p["type"]) for p in spec.plugins]
 
     def score(self, task_text: str, result_text: str, rules: float | None) -> tuple[float | None, dict]:

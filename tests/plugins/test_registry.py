@@ -86,3 +86,16 @@ def test_imports_run_one_way_agent_never_imports_the_plugins():
                 names = [node.module]
             offenders += [f"{path.relative_to(root)}: {n}" for n in names if n == "plugins" or n.startswith("plugins.")]
     assert offenders == []
+
+
+def test_marked_hooks_and_the_log_parser_hook():
+    """A plugin on pluggy's marker registers as a plain one does; log parsers have a hook of their own."""
+    from agent.plugin_registry import hookimpl
+
+    class Marked:
+        @hookimpl
+        def register_log_parsers(self, register, context):
+            register("tap", lambda log: {})
+
+    pm = PluginManager(entry_points=False, extra=(Marked(),))
+    assert list(pm.log_parsers()) == ["tap"] and "swe:builtin" in pm.benchmarks()

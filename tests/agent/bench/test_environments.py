@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent.bench.docker_env import DockerEnvironment, docker_problem
-from agent.bench.environments import Environment, EnvSpec, InfraError, environment_kinds, make_environment
+from agent.bench.env_kinds import environment_kinds, make_environment
+from agent.bench.environments import Environment, EnvSpec, InfraError
 from agent.bench.local_env import LocalEnvironment
 
 
@@ -21,7 +22,7 @@ def test_builtin_kinds_and_a_plugin_kind(monkeypatch):
 
     real = reg.PluginManager
 
-    monkeypatch.setattr(reg, "PluginManager", lambda: real(entry_points=False, extra=(Remote(),)))
+    monkeypatch.setattr(reg, "default_manager", lambda: real(entry_points=False, extra=(Remote(),)))
     assert make_environment("remote", EnvSpec(trial_dir="x"))[0] == "remote"
     with pytest.raises(ValueError, match="unknown environment 'nope'; known: docker, local, remote"):
         make_environment("nope", EnvSpec(trial_dir="x"))

@@ -7,7 +7,8 @@ import sysconfig
 import pytest
 
 from agent.bench.environments import EnvSpec
-from agent.bench.grading import INFRA_ERROR, RESOLVED, UNRESOLVED, default_test_cmd, grade_swe
+from agent.bench.grades import INFRA_ERROR, RESOLVED, UNRESOLVED
+from agent.bench.grading import default_test_cmd, grade_swe
 from agent.bench.local_env import LocalEnvironment
 from agent.bench.repos import RepoCache
 from agent.bench.tasks import swe_task_from_row

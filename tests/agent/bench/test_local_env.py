@@ -109,10 +109,10 @@ def test_setup_runs_once_per_repo_and_version_and_is_read_only_after(tmp_path, c
 
 def test_a_command_that_prints_without_end_keeps_its_start_and_its_end(tmp_path, calc_repo, monkeypatch):
     # 100 MB of output cost 100 MB of memory and landed whole in the trial's logs; a test log's summary is at its end
-    import agent.bench.local_env as local_env
+    import agent.bench.process as process
 
-    monkeypatch.setattr(local_env, "OUTPUT_HEAD", 1000)
-    monkeypatch.setattr(local_env, "OUTPUT_TAIL", 2000)
+    monkeypatch.setattr(process, "OUTPUT_HEAD", 1000)
+    monkeypatch.setattr(process, "OUTPUT_TAIL", 2000)
     env, _ = _env(tmp_path, calc_repo)
     r = env.exec("echo FIRST; head -c 50000 /dev/zero | tr '\\0' x; echo; echo LAST")
     assert r.output.startswith("FIRST") and r.output.rstrip().endswith("LAST") and len(r.output) < 3200

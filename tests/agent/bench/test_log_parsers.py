@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.bench.grading import INFRA_ERROR, judge, read_statuses
+from agent.bench.grades import INFRA_ERROR, judge
+from agent.bench.grading import read_statuses
 from agent.bench.log_parsers import PARSERS, guess_parser, parse_junit_xml, parse_unittest
 
 PYTEST_LOG = """\
@@ -173,7 +174,7 @@ def test_a_plugin_adds_a_log_parser(monkeypatch):
             )
 
     real = reg.PluginManager
-    monkeypatch.setattr(reg, "PluginManager", lambda: real(entry_points=False, extra=(TapPlugin(),)))
+    monkeypatch.setattr(reg, "default_manager", lambda: real(entry_points=False, extra=(TapPlugin(),)))
     name, parse = parser_for("tap", "prove -v")
     assert name == "tap" and parse("ok - adds\nnot ok - subs\n") == {"adds": "PASSED"}
     with pytest.raises(ValueError, match="unknown log_parser 'nope'"):
