@@ -26,6 +26,9 @@ Module map:
 - trainer.py        Trainer: the explicit optimizer step over a batch of groups; optional optimizer reset
 - weight_push.py    WeightPush: the trainer's weights to the rollout server after each step, no restart
 - run.py            run_rl: the wiring (sync or async), resume from the run folder, rl_log rows; summary
+- job.py            the recipe of `glm5 finetune rl --env swe|terminal|scripted` (AgenticJob, AgenticRun): the
+                    environment and held-out tasks, INT4 rounding, the rollout server (the serve child's lifecycle),
+                    rl_log.jsonl and the step adapters, the adapter written
 - evaluate.py       HeldOut: the pushed policy on held-out tasks (the bench's grading for swe / terminal) before
                     training and every N steps, into rl_log rows; `disjoint` refuses training tasks held out
 
