@@ -30,6 +30,7 @@ from finetune.full import FullSettings, prepare_full
 from finetune.loading import checkpoint_tokenizer, load_for_training
 from finetune.lora import LoraSettings, add_lora, load_adapter, merge_lora
 from finetune.recipe import Reporter, Run
+from finetune.train_loop import OptimConfig
 from model import GLM5ForCausalLM
 
 BASE = "base"  # the teacher that is the student's own base (its LoRA adapter off)
@@ -224,7 +225,7 @@ class DistillRun:
         log = StepLog(run.work / "train_log.jsonl", state["step"] if state else 0)
         eos = net.config.eos_token_id
         stop = tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)
-        cfg = DistillConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20),
+        cfg = DistillConfig(OptimConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20)),
                             prompts_per_step=job.prompts_per_step, max_new_tokens=job.max_new_tokens,
                             temperature=job.temperature, kl=job.kl, seed=job.seed)  # fmt: skip
         with self.rep.training("distilling (full)" if job.full else "distilling (LoRA)", job.steps, state) as bar:

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from finetune.rl.objective import token_logprobs
+from finetune.rl.rollout import TokenSample
 from finetune.sft import DEFAULT_TARGETS
 from finetune.train_loop import restore_training_state, training_state
 
@@ -179,19 +181,15 @@ def rollout(engine, tasks: list[RLTask], which: list[int], cfg: GRPOConfig, step
 
 
 def _token_logprobs(model, rollouts: list[Rollout], temperature: float) -> list[torch.Tensor]:
-    """log pi_train of each completion's tokens (with gradient), at the sampling temperature. The lm_head runs
-    on the rows that predict completion tokens only: never a [B, T, V] logits tensor (at GLM-5's vocabulary of
-    155K that is 0.6 GB per 1K tokens of one sequence)."""
-    seqs = [r.prompt_ids + r.ids for r in rollouts]
-    T = max(len(s) for s in seqs)
-    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs])  # right padding: no position sees a pad
-    hidden = model.model(ids, torch.arange(T).expand(len(seqs), -1))  # [B, T, D] after model.norm
-    rows = torch.cat(
-        [hidden[b, len(r.prompt_ids) - 1 : len(r.prompt_ids) - 1 + len(r.ids)] for b, r in enumerate(rollouts)]
-    )
-    lp = torch.log_softmax(model.lm_head(rows).float() / temperature, -1)
-    lp = lp.gather(-1, torch.tensor([t for r in rollouts for t in r.ids])[:, None])[:, 0]
-    return list(lp.split([len(r.ids) for r in rollouts]))
+    """log pi_train of each completion's tokens (with gradient), at the sampling temperature: the one RL's
+    rl/objective.token_logprobs on each completion as a token sample (its prompt context, its completion
+    sampled). The lm_head runs on the rows that predict completion tokens only."""
+    samples = [
+        TokenSample(r.prompt_ids + r.ids, [0] * len(r.prompt_ids) + [1] * len(r.ids),
+                    [0.0] * len(r.prompt_ids) + list(r.infer_logprobs), version=0)  # fmt: skip
+        for r in rollouts
+    ]
+    return token_logprobs(model, samples, temperature)
 
 
 def grpo_backward(

@@ -1,7 +1,7 @@
 """The recipe of `glm5 finetune rl --env completion`: GRPO + IcePop on single completions of a tasks file whose
 rewards can be checked (moved from glm5cli/rl_cmd.py's _completion and _rl_tasks).
 
-    summary = run_completion_rl(CompletionJob(model, out, tasks_file, reward='{"type": "regex", ...}'), reporter)
+    summary = run_completion_rl(CompletionJob(model, out, tasks_file, GRPOConfig(steps=100), reward=...), reporter)
 
 The tasks file is read once (each row's reward checked against the registered reward types before anything
 trains) and kept in the run folder -> the model in fp32 with LoRA on RL_TARGETS -> grpo.train_grpo, resumable
@@ -32,19 +32,20 @@ class CompletionJob:
     model: Path
     out: Path
     tasks_file: Path
+    cfg: grpo.GRPOConfig
     reward: str | None = None
-    steps: int = 100
-    prompts_per_step: int = 4
-    group_size: int = 8
-    max_new_tokens: int = 256
-    temperature: float = 1.0
-    lr: float = 2e-5
     rank: int = 16
     alpha: int = 32
-    updates_per_batch: int = 1
-    seed: int = 0
     save_every: int = 10
     merge: bool = False
+
+
+def grpo_config(**kw) -> grpo.GRPOConfig:
+    """GRPOConfig(**kw), a bad value as a UsageError."""
+    try:
+        return grpo.GRPOConfig(**kw)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:
@@ -70,15 +71,6 @@ def rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -
     return tasks
 
 
-def _config(job: CompletionJob) -> grpo.GRPOConfig:
-    try:
-        return grpo.GRPOConfig(steps=job.steps, prompts_per_step=job.prompts_per_step, group_size=job.group_size,
-                               max_new_tokens=job.max_new_tokens, temperature=job.temperature, lr=job.lr,
-                               updates_per_batch=job.updates_per_batch, seed=job.seed)  # fmt: skip
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
 def run_completion_rl(job: CompletionJob, reporter: Reporter) -> dict:
     """GRPO on job.tasks_file, OUT written -> the summary."""
     tok = checkpoint_tokenizer(job.model)
@@ -88,9 +80,9 @@ def run_completion_rl(job: CompletionJob, reporter: Reporter) -> dict:
             default_reward = json.loads(job.reward)
         except json.JSONDecodeError as e:
             raise UsageError(f"--reward is not JSON: {e.msg}") from None
-    cfg = _config(job)
+    cfg = job.cfg
     settings = {"model": str(job.model.resolve()), "tasks": str(job.tasks_file.resolve()), "reward": default_reward}
-    settings |= {"steps": job.steps, "config": cfg.__dict__, "rank": job.rank, "alpha": job.alpha, "merge": job.merge}
+    settings |= {"steps": cfg.steps, "config": cfg.__dict__, "rank": job.rank, "alpha": job.alpha, "merge": job.merge}
     run = Run(job.out, settings, reporter=reporter)
     makers = PluginManager().rewards()
     saved = run.saved_sequences()
@@ -98,10 +90,10 @@ def run_completion_rl(job: CompletionJob, reporter: Reporter) -> dict:
     tasks = [grpo.RLTask(t["ids"], makers[t["reward"]["type"]](t["reward"]), t["name"]) for t in rows]
     t0 = time.monotonic()
     net = load_for_training(job.model, "train the full-precision checkpoint, then quantize the result", reporter.status)
-    net = add_lora(net, LoraSettings(rank=job.rank, alpha=job.alpha, targets=grpo.RL_TARGETS), seed=job.seed)
+    net = add_lora(net, LoraSettings(rank=job.rank, alpha=job.alpha, targets=grpo.RL_TARGETS), seed=cfg.seed)
     state = run.start({"tasks": rows})
     with reporter.steps() as bar:
-        task = bar.add_task("RL (GRPO)", total=job.steps, completed=state["step"] if state else 0)
+        task = bar.add_task("RL (GRPO)", total=cfg.steps, completed=state["step"] if state else 0)
 
         def log(st) -> None:
             bar.update(task, advance=1, description=f"RL (GRPO), reward {st.reward_mean:.3f}, KL "
@@ -122,13 +114,14 @@ def run_completion_rl(job: CompletionJob, reporter: Reporter) -> dict:
 def _summary(job: CompletionJob, hist: list, n_tasks: int, t0: float) -> dict:
     # Two windows that never overlap: the first and last k steps, k = min(5, steps // 2) (one step: itself).
     k = max(1, min(5, len(hist) // 2))
+    cfg = job.cfg
     return {
         "out": str(job.out),
         "adapter": str(job.out / "adapter"),
         "merged_checkpoint": str(job.out) if job.merge else None,
         "tasks": n_tasks,
-        "steps": job.steps,
-        "completions": job.steps * job.prompts_per_step * job.group_size,
+        "steps": cfg.steps,
+        "completions": cfg.steps * cfg.prompts_per_step * cfg.group_size,
         "window": k,
         "reward_first": round(sum(h.reward_mean for h in hist[:k]) / k, 4),
         "reward_last": round(sum(h.reward_mean for h in hist[-k:]) / k, 4) if len(hist) > 1 else None,

@@ -21,6 +21,7 @@ from finetune.errors import RunError, UsageError
 from finetune.loading import checkpoint_tokenizer, load_for_training, prompt_rows, recorded_sequences, trajectory_files
 from finetune.mtp_objective import MTPTrainConfig
 from finetune.recipe import Reporter, Run
+from finetune.train_loop import OptimConfig
 from serve.engine.spec_decode import write_draft_vocab
 
 
@@ -105,7 +106,7 @@ def run_align_mtp(job: AlignJob, reporter: Reporter) -> dict:
     if not any(len(s) > p for s, p in seqs):
         raise RunError("no model output to train on (the trajectories hold no assistant responses)")
     state = run.start({"sequences": seqs, "from_trajectories": n_recorded})
-    cfg = MTPTrainConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20), train_main=False)
+    cfg = MTPTrainConfig(OptimConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20)), train_main=False)
     with reporter.training("aligning the MTP layer", job.steps, state) as tbar:
         hist = mtp_align.align_mtp(net, seqs, cfg, batch_size=job.batch_size, seed=job.seed,
                                    **run.loop_args(state, job.save_every, tbar))  # fmt: skip

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from finetune.artifacts import (
@@ -39,6 +39,7 @@ from finetune.qat import apply_qat as swap_qat
 from finetune.recipe import Reporter, Run
 from finetune.sft import SFTConfig, train_sft
 from finetune.sharded_load import base_format, load_lora_sharded
+from finetune.train_loop import OptimConfig
 from model.checkpoint import CheckpointError
 from model.config import GLM5Config
 from model.quant_int4 import GROUP_SIZES
@@ -216,10 +217,9 @@ class SFTRun:
     def _train(self, net, named, seqs, state, run) -> tuple[list, float | None]:
         """train_sft over the run folder -> (the loss history, tokens/s)."""
         job = self.job
-        cfg = SFTConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20), batch_size=job.batch_size,
-                        seed=job.seed)  # fmt: skip
-        cfg = replace(cfg, micro_batch=job.micro_batch, pack=job.pack, pack_len=job.max_len,
-                      mtp_steps=job.mtp_steps if job.train_mtp else 0)  # fmt: skip
+        cfg = SFTConfig(OptimConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20)),
+                        batch_size=job.batch_size, seed=job.seed, micro_batch=job.micro_batch, pack=job.pack,
+                        pack_len=job.max_len, mtp_steps=job.mtp_steps if job.train_mtp else 0)  # fmt: skip
         extra = {"named": named, "router_bias_rate": job.router_bias_rate, "dist": self.dist}
         title = "fine-tuning (full)" if job.full else "fine-tuning (LoRA)"
         with (

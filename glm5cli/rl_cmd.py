@@ -226,11 +226,13 @@ def rl(
         if tasks_file is None:
             fail("--env completion needs --tasks (a prompts file with rewards)", code=EXIT_USAGE)
         # finetune's recipes import torch: imported here, not at the top (`glm5 --help`'s speed)
-        from finetune.grpo_run import CompletionJob
+        from finetune.grpo_run import CompletionJob, grpo_config
 
-        return _completion(CompletionJob(model, out, tasks_file, reward, steps, prompts_per_step, group_size,
-                                         max_new_tokens, temperature, lr, rank, alpha, updates_per_batch, seed,
-                                         save_every, merge), json_out)  # fmt: skip
+        with failing():
+            cfg = grpo_config(steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
+                              max_new_tokens=max_new_tokens, temperature=temperature, lr=lr,
+                              updates_per_batch=updates_per_batch, seed=seed)  # fmt: skip
+        return _completion(CompletionJob(model, out, tasks_file, cfg, reward, rank, alpha, save_every, merge), json_out)
     from finetune.rl.config import RLConfig
 
     try:

@@ -15,6 +15,7 @@ from torch import nn
 from finetune.full import prepare_full
 from finetune.qat import Int4FakeQuantLinear, QATSettings, apply_qat, qat_targets, remove_qat
 from finetune.sft import SFTConfig, train_sft
+from finetune.train_loop import OptimConfig
 from model.config import preset
 from model.modeling import GLM5ForCausalLM
 from model.quant_int4 import Int4Linear, dequantize_weight, fake_quantize_weight, quantize_int4, quantize_weight
@@ -122,7 +123,8 @@ def _sft(base, seqs, qat: QATSettings | None):
     if qat is not None:
         apply_qat(model, qat)
     named = prepare_full(model)
-    train_sft(model, [(s, 1) for s in seqs], SFTConfig(steps=30, lr=3e-3, warmup=2, batch_size=4), named=named)
+    cfg = SFTConfig(OptimConfig(steps=30, lr=3e-3, warmup=2), batch_size=4)
+    train_sft(model, [(s, 1) for s in seqs], cfg, named=named)
     remove_qat(model)
     return model
 
