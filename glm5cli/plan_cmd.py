@@ -72,6 +72,7 @@ def plan_cmd(
 
 def _config(model: Path | None, preset: str | None):
     """(config, its stored precision) from a checkpoint directory or a preset; exactly one of them."""
+    # model.config imports torch: imported here, not at the top (`glm5 --help`'s speed)
     from model.config import ConfigError, GLM5Config
     from model.config import preset as get_preset
 

@@ -12,6 +12,7 @@ import typer
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.plan_cmd import preflight
 from glm5cli.recipe_ui import ConsoleReporter, failing
+from glm5cli.slime_cmd import write_slime_run
 
 ENVS = ("completion", "swe", "terminal", "scripted")
 
@@ -214,8 +215,6 @@ def rl(
     if trainer not in ("glm5", "slime"):
         fail(f"--trainer must be glm5 or slime, not {trainer!r}", code=EXIT_USAGE)
     if trainer == "slime":  # glm5cli/slime_cmd.py
-        from glm5cli.slime_cmd import write_slime_run
-
         return write_slime_run(model, out, env, tasks_file, task_dirs or [], steps, prompts_per_step, group_size,
                                max_new_tokens, max_turns, temperature, lr, json_out)  # fmt: skip
     if env == "completion":
@@ -233,7 +232,7 @@ def rl(
                               max_new_tokens=max_new_tokens, temperature=temperature, lr=lr,
                               updates_per_batch=updates_per_batch, seed=seed)  # fmt: skip
         return _completion(CompletionJob(model, out, tasks_file, cfg, reward, rank, alpha, save_every, merge), json_out)
-    from finetune.rl.config import RLConfig
+    from finetune.rl.config import RLConfig  # here, not at the top: `glm5 --help`'s speed
 
     try:
         cfg = RLConfig(
@@ -255,7 +254,7 @@ def rl(
         fail(f"--quant must be int4, not {quant!r}", code=EXIT_USAGE)
     if eval_tasks is not None and env not in ("swe", "terminal"):
         fail("--eval-tasks is for --env swe / terminal (held-out bench tasks)", code=EXIT_USAGE)
-    from finetune.rl.job import AgenticJob
+    from finetune.rl.job import AgenticJob  # imports torch: here, not at the top (`glm5 --help`'s speed)
 
     job = AgenticJob(model, out, env, cfg, tasks_file, task_dirs or [], reward, rank, alpha, max_model_len,
                      rollout_url, merge, save_every, eval_tasks, eval_samples, rollout_engine, engine_threads, quant,
@@ -266,7 +265,7 @@ def rl(
 def _suite(env: str, name: str, tasks_file: Path | None, task_dirs: list[Path] | None):
     """--suite NAME, as `glm5 bench --suite` reads it -> (the tasks file, the task folders) it materialized, in
     the bench's cache folder (.glm5-bench-cache/suites), reused by a rerun."""
-    from agent.bench.suites import available
+    from agent.bench.suites import available  # here, not at the top: `glm5 --help`'s speed
 
     if env not in ("swe", "terminal"):
         fail("--suite is for --env swe / terminal (the bench's suites)", code=EXIT_USAGE)
@@ -286,7 +285,7 @@ def _suite(env: str, name: str, tasks_file: Path | None, task_dirs: list[Path] |
 
 def _agentic(job, json_out: bool) -> None:
     """Run agentic RL (finetune/rl/job.py) and print its summary."""
-    from finetune.rl.job import AgenticRun
+    from finetune.rl.job import AgenticRun  # imports torch: here, not at the top (`glm5 --help`'s speed)
 
     with failing():
         run = AgenticRun(job, ConsoleReporter())
@@ -312,7 +311,7 @@ def _agentic(job, json_out: bool) -> None:
 
 def _completion(job, json_out: bool) -> None:
     """Run GRPO on single completions (finetune/grpo_run.py) and print its summary."""
-    from finetune.grpo_run import run_completion_rl
+    from finetune.grpo_run import run_completion_rl  # imports torch: here, not at the top (`glm5 --help`'s speed)
 
     with failing():
         summary = run_completion_rl(job, ConsoleReporter())
