@@ -29,7 +29,7 @@ from finetune.errors import UsageError
 from finetune.full import FullSettings, prepare_full
 from finetune.loading import checkpoint_tokenizer, load_for_training
 from finetune.lora import LoraSettings, add_lora, load_adapter, merge_lora
-from finetune.recipe import Reporter, Run
+from finetune.recipe import Reporter, Run, tail_mean
 from finetune.train_loop import OptimConfig
 from model import GLM5ForCausalLM
 
@@ -251,7 +251,7 @@ class DistillRun:
             "steps": job.steps,
             "kl": job.kl,
             "reverse_kl_first": round(hist[0].lm, 4),
-            "reverse_kl_last": round(sum(h.lm for h in hist[-10:]) / len(hist[-10:]), 4),
+            "reverse_kl_last": round(tail_mean([h.lm for h in hist]), 4),
             # with either --kl, what is logged is the sampled estimate, not the full sum the loss may use
             "reverse_kl_is": "the mean log-ratio student/teacher at the sampled tokens (an estimate; can be negative)",
             "tokens_per_s": tokens_per_s,

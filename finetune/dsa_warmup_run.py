@@ -30,7 +30,7 @@ from finetune.dsa_warmup import (
 )
 from finetune.errors import RunError
 from finetune.loading import checkpoint_tokenizer, filtered_hint, load_data, load_for_training
-from finetune.recipe import Reporter
+from finetune.recipe import Reporter, tail_mean
 from finetune.resume_state import check_dsa_state
 from finetune.run_dir import RunDir
 
@@ -84,10 +84,6 @@ def load_indexer(net, indexer: dict) -> None:
     with torch.no_grad():
         for n, t in indexer.items():
             params[n].copy_(t)
-
-
-def _tail_mean(xs: list[float], n: int = 10) -> float:
-    return sum(xs[-n:]) / len(xs[-n:])
 
 
 def run_settings(job: DSAJob) -> dict:
@@ -202,11 +198,11 @@ class DSAWarmupRun:
             "sequences": n_seqs,
             "warmup_steps": self.job.warmup_steps,
             "kl_first": round(kl_hist[0], 6) if kl_hist else None,
-            "kl_last": round(_tail_mean(kl_hist), 6) if kl_hist else None,
+            "kl_last": round(tail_mean(kl_hist), 6) if kl_hist else None,
             "sparse_steps": self.job.sparse_steps,
             "sparse_loss_first": round(sparse_hist[0].lm, 4) if sparse_hist else None,
-            "sparse_loss_last": round(_tail_mean([h.lm for h in sparse_hist]), 4) if sparse_hist else None,
-            "sparse_kl_last": round(_tail_mean([h.mtp[0] for h in sparse_hist]), 6) if sparse_hist else None,
+            "sparse_loss_last": round(tail_mean([h.lm for h in sparse_hist]), 4) if sparse_hist else None,
+            "sparse_kl_last": round(tail_mean([h.mtp[0] for h in sparse_hist]), 6) if sparse_hist else None,
             "tokens_per_s": round(min(tps), 1) if tps else None,
             "seconds": round(time.monotonic() - t0, 1),
         }

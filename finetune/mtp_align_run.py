@@ -20,7 +20,7 @@ from finetune.data.trajectories import truncated
 from finetune.errors import RunError, UsageError
 from finetune.loading import checkpoint_tokenizer, load_for_training, prompt_rows, recorded_sequences, trajectory_files
 from finetune.mtp_objective import MTPTrainConfig
-from finetune.recipe import Reporter, Run
+from finetune.recipe import Reporter, Run, tail_mean
 from finetune.train_loop import OptimConfig
 from serve.engine.spec_decode import write_draft_vocab
 
@@ -121,7 +121,7 @@ def run_align_mtp(job: AlignJob, reporter: Reporter) -> dict:
         "trained_tokens": sum(len(s) - p for s, p in seqs),
         "steps": job.steps,
         "mtp_loss_first": round(hist[0].mtp_mean, 4),
-        "mtp_loss_last": round(sum(h.mtp_mean for h in hist[-10:]) / len(hist[-10:]), 4),
+        "mtp_loss_last": round(tail_mean([h.mtp_mean for h in hist]), 4),
         "draft_vocab": str(job.out / "draft_vocab.json") if vocab else None,
         "seconds": round(time.monotonic() - t0, 1),
     }

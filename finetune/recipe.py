@@ -22,6 +22,11 @@ from finetune.errors import RunError
 from finetune.run_dir import RunDir
 
 
+def tail_mean(xs: list[float], n: int = 10) -> float:
+    """The mean of the last `n` values: a run's summary "last" loss, steadier than its very last step's."""
+    return sum(xs[-n:]) / len(xs[-n:])
+
+
 class StepProgress(Protocol):
     """A training loop's progress: `on_step(StepInfo)` after every step, the tokens/s it measured."""
 

@@ -36,7 +36,7 @@ from finetune.loading import checkpoint_tokenizer, filtered_hint, load_data, loa
 from finetune.lora import LoraSettings, add_lora, weights_fingerprint
 from finetune.qat import QAT_SCHEMES, QATSettings
 from finetune.qat import apply_qat as swap_qat
-from finetune.recipe import Reporter, Run
+from finetune.recipe import Reporter, Run, tail_mean
 from finetune.sft import SFTConfig, train_sft
 from finetune.sharded_load import base_format, load_lora_sharded
 from finetune.train_loop import OptimConfig
@@ -261,8 +261,8 @@ class SFTRun:
             "trained_tokens": sum(sum(m) for _, m in seqs),
             "steps": job.steps,
             "loss_first": round(hist[0].lm, 4),
-            "loss_last": round(sum(h.lm for h in hist[-10:]) / len(hist[-10:]), 4),
-            "mtp_loss_last": round(sum(h.mtp_mean for h in hist[-10:]) / len(hist[-10:]), 4) if job.train_mtp else None,
+            "loss_last": round(tail_mean([h.lm for h in hist]), 4),
+            "mtp_loss_last": round(tail_mean([h.mtp_mean for h in hist]), 4) if job.train_mtp else None,
             "tokens_per_s": tokens_per_s,
             "seconds": round(time.monotonic() - t0, 1),
             "data": report,
