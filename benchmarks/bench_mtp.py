@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).absolute().parents[1]))
 from finetune.data.batches import token_batches  # noqa: E402
 from finetune.mtp_align import align_mtp, draft_vocab, generate_sequences  # noqa: E402
 from finetune.mtp_objective import MTPTrainConfig, mtp_loss, train_mtp  # noqa: E402
+from finetune.train_loop import OptimConfig  # noqa: E402
 from model.config import preset  # noqa: E402
 from model.modeling import GLM5ForCausalLM  # noqa: E402
 from model.tokenizer import Tokenizer  # noqa: E402
@@ -100,7 +101,7 @@ def train(args, tok) -> tuple[GLM5ForCausalLM, dict]:
     before = held_out_loss(model, held_ids, args.seq_len)
     batches = token_batches(train_ids, args.seq_len, args.batch, seed=0)
     steps = args.train_steps
-    cfg = MTPTrainConfig(steps=steps, lr=args.lr, warmup=max(1, steps // 10))
+    cfg = MTPTrainConfig(OptimConfig(steps=steps, lr=args.lr, warmup=max(1, steps // 10)))
     t = time.perf_counter()
     hist = train_mtp(model, batches, cfg, log_every=max(1, steps // 8), log=lambda s: print("  " + s, flush=True))
     seconds = time.perf_counter() - t
@@ -130,7 +131,7 @@ def align(model, train_ids: list[int], args) -> tuple[list[tuple[list[int], int]
     t = time.perf_counter()
     seqs = generate_sequences(model, [train_ids[s : s + plen] for s in starts], args.align_new_tokens, ignore_eos=True)
     gen_s = time.perf_counter() - t
-    cfg = MTPTrainConfig(steps=args.align_steps, lr=3e-3, warmup=10, train_main=False)
+    cfg = MTPTrainConfig(OptimConfig(steps=args.align_steps, lr=3e-3, warmup=10), train_main=False)
     t = time.perf_counter()
     hist = align_mtp(
         model, seqs, cfg, batch_size=8, log_every=max(1, args.align_steps // 6), log=lambda s: print("  " + s)

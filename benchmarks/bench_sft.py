@@ -90,12 +90,14 @@ def trl_lora_config(model, rank: int, alpha: int):
 def ours(ckpt: Path, data, steps: int, batch: int, lr: float) -> dict:
     from finetune.lora import LoraSettings, add_lora
     from finetune.sft import SFTConfig, train_sft
+    from finetune.train_loop import OptimConfig
     from model import GLM5ForCausalLM
 
     net = add_lora(GLM5ForCausalLM.from_pretrained(ckpt, dtype=torch.float32), LoraSettings(rank=16, alpha=32))
     times: list[float] = []
     train_sft(
-        net, data, SFTConfig(steps=steps, lr=lr, warmup=1, batch_size=batch), on_step=lambda i: times.append(i.seconds)
+        net, data, SFTConfig(OptimConfig(steps=steps, lr=lr, warmup=1), batch_size=batch),
+        on_step=lambda i: times.append(i.seconds),
     )
     return {"step_s": times[1:]}
 
@@ -158,6 +160,7 @@ if {threads}: torch.set_num_threads({threads})
 from model import GLM5ForCausalLM
 from finetune.full import prepare_full
 from finetune.sft import SFTConfig, train_sft
+from finetune.train_loop import OptimConfig
 
 def status(key):
     for line in open("/proc/self/status"):
@@ -178,7 +181,7 @@ done = threading.Event()
 threading.Thread(target=sample, daemon=True).start()
 named = prepare_full(net)
 data = [tuple(x) for x in json.load(open({str(data_path)!r}))]
-cfg = SFTConfig(steps={steps}, lr=1e-5, warmup=1, batch_size=4{extra})
+cfg = SFTConfig(OptimConfig(steps={steps}, lr=1e-5, warmup=1), batch_size=4{extra})
 train_sft(net, data, cfg, named=named)
 done.set()
 peak = status("VmHWM")

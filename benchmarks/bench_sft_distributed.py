@@ -39,6 +39,7 @@ def worker(args) -> None:
     from finetune.distributed import Distributed
     from finetune.lora import LoraSettings, add_lora
     from finetune.sft import SFTConfig, train_sft
+    from finetune.train_loop import OptimConfig
     from model import GLM5ForCausalLM
 
     dist = Distributed.from_env()
@@ -50,7 +51,7 @@ def worker(args) -> None:
         named = dist.shard(model, named)
     data = make_data(args.seqs, args.len, model.config.vocab_size)
     seconds: list[float] = []
-    cfg = SFTConfig(steps=args.steps, lr=1e-4, warmup=1, batch_size=args.batch)
+    cfg = SFTConfig(OptimConfig(steps=args.steps, lr=1e-4, warmup=1), batch_size=args.batch)
     hist = train_sft(model, data, cfg, named=named, dist=dist, on_step=lambda info: seconds.append(info.seconds))
     if dist is None or dist.is_main:
         out = {"seconds": seconds, "losses": [h.lm for h in hist], "threads": torch.get_num_threads()}

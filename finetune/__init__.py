@@ -7,8 +7,21 @@ Module map:
                      targets) and train_mtp (MTPTrainConfig)
 - mtp_align.py       align the MTP layer with its main model (its generations or recorded responses; MTP layer
                      only) and rank a draft vocabulary
+- recipe.py          what every recipe shares with whoever runs it: Run (the run folder, resume lines), the Reporter
+                     protocol (lines, spinners, progress; Quiet shows nothing)
+- errors.py          RunError (the run cannot go on) and UsageError (the input is wrong), each with a hint
+- loading.py         what a recipe reads: the checkpoint in fp32 (INT4 refused), its tokenizer, the data and prompt
+                     files (bad input as UsageError)
+- artifacts.py       what a run writes: adapter (peft + transformers layout), merged / full / sharded / QLoRA / QAT
+                     checkpoints, step adapters, train log, the run's record; the one atomic-write helper
 - sft.py             supervised fine-tuning (SFTConfig, sft_loss, train_sft): masked next-token loss on the model's
                      turns, micro-batches, packing, LoRA or full
+- sft_run.py         the recipe of `glm5 finetune sft` (SFTJob, SFTRun): torchrun, LoRA / full / QLoRA set-up, QAT,
+                     resume, writing, the summary
+- mtp_align_run.py   the recipe of `glm5 finetune align-mtp` (AlignJob, run_align_mtp)
+- dsa_warmup_run.py  the recipe of `glm5 finetune dsa-warmup`: both stages as one job and its resume state machine
+                     (warmup -> warmup_done -> sparse), the step log
+- grpo_run.py        the recipe of `glm5 finetune rl --env completion` (CompletionJob, run_completion_rl)
 - full.py            full fine-tuning: what trains (MTP layer and indexer frozen by default), the routers' bias
                      by the balancing rule (RouterBalancer)
 - lora.py            peft LoRA on GLM-5: add_lora, save/load_adapter (the base's path and weights fingerprint,
@@ -17,7 +30,8 @@ Module map:
                      OUT/adapter_hf, which peft loads into GlmMoeDsaForCausalLM
 - distill.py         cross-stage on-policy distillation (report Eq. 2): student samples, teachers by domain (a
                      checkpoint, or the student's base with its LoRA off) score them, per-token reverse KL
-- distill_run.py     what `glm5 finetune distill` runs on: teachers and prompt files by domain, the step log
+- distill_run.py     what `glm5 finetune distill` runs: teachers and prompt files by domain, the step log, the
+                     recipe (DistillJob, DistillRun)
 - dsa_warmup.py      DSA adaptation (DeepSeek-V3.2's recipe): the indexers' dense warm-up (KL to the attention
                      summed over heads, the model frozen), then sparse training with the indexers' loss detached
 - qat.py             INT4 quantization-aware training: fake-quant linears through model.quant_int4's quantizer,
@@ -45,10 +59,11 @@ Module map:
 - proof/             `glm5 bench proof`: base -> SFT -> RL on a generated repair family, each stage a glm5 command,
                      served and benched on held-out (see proof/__init__.py)
 
-The life of `glm5 finetune sft`: data/sources.py reads every file into (ids, target mask) sequences and a report
--> run_dir.py opens (or resumes) the run folder -> lora.py adds adapters (or full.py picks the parameters) ->
-sft.train_sft runs train_loop.train on sft_loss (padded or packed batches, micro-batched), checkpointing into the
-run folder -> lora.save_adapter writes OUT/adapter (or OUT becomes a checkpoint) -> run_dir renames it to OUT.
+The life of `glm5 finetune sft` (sft_run.py): recipe.Run opens (or resumes) the run folder -> loading.py reads
+every file into (ids, target mask) sequences and a report (data/sources.py) -> lora.py adds adapters (or
+full.py picks the parameters) -> sft.train_sft runs train_loop.train on sft_loss (padded or packed batches,
+micro-batched), checkpointing into the run folder -> artifacts.py writes OUT/adapter (or OUT becomes a
+checkpoint) and train_log.jsonl -> run_dir renames it to OUT.
 Under `torchrun --nproc-per-node N -m glm5cli finetune sft`, distributed.py shards the model after LoRA (or
 prepare_full), each rank trains on its rows, dist_checkpoint.py checkpoints, and rank 0 writes OUT. With --qlora,
 sharded_load.py builds the sharded model from the checkpoint instead (no rank loads it whole) and OUT/adapter

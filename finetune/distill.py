@@ -2,7 +2,7 @@
 tokens, and the student is pulled towards the teacher where it sampled.
 
     teachers = {"math": Teacher.checkpoint(net_a), "code": Teacher.base()}   # base: the student's adapter off
-    train_distill(student, prompts, teachers, DistillConfig(steps=100))
+    train_distill(student, prompts, teachers, DistillConfig(OptimConfig(steps=100, lr=1e-4, warmup=5)))
 
 The loss is the report's: Eq. 1 (GRPO) with the advantage replaced by
     A_t = sg[log pi_teacher(y_t | x, y_<t) - log pi_student(y_t | x, y_<t)]
@@ -45,10 +45,7 @@ from finetune.train_loop import LossTerms, OptimConfig, train
 
 @dataclass(frozen=True)
 class DistillConfig:
-    steps: int = 100
-    lr: float = 1e-4
-    warmup: int = 5
-    grad_clip: float = 1.0
+    optim: OptimConfig = OptimConfig(steps=100, lr=1e-4, warmup=5)
     prompts_per_step: int = 4
     max_new_tokens: int = 64
     temperature: float = 1.0
@@ -58,10 +55,6 @@ class DistillConfig:
     def __post_init__(self) -> None:
         if self.kl not in ("sampled", "full"):
             raise ValueError(f"kl must be 'sampled' or 'full', not {self.kl!r}")
-
-    @property
-    def optim(self) -> OptimConfig:
-        return OptimConfig(self.steps, self.lr, self.warmup, 0.0, self.grad_clip)
 
 
 @dataclass(frozen=True)
@@ -184,7 +177,7 @@ def train_distill(
     on_step=None,
     named: list[tuple[str, torch.Tensor]] | None = None,
 ) -> list[LossTerms]:
-    """`cfg.steps` steps of on-policy distillation over `prompts`, `cfg.prompts_per_step` a step, each scored by
+    """`cfg.optim.steps` steps of on-policy distillation over `prompts`, `cfg.prompts_per_step` a step, each scored by
     its domain's teacher (a domain without one is an error before anything runs). Sampling is seeded by
     (seed, step), so a resumed run samples what the interrupted one would have."""
     missing = sorted({p.domain for p in prompts} - set(teachers))
@@ -196,7 +189,7 @@ def train_distill(
 
     def batches():
         order = list(range(len(prompts)))
-        for step in range(cfg.steps):
+        for step in range(cfg.optim.steps):
             rng = random.Random(cfg.seed * 1_000_003 + step)
             yield step, [prompts[i] for i in rng.sample(order, min(cfg.prompts_per_step, len(order)))]
 

@@ -1,4 +1,5 @@
-"""What `glm5 finetune distill` runs on: teachers by domain, prompts by domain, and the run's step log.
+"""What `glm5 finetune distill` runs: teachers by domain, prompts by domain, the run's step log, and the recipe
+itself (DistillRun).
 
     teachers = parse_teachers(["math=runs/stage-a", "base"])    # {"math": Path, "default": None (the base)}
     prompts = read_prompts([("math", Path("math.jsonl"))], tokenizer)
@@ -8,16 +9,29 @@ A teacher is a checkpoint directory, a LoRA adapter directory (`glm5 finetune sf
 the base checkpoint it recorded) or `base` (the student with its adapter off: no model is loaded). Prompt files
 are the JSONL that align-mtp and `glm5 finetune rl --tasks` read ({"prompt"} or {"messages"} a line; a task's
 "reward" is ignored here: the teacher is the signal); a line's "domain" key overrides its file's. Knows nothing
-of the command line: errors are ValueError with the file (and line) in the message.
+of the command line: the helpers' errors are ValueError with the file (and line) in the message, the recipe's
+finetune.errors' UsageError / RunError.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from finetune.distill import Prompt
-from finetune.run_dir import write_atomic
+import torch
+
+from finetune.artifacts import write_adapter, write_atomic, write_checkpoint, write_record
+from finetune.data.prompts import read_prompt_rows
+from finetune.distill import DistillConfig, Prompt, Teacher, train_distill
+from finetune.errors import UsageError
+from finetune.full import FullSettings, prepare_full
+from finetune.loading import checkpoint_tokenizer, load_for_training
+from finetune.lora import LoraSettings, add_lora, load_adapter, merge_lora
+from finetune.recipe import Reporter, Run, tail_mean
+from finetune.train_loop import OptimConfig
+from model import GLM5ForCausalLM
 
 BASE = "base"  # the teacher that is the student's own base (its LoRA adapter off)
 DEFAULT_DOMAIN = "default"
@@ -53,8 +67,6 @@ def parse_teachers(specs: list[str]) -> dict[str, Path | None]:
 
 def read_prompts(files: list[tuple[str, Path]], tokenizer) -> list[Prompt]:
     """(domain, JSONL path) pairs -> one Prompt a line, in file order; a line's "domain" overrides its file's."""
-    from finetune.data.prompts import read_prompt_rows
-
     prompts = []
     for domain, path in files:
         try:
@@ -83,11 +95,6 @@ def check_domains(prompts: list[Prompt], teachers: dict[str, Path | None]) -> No
 def load_teacher(path: Path, student_config):
     """A teacher checkpoint (or adapter, merged into the base it recorded), frozen, in fp32. Its vocabulary must
     be the student's: the teacher scores the student's token ids."""
-    import torch
-
-    from finetune.lora import load_adapter, merge_lora
-    from model import GLM5ForCausalLM
-
     adapter = None
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
         adapter = path
@@ -122,3 +129,148 @@ class StepLog:
         row = {"step": info.step, "reverse_kl": round(info.loss.lm, 5), "lr": info.lr, "tokens": info.loss.tokens}
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row | {"seconds": round(info.seconds, 3)}) + "\n")
+
+
+@dataclass(frozen=True)
+class DistillJob:
+    """`glm5 finetune distill`'s options, parsed (see its --help for each)."""
+
+    student: Path
+    out: Path
+    teachers: list[str]  # [DOMAIN=]TEACHER specs
+    prompt_files: list[str]  # [DOMAIN=]FILE specs, --prompts then --tasks
+    steps: int = 100
+    prompts_per_step: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    kl: str = "full"
+    lr: float = 1e-3
+    rank: int = 16
+    alpha: int = 32
+    full: bool = False
+    merge: bool = False
+    seed: int = 0
+    save_every: int = 10
+
+
+class DistillRun:
+    """The recipe of `glm5 finetune distill` (moved from glm5cli/distill_cmd.py): the teachers, the run folder
+    and the prompts at construction (`longest`: the longest prompt plus its completion, for the memory plan),
+    then `run()`: the student and the teachers loaded, train_distill, OUT written -> the summary."""
+
+    def __init__(self, job: DistillJob, reporter: Reporter):
+        self.job, self.rep = job, reporter
+        try:
+            self.teachers = parse_teachers(job.teachers)
+            files = [(d, Path(f)) for d, f in map(split_domain, job.prompt_files)]
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if job.full and None in self.teachers.values():
+            raise UsageError("teacher `base` is the student with its adapter off, and --full trains no adapter",
+                             "drop --full, or give that domain the student's checkpoint as its teacher")  # fmt: skip
+        tok = checkpoint_tokenizer(job.student)
+        self.settings = run_settings(job, self.teachers, files)
+        self.run_dir = Run(job.out, self.settings, reporter=reporter)
+        saved = self.run_dir.saved_sequences()
+        try:
+            if saved is not None:
+                self.prompts = [Prompt(ids, d) for ids, d in saved["prompts"]]
+            else:
+                self.prompts = read_prompts(files, tok)
+            check_domains(self.prompts, self.teachers)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        self.longest = max((len(p.ids) for p in self.prompts), default=0) + job.max_new_tokens
+
+    def run(self) -> dict:
+        job, run, chosen = self.job, self.run_dir, self.prompts
+        t0 = time.monotonic()
+        net = load_for_training(job.student, "distil into the full-precision checkpoint", self.rep.status)
+        limit = net.config.max_position_embeddings
+        if too_long := [i for i, p in enumerate(chosen) if len(p.ids) + job.max_new_tokens > limit]:
+            raise UsageError(f"{len(too_long)} prompt(s) + --max-new-tokens exceed the student's context ({limit})")
+        models = self._teachers(net.config)
+        named = None
+        if job.full:
+            named = prepare_full(net, FullSettings())
+        else:
+            net = add_lora(net, LoraSettings(rank=job.rank, alpha=job.alpha), seed=job.seed)
+        state = run.start({"prompts": [[p.ids, p.domain] for p in chosen]})
+        by_domain = {d: sum(p.domain == d for p in chosen) for d in self.teachers}
+        self.rep.say(f"distilling on {len(chosen)} prompts: "
+                     + ", ".join(f"{n} {d} (teacher {self.settings['teachers'][d]})" for d, n in by_domain.items()))  # fmt: skip
+        hist, tokens_per_s = self._train(net, models, named, state)
+        if job.full:
+            write_checkpoint(job.student, net, run.work)
+        else:
+            write_adapter(job.student, net, run.work, job.merge, status=self.rep.status)
+        summary = self._summary(by_domain, hist, tokens_per_s, t0)
+        # RunDir.finish drops its resume files (run.json among them); the record of the run stays in OUT.
+        write_record(run.work / "distill_run.json", self.settings, summary)
+        run.finish()
+        return summary
+
+    def _teachers(self, student_config) -> dict[str, Teacher]:
+        models = {}
+        with self.rep.status("loading the teachers..."):
+            for d, p in self.teachers.items():
+                try:
+                    models[d] = Teacher.base() if p is None else Teacher.checkpoint(load_teacher(p, student_config))
+                except ValueError as e:
+                    raise UsageError(str(e)) from None
+        return models
+
+    def _train(self, net, models: dict, named, state) -> tuple[list, float | None]:
+        job, run = self.job, self.run_dir
+        log = StepLog(run.work / "train_log.jsonl", state["step"] if state else 0)
+        eos = net.config.eos_token_id
+        stop = tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)
+        cfg = DistillConfig(OptimConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20)),
+                            prompts_per_step=job.prompts_per_step, max_new_tokens=job.max_new_tokens,
+                            temperature=job.temperature, kl=job.kl, seed=job.seed)  # fmt: skip
+        with self.rep.training("distilling (full)" if job.full else "distilling (LoRA)", job.steps, state) as bar:
+
+            def on_step(info) -> None:
+                bar.on_step(info)
+                log.write(info)
+
+            loop = run.loop_args(state, job.save_every, bar) | {"on_step": on_step}
+            try:
+                hist = train_distill(net, self.prompts, models, cfg, stop=stop, named=named, **loop)
+            except ValueError as e:  # a token outside the vocabulary
+                raise UsageError(str(e)) from None
+        return hist, bar.tokens_per_s
+
+    def _summary(self, by_domain: dict, hist: list, tokens_per_s, t0: float) -> dict:
+        job = self.job
+        return {
+            "out": str(job.out),
+            "adapter": None if job.full else str(job.out / "adapter"),
+            "checkpoint": str(job.out) if job.merge or job.full else None,
+            "prompts": by_domain,
+            "steps": job.steps,
+            "kl": job.kl,
+            "reverse_kl_first": round(hist[0].lm, 4),
+            "reverse_kl_last": round(tail_mean([h.lm for h in hist]), 4),
+            # with either --kl, what is logged is the sampled estimate, not the full sum the loss may use
+            "reverse_kl_is": "the mean log-ratio student/teacher at the sampled tokens (an estimate; can be negative)",
+            "tokens_per_s": tokens_per_s,
+            "seconds": round(time.monotonic() - t0, 1),
+        }
+
+
+def run_settings(job: DistillJob, teachers: dict[str, Path | None], files: list[tuple[str, Path]]) -> dict:
+    settings = {
+        "student": str(job.student.resolve()),
+        "teachers": {d: str(p.resolve()) if p else "base" for d, p in teachers.items()},
+        "prompt_files": [[d, str(f.resolve())] for d, f in files],
+        "steps": job.steps,
+        "prompts_per_step": job.prompts_per_step,
+        "max_new_tokens": job.max_new_tokens,
+        "temperature": job.temperature,
+        "kl": job.kl,
+        "lr": job.lr,
+        "seed": job.seed,
+        "full": job.full,
+    }
+    return settings | ({} if job.full else {"rank": job.rank, "alpha": job.alpha, "merge": job.merge})

@@ -16,6 +16,8 @@ token's logprob under the distribution it sampled from (pi_infer). Then, per tok
     loss    = -(1/G) sum_i 1/|y_i| sum_t pop * min(r A_i, clip(r, 1 - eps_low, 1 + eps_high) A_i)
               averaged over the step's groups
 
+A_i, the tasks of a step and log pi_train are the agentic RL's own (finetune/rl: objective.advantages,
+orchestrator.task_order, objective.token_logprobs on each completion as a TokenSample).
 beta = 2, eps_low = 0.2, eps_high = 0.28 are GLM-5's. The log-probabilities use the sampling temperature, as the
 engine's do. A completion whose reward is None (the checker itself failed) is left out of its group; a group
 with fewer than two scored completions, or whose rewards are all equal, has no signal and adds nothing (it is
@@ -32,13 +34,15 @@ from __future__ import annotations
 
 import math
 import os
-import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import torch
 
+from finetune.rl.objective import advantages, token_logprobs
+from finetune.rl.orchestrator import task_order
+from finetune.rl.rollout import TokenSample
 from finetune.sft import DEFAULT_TARGETS
 from finetune.train_loop import restore_training_state, training_state
 
@@ -117,27 +121,6 @@ class RewardUnavailable(RuntimeError):
     """No completion of a step could be scored: the reward itself is broken (a command that cannot run)."""
 
 
-def advantages(rewards: list[float | None]) -> list[float | None]:
-    """Group-normalised advantages; None for the left-out completions. All zero when there is no signal."""
-    scored = [r for r in rewards if r is not None]
-    if len(scored) < 2:
-        return [None if r is None else 0.0 for r in rewards]
-    mean = sum(scored) / len(scored)
-    std = math.sqrt(sum((r - mean) ** 2 for r in scored) / len(scored))
-    return [None if r is None else (r - mean) / (std + 1e-6) for r in rewards]
-
-
-def task_order(n_tasks: int, step: int, per_step: int, seed: int) -> list[int]:
-    """The tasks of `step`: epochs of seeded permutations, read `per_step` at a time (a resume reads the same)."""
-    out = []
-    for k in range(step * per_step, (step + 1) * per_step):
-        epoch, i = divmod(k, n_tasks)
-        perm = list(range(n_tasks))
-        random.Random(f"{seed}:{epoch}").shuffle(perm)
-        out.append(perm[i])
-    return out
-
-
 def rollout(engine, tasks: list[RLTask], which: list[int], cfg: GRPOConfig, step: int, tokenizer=None):
     """`group_size` completions of each task in `which`, sampled by `engine` -> groups of Rollouts."""
     from serve.engine.sampling_params import SamplingParams
@@ -179,19 +162,15 @@ def rollout(engine, tasks: list[RLTask], which: list[int], cfg: GRPOConfig, step
 
 
 def _token_logprobs(model, rollouts: list[Rollout], temperature: float) -> list[torch.Tensor]:
-    """log pi_train of each completion's tokens (with gradient), at the sampling temperature. The lm_head runs
-    on the rows that predict completion tokens only: never a [B, T, V] logits tensor (at GLM-5's vocabulary of
-    155K that is 0.6 GB per 1K tokens of one sequence)."""
-    seqs = [r.prompt_ids + r.ids for r in rollouts]
-    T = max(len(s) for s in seqs)
-    ids = torch.tensor([s + [0] * (T - len(s)) for s in seqs])  # right padding: no position sees a pad
-    hidden = model.model(ids, torch.arange(T).expand(len(seqs), -1))  # [B, T, D] after model.norm
-    rows = torch.cat(
-        [hidden[b, len(r.prompt_ids) - 1 : len(r.prompt_ids) - 1 + len(r.ids)] for b, r in enumerate(rollouts)]
-    )
-    lp = torch.log_softmax(model.lm_head(rows).float() / temperature, -1)
-    lp = lp.gather(-1, torch.tensor([t for r in rollouts for t in r.ids])[:, None])[:, 0]
-    return list(lp.split([len(r.ids) for r in rollouts]))
+    """log pi_train of each completion's tokens (with gradient), at the sampling temperature: the one RL's
+    rl/objective.token_logprobs on each completion as a token sample (its prompt context, its completion
+    sampled). The lm_head runs on the rows that predict completion tokens only."""
+    samples = [
+        TokenSample(r.prompt_ids + r.ids, [0] * len(r.prompt_ids) + [1] * len(r.ids),
+                    [0.0] * len(r.prompt_ids) + list(r.infer_logprobs), version=0)  # fmt: skip
+        for r in rollouts
+    ]
+    return token_logprobs(model, samples, temperature)
 
 
 def grpo_backward(

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from finetune.data.batches import padded_batches
 from finetune.mtp_objective import MTPTrainConfig, train_mtp
-from finetune.train_loop import LossTerms
+from finetune.train_loop import LossTerms, OptimConfig
 from serve.engine import EngineConfig, LLMEngine, SamplingParams
 
 
@@ -98,7 +98,7 @@ def draft_vocab(
 def align_mtp(
     model,
     seqs: list[tuple[list[int], int]],
-    cfg: MTPTrainConfig = MTPTrainConfig(steps=300, lr=3e-3, warmup=10, train_main=False),
+    cfg: MTPTrainConfig = MTPTrainConfig(OptimConfig(steps=300, lr=3e-3, warmup=10), train_main=False),
     batch_size: int = 8,
     seed: int = 0,
     log_every: int = 0,

@@ -118,13 +118,9 @@ def mtp_loss(
 
 @dataclass(frozen=True)
 class MTPTrainConfig:
-    """A run of `train_mtp`: the loop's optimizer settings (train_loop.OptimConfig's) and the objective's."""
+    """A run of `train_mtp`: the loop's optimizer settings (train_loop.OptimConfig) and the objective's."""
 
-    steps: int = 300
-    lr: float = 3e-3
-    warmup: int = 20
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    optim: OptimConfig = OptimConfig()
     num_mtp_steps: int = 3
     mtp_weight: float = 0.3
     train_main: bool = True
@@ -152,7 +148,7 @@ def train_mtp(
     save_every: int = 0,
     on_step=None,
 ) -> list[LossTerms]:
-    """The training loop (finetune/train_loop.py) on `mtp_loss`, `cfg.steps` times. Returns every step's loss.
+    """The training loop (finetune/train_loop.py) on `mtp_loss`, `cfg.optim.steps` times. Returns every step's loss.
     A batch is ids [B, T] or (ids, loss mask [B, T]).
 
     With `train_main=False` only the MTP layer(s) are optimised (the main model is left exactly as it was).
@@ -181,10 +177,9 @@ def train_mtp(
 
         return backward_micro(batch, cfg.micro_batch, micro)
 
-    optim = OptimConfig(cfg.steps, cfg.lr, cfg.warmup, cfg.weight_decay, cfg.grad_clip)
     try:
         loop = {"log_every": log_every, "log": log, "resume": resume, "save": save, "save_every": save_every}
-        return train(model, named, batches, loss_fn, optim, on_step=on_step, **loop)
+        return train(model, named, batches, loss_fn, cfg.optim, on_step=on_step, **loop)
     finally:
         for p in frozen:
             p.requires_grad_(True)

@@ -14,16 +14,11 @@ import os
 import shutil
 from pathlib import Path
 
+from finetune.artifacts import save_atomic, write_atomic
+from finetune.errors import RunError
+
 MARK = "provenance.mark"  # this machine's keyed mark of MARKED (agent/provenance.py)
 MARKED = ("run.json", "sequences.json")
-
-
-class RunError(ValueError):
-    """A run that cannot start; `hint` says what to do."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
 
 
 class RunDir:
@@ -99,11 +94,7 @@ class RunDir:
     def save(self, state: dict) -> None:
         """A checkpoint, written aside and renamed: a kill mid-write leaves the previous one. A torchrun run's
         older DCP checkpoints (dcp-STEP/, when this run resumed one) go: this one is newer."""
-        import torch
-
-        tmp = self.work / "state.pt.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, self.work / "state.pt")
+        save_atomic(self.work / "state.pt", state)
         for old in self.work.glob("dcp-*"):
             shutil.rmtree(old, ignore_errors=True)
 
@@ -118,36 +109,6 @@ class RunDir:
 
 def _jsonable(obj):
     return json.loads(json.dumps(obj))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-# What a checkpoint folder holds that is not the model but the run that wrote it: a stage trained from that
-# checkpoint must not carry them along (a full SFT of an RL checkpoint would otherwise ship RL's adapter beside
-# weights it is already merged into, and RL's log as if it were its own).
-_RUN_OUTPUTS = ("*.log", "*_log.jsonl", "run.json", "*_run.json", "state.pt", "sequences.json")
-
-
-def write_checkpoint(source: Path, net, dest: Path, state: dict | None = None) -> None:
-    """`net`'s weights plus the `source` checkpoint's other files (config, tokenizer, chat template: its top-level
-    files, model/checkpoint.py `side_files`, which refuses links out of it), not the outputs of the run that wrote
-    it (its folders, adapters among them, and its logs). `state`: the weights by name, whole, when `net` holds
-    only shards of them (finetune/distributed.py)."""
-    from types import SimpleNamespace
-
-    from model.checkpoint import save_pretrained, side_files
-
-    Path(dest).mkdir(parents=True, exist_ok=True)
-    for path in side_files(source, ignore=_RUN_OUTPUTS):
-        shutil.copyfile(path, Path(dest) / path.name)  # a link's content, as a file of its own
-    if state is None:
-        net.save_pretrained(dest)
-    else:  # save_pretrained reads a model's `config` and `state_dict()`: here the gathered tensors
-        save_pretrained(SimpleNamespace(config=net.config, state_dict=lambda: state), dest)
 
 
 def _with_added(saved: dict, added: dict) -> dict:

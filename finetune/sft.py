@@ -2,7 +2,7 @@
 
     model = add_lora(GLM5ForCausalLM.from_pretrained(ckpt), LoraSettings(rank=16))   # finetune/lora.py
     seqs = recorded_sequences(files, tokenizer)       # (ids, prompt length): finetune/data/trajectories.py
-    train_sft(model, seqs, SFTConfig(steps=200, lr=2e-4))
+    train_sft(model, seqs, SFTConfig(OptimConfig(steps=200, lr=2e-4, warmup=10)))
     save_adapter(model, out)
 
 The loss is the next-token cross-entropy on the target tokens, averaged over them (every other token is
@@ -38,13 +38,9 @@ __all__ = [  # the LoRA helpers are re-exported: `finetune.sft` was their home (
 
 @dataclass(frozen=True)
 class SFTConfig:
-    """An SFT run: the optimizer schedule, the batch and the seed of the batch order."""
+    """An SFT run: the optimizer schedule (train_loop.OptimConfig), the batch and the seed of the batch order."""
 
-    steps: int = 200
-    lr: float = 2e-4
-    warmup: int = 10
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    optim: OptimConfig = OptimConfig(steps=200, lr=2e-4, warmup=10)
     micro_batch: int = 0  # rows per forward/backward, gradients accumulated over the batch (0: the whole batch)
     batch_size: int = 4  # sequences per step; with `pack`, rows of `pack_len` tokens per step
     seed: int = 0
@@ -54,10 +50,6 @@ class SFTConfig:
     # loss (it gets no gradient); n > 0 trains it over n recursive steps, weighted by mtp_weight
     mtp_steps: int = 0
     mtp_weight: float = 0.3
-
-    @property
-    def optim(self) -> OptimConfig:
-        return OptimConfig(self.steps, self.lr, self.warmup, self.weight_decay, self.grad_clip)
 
 
 def mtp_targets(mask_BT: torch.Tensor, segment_ids=None, step: int = 0) -> torch.Tensor:

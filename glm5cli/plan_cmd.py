@@ -3,6 +3,7 @@ only parses and prints), and `preflight`, the same check the training commands r
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def plan_cmd(
 
     Exits 3 when it does not fit, naming what would: more nodes, a shorter sequence, or slime.
     """
+    # finetune.plan imports torch: imported here, not at the top (`glm5 --help`'s speed)
     from finetune.plan import Layout, format_plan, plan
 
     cfg, stored = _config(model, preset)
@@ -70,6 +72,7 @@ def plan_cmd(
 
 def _config(model: Path | None, preset: str | None):
     """(config, its stored precision) from a checkpoint directory or a preset; exactly one of them."""
+    # model.config imports torch: imported here, not at the top (`glm5 --help`'s speed)
     from model.config import ConfigError, GLM5Config
     from model.config import preset as get_preset
 
@@ -95,10 +98,9 @@ def preflight(model: Path, method: str, seq_len: int, micro_batch: int = 1, rank
     each GPU's memory; a layout that cannot fit stops here with the plan's advice, before minutes of loading.
     No check without CUDA (`devices` None and no GPU): a CPU run's memory is the host's. `devices`:
     (count, bytes per GPU), for tests."""
-    import os
-
+    # finetune.plan and model.config import torch: imported here, not at the top (`glm5 --help`'s speed)
     from finetune.plan import Layout, PlanError, check
-    from model.config import GLM5Config
+    from model.config import ConfigError, GLM5Config
 
     if devices is None:
         import torch
@@ -106,7 +108,6 @@ def preflight(model: Path, method: str, seq_len: int, micro_batch: int = 1, rank
         if not torch.cuda.is_available():
             return
         devices = (int(os.environ.get("WORLD_SIZE", "1")), torch.cuda.get_device_properties(0).total_memory)
-    from model.config import ConfigError
 
     try:
         cfg = GLM5Config.from_pretrained(model)

@@ -1,45 +1,20 @@
 """`glm5 finetune rl`: RL on single completions (`--env completion`, GRPO + IcePop on a tasks file with checkable
 rewards) or on whole agent sessions (`--env swe` / `terminal`: the bench's tasks, sandboxes and grading, with
 `glm5 code`'s agent loop; `--env scripted`: a built-in toy family to check a setup). Parses and shows; the run
-is finetune.grpo (completion) and finetune.rl (agentic)."""
+is finetune/grpo_run.py (completion) and finetune/rl/job.py (agentic)."""
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import typer
 
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
+from glm5cli.plan_cmd import preflight
+from glm5cli.recipe_ui import ConsoleReporter, failing
+from glm5cli.slime_cmd import write_slime_run
 
 ENVS = ("completion", "swe", "terminal", "scripted")
-
-
-def _rl_tasks(path: Path, tokenizer, default_reward: dict | None, makers: dict) -> list[dict]:
-    """The tasks file -> [{"ids", "reward", "name"}]; a bad line or reward is a usage error naming FILE:LINE.
-    `makers`: the registered rewards by type."""
-    from finetune.rl.rewards import data_spec_problem
-    from glm5cli.finetune_cmd import _prompt_rows
-
-    tasks = []
-    for ids, row, where in _prompt_rows(path, tokenizer):
-        spec = row.get("reward", default_reward)
-        if spec is None:
-            fail(f'{where}: no "reward" (and no --reward default)', code=EXIT_USAGE)
-        problem = data_spec_problem(spec, default_reward) if "reward" in row else None
-        if problem:  # the row is data: it may narrow what --reward chose, never widen it
-            fail(f"{where}: {problem}", code=EXIT_USAGE)
-        if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
-            fail(f'{where}: "reward" must be an object with a "type" (one of: {", ".join(makers)})', code=EXIT_USAGE)
-        if spec["type"] not in makers:
-            fail(f"{where}: unknown reward type {spec['type']!r} (known: {', '.join(makers)})", code=EXIT_USAGE)
-        try:
-            makers[spec["type"]](spec)  # checked now, before any training
-        except ValueError as e:
-            fail(f"{where}: bad reward: {e}", code=EXIT_USAGE)
-        tasks.append({"ids": ids, "reward": spec, "name": str(row.get("name", where))})
-    return tasks
 
 
 def rl(
@@ -240,8 +215,6 @@ def rl(
     if trainer not in ("glm5", "slime"):
         fail(f"--trainer must be glm5 or slime, not {trainer!r}", code=EXIT_USAGE)
     if trainer == "slime":  # glm5cli/slime_cmd.py
-        from glm5cli.slime_cmd import write_slime_run
-
         return write_slime_run(model, out, env, tasks_file, task_dirs or [], steps, prompts_per_step, group_size,
                                max_new_tokens, max_turns, temperature, lr, json_out)  # fmt: skip
     if env == "completion":
@@ -251,9 +224,15 @@ def rl(
             fail("task folders are for --env terminal; --env completion reads --tasks", code=EXIT_USAGE)
         if tasks_file is None:
             fail("--env completion needs --tasks (a prompts file with rewards)", code=EXIT_USAGE)
-        return _completion(model, out, tasks_file, reward, steps, prompts_per_step, group_size, max_new_tokens,
-                           temperature, lr, rank, alpha, updates_per_batch, seed, save_every, merge, json_out)  # fmt: skip
-    from finetune.rl.config import RLConfig
+        # finetune's recipes import torch: imported here, not at the top (`glm5 --help`'s speed)
+        from finetune.grpo_run import CompletionJob, grpo_config
+
+        with failing():
+            cfg = grpo_config(steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
+                              max_new_tokens=max_new_tokens, temperature=temperature, lr=lr,
+                              updates_per_batch=updates_per_batch, seed=seed)  # fmt: skip
+        return _completion(CompletionJob(model, out, tasks_file, cfg, reward, rank, alpha, save_every, merge), json_out)
+    from finetune.rl.config import RLConfig  # here, not at the top: `glm5 --help`'s speed
 
     try:
         cfg = RLConfig(
@@ -275,16 +254,18 @@ def rl(
         fail(f"--quant must be int4, not {quant!r}", code=EXIT_USAGE)
     if eval_tasks is not None and env not in ("swe", "terminal"):
         fail("--eval-tasks is for --env swe / terminal (held-out bench tasks)", code=EXIT_USAGE)
-    held_out = (eval_tasks, eval_samples)
-    _agentic(model, out, env, tasks_file, task_dirs or [], reward, cfg, rank, alpha, max_model_len, rollout_url,
-             merge, json_out, save_every, held_out, (rollout_engine, engine_threads), quant,
-             api_key=rollout_api_key or None)  # fmt: skip
+    from finetune.rl.job import AgenticJob  # imports torch: here, not at the top (`glm5 --help`'s speed)
+
+    job = AgenticJob(model, out, env, cfg, tasks_file, task_dirs or [], reward, rank, alpha, max_model_len,
+                     rollout_url, merge, save_every, eval_tasks, eval_samples, rollout_engine, engine_threads, quant,
+                     api_key=rollout_api_key or None)  # fmt: skip
+    _agentic(job, json_out)
 
 
 def _suite(env: str, name: str, tasks_file: Path | None, task_dirs: list[Path] | None):
     """--suite NAME, as `glm5 bench --suite` reads it -> (the tasks file, the task folders) it materialized, in
     the bench's cache folder (.glm5-bench-cache/suites), reused by a rerun."""
-    from agent.bench.suites import available
+    from agent.bench.suites import available  # here, not at the top: `glm5 --help`'s speed
 
     if env not in ("swe", "terminal"):
         fail("--suite is for --env swe / terminal (the bench's suites)", code=EXIT_USAGE)
@@ -302,300 +283,57 @@ def _suite(env: str, name: str, tasks_file: Path | None, task_dirs: list[Path] |
     return paths[0], []
 
 
-def _environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg, reward: str | None):
-    """-> (RolloutEnv, tasks, a description for the settings)."""
-    if env == "scripted":
-        from finetune.rl.scripted import ScriptedFamily, digit_tasks
+def _agentic(job, json_out: bool) -> None:
+    """Run agentic RL (finetune/rl/job.py) and print its summary."""
+    from finetune.rl.job import AgenticRun  # imports torch: here, not at the top (`glm5 --help`'s speed)
 
-        return ScriptedFamily(turns=min(cfg.max_turns, 3)), digit_tasks(8), {"family": "digit"}
-    from finetune.rl.bench_env import BenchEnv, load_bench_tasks
-    from finetune.rl.rewards import RewardSpecError, parse_reward_spec
-
-    try:
-        spec = parse_reward_spec(json.loads(reward)) if reward else None
-    except json.JSONDecodeError as e:
-        fail(f"--reward is not JSON: {e.msg}", code=EXIT_USAGE)
-    except RewardSpecError as e:
-        fail(f"--reward: {e}", code=EXIT_USAGE)
-    if env == "swe" and tasks_file is None:
-        fail("--env swe needs --tasks TASKS.jsonl (SWE-bench format)", code=EXIT_USAGE)
-    if env == "terminal" and not task_dirs:
-        fail(
-            "--env terminal needs task folders: glm5 finetune rl CKPT --out OUT --env terminal DIR...", code=EXIT_USAGE
-        )
-    try:
-        tasks = load_bench_tasks(env, tasks_file, task_dirs)
-    except (ValueError, OSError) as e:
-        fail(str(e), code=EXIT_USAGE)
-    if not tasks:
-        fail("no tasks to train on", code=EXIT_USAGE)
-    bench = BenchEnv(env, max_turns=cfg.max_turns, partial_credit=cfg.partial_credit, reward=spec)
-    where = str(tasks_file.resolve()) if tasks_file else [str(d.resolve()) for d in task_dirs]
-    return bench, tasks, {"tasks": where, "reward": reward}
-
-
-def _held_out(env: str, path: Path, rl_env, tasks: list):
-    """--eval-tasks -> the held-out tasks, checked disjoint from the training tasks (a usage error otherwise)."""
-    from finetune.rl.bench_env import load_bench_tasks
-    from finetune.rl.evaluate import disjoint
-
-    try:
-        held = load_bench_tasks(env, path if env == "swe" else None, [path] if env == "terminal" else [])
-        disjoint(tasks, held)
-    except (ValueError, OSError) as e:
-        fail(f"--eval-tasks {path}: {e}", code=EXIT_USAGE)
-    if not held:
-        fail(f"--eval-tasks {path}: no tasks", code=EXIT_USAGE)
-    return held
-
-
-def _agentic(model, out, env, tasks_file, task_dirs, reward, cfg, rank, alpha, max_model_len, urls, merge, json_out,
-             save_every=0, held_out=(None, 2), engine=("thread", 0), quant=None, api_key=None):  # fmt: skip
-    import dataclasses
-    import os
-    import shutil
-
-    from glm5cli.finetune_cmd import _checkpoint_tokenizer, _load_for_training, _progress, _Run, _write_adapter
-
-    tok = _checkpoint_tokenizer(model)
-    from glm5cli.plan_cmd import preflight
-
-    preflight(model, "rl", cfg.max_new_tokens, rank=rank)  # GPUs only: a lower bound (a session is longer)
-    rl_env, tasks, described = _environment(env, tasks_file, task_dirs, cfg, reward)
-    settings = {"model": str(model.resolve()), "env": env, **described, "config": dataclasses.asdict(cfg)}
-    settings |= {"rank": rank, "alpha": alpha, "merge": merge, "max_model_len": max_model_len, "rollout_url": urls}
-    settings["rollout_engine"] = engine[0]
-    if quant is not None:  # absent otherwise: run folders from before the flag resume
-        settings["quant"] = quant
-    eval_path, eval_samples = held_out
-    held = _held_out(env, eval_path, rl_env, tasks) if eval_path is not None else None
-    if held is not None:
-        settings |= {"eval_tasks": str(eval_path.resolve()), "eval_samples": eval_samples}
-    settings["save_every"] = save_every
-    # settings added since earlier run folders were written, at the value that behaviour had: those folders resume
-    run = _Run(out, settings, added={"config.refusal_penalty": 0.0, "config.negative_weight": 1.0})
-    from finetune.grpo import RL_TARGETS
-    from finetune.rl.run import run_rl, summary
-    from finetune.sft import LoraSettings, add_lora
-
-    server = None
-    if urls:
-        from finetune.rl.remote import HttpServer, Router
-
-        server = Router([HttpServer(u, api_key=api_key) for u in urls])
-    t0 = time.monotonic()
-    net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
-    fingerprint: list[str] = []  # MODEL's weights', recorded beside every adapter written
-    if quant == "int4":
-        from finetune.lora import weights_fingerprint
-        from model.quant_int4 import round_like_int4
-
-        fingerprint.append(weights_fingerprint(net))  # before rounding: the adapter's base is MODEL as saved
-        rounded = round_like_int4(net)
-        err_console.print(f"--quant int4: {len(rounded)} linears rounded as INT4 serving rounds them")
-    net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=cfg.seed)
-    # The agentic run keeps its own state.pt in the work folder (finetune/rl/run.py), without _Run's "step" (its
-    # resume line failed on it: a killed run could not be rerun); the resume line is printed below.
-    run._dir.start({"tasks": len(tasks)}, load=False)  # its state.pt is read by finetune/rl/run.py (check_rl_state)
-    if hasattr(rl_env, "isolate"):  # a session sees neither this run's folders nor any task file's gold
-        rl_env.isolate([run.work, out], [*tasks, *(held or [])])
-    evaluate = None
-    if held is not None:
-        from finetune.rl.evaluate import HeldOut
-
-        evaluate = HeldOut(rl_env, held, eval_samples, tok, cfg, run.work / "eval-sessions", max_model_len)
-
-    def save_step_adapter(k: int) -> None:
-        """OUT/adapters/step-K, written aside and renamed: a kill never leaves half an adapter there."""
-        from finetune.lora import save_adapter, weights_fingerprint
-
-        if not fingerprint:
-            fingerprint.append(weights_fingerprint(net))  # the base weights: the same at every step
-        dest = run.work / "adapters" / f"step-{k}"
-        tmp = dest.with_name(dest.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_adapter(net, tmp, base=str(model.resolve()), fingerprint=fingerprint[0], quant=quant)
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
-
-    log_path = run.work / "rl_log.jsonl"
-    done = len(log_path.read_text().splitlines()) if log_path.is_file() else 0
-    if done:
-        err_console.print(f"resuming {run.work} from step {done} of {cfg.steps}")
-    with _progress() as bar:
-        task = bar.add_task(f"RL ({env})", total=cfg.steps, completed=done)
-
-        def log(row: dict) -> None:
-            with open(log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            if save_every and (row["step"] % save_every == 0 or row["step"] == cfg.steps):
-                save_step_adapter(row["step"])
-            reward, rate = (
-                row.get("drawn_reward_mean", row["reward_mean"]),
-                row.get("drawn_solved_rate", row["solved_rate"]),
-            )
-            solved = "" if rate is None else f", solved {rate:.0%}"
-            if row.get("eval_solved_rate") is not None:
-                solved += f", held-out {row['eval_solved_rate']:.0%}"
-            quiet = row.get("dropped_by_reason", {}).get("no_signal", 0)  # dynamic sampling's, not failures
-            drop = f", dropped {row['groups_dropped'] - quiet}" if row["groups_dropped"] > quiet else ""
-            drop += f", {quiet} without signal" if quiet else ""
-            bar.update(task, advance=1, description=f"RL ({env}), reward {reward:.3f}{solved}{drop}")
-
-        child = None
-        try:
-            if engine[0] == "process":
-                from finetune.rl.engine_process import ServeChild
-
-                err_console.print("starting the rollout engine: a glm5 serve child (its log: engine.log)")
-                child = ServeChild(model, run.work / "engine.log", max_model_len, cfg.concurrency, engine[1],
-                                   quant=quant)  # fmt: skip
-                child.split_threads()
-                server = child.server
-            hist = run_rl(net, tok, rl_env, tasks, cfg, run.work, server=server, max_model_len=max_model_len, log=log,
-                          evaluate=evaluate, eval_every=save_every)  # fmt: skip
-        except Exception as e:  # noqa: BLE001 - the run folder is kept; rerunning resumes
-            fail(
-                f"the RL run stopped: {type(e).__name__}: {e}",
-                hint=f"fix it and rerun the same command ({run.work} resumes)",
-            )
-        finally:
-            if child is not None:
-                child.close()  # also on Ctrl-C; a kill -9 of this process kills it too (PR_SET_PDEATHSIG)
-    # rl_log.jsonl is rewritten from the state's history: the rows of killed runs' last steps appear once.
-    (run.work / "rl_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in hist))
-    _write_adapter(model, net, run.work, merge, fingerprint[0] if fingerprint else None, quant)
-    for name in ("rollouts", "sessions", "pushes", "eval-sessions"):
-        shutil.rmtree(run.work / name, ignore_errors=True)
-    result = {"out": str(out), "adapter": str(out / "adapter"), "merged_checkpoint": str(out) if merge else None}
-    result |= {"env": env, "tasks": len(tasks), **summary(hist), "seconds": round(time.monotonic() - t0, 1)}
-    if save_every:
-        result["step_adapters"] = sorted(str(out / "adapters" / p.name) for p in (run.work / "adapters").glob("step-*"))
-    if held is not None:
-        before = hist[0].get("eval_before") if hist else None
-        curve = [{"step": 0, "solved_rate": before["eval_solved_rate"]}] if before else []
-        curve += [{"step": h["step"], "solved_rate": h["eval_solved_rate"]} for h in hist if "eval_solved_rate" in h]
-        result["held_out_solved_rate"] = curve
-    run.finish()
+    with failing():
+        run = AgenticRun(job, ConsoleReporter())
+        preflight(job.model, "rl", job.cfg.max_new_tokens, rank=job.rank)  # GPUs only: a lower bound (a session is longer)
+        result = run.run()
     if json_out:
         print_json(result)
         return
+    model, out, cfg = job.model, job.out, job.cfg
     last = "" if result.get("reward_last") is None else f" -> {result['reward_last']:.3f} (last {result['window']})"
     quiet = f" ({result['groups_no_signal']} without signal)" if result.get("groups_no_signal") else ""
     console.print(
-        f"[green]trained[/] {model} with agentic RL on {len(tasks)} {env} tasks for {cfg.steps} steps: mean reward "
-        f"{result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups "
+        f"[green]trained[/] {model} with agentic RL on {result['tasks']} {job.env} tasks for {cfg.steps} steps: mean "
+        f"reward {result['reward_first']:.3f} (first {result['window']}){last}, {result['groups_dropped']} groups "
         f"dropped{quiet}, in {result['seconds']:.0f}s; adapter: {out / 'adapter'}"
     )
     if not result.get("held_out_solved_rate"):
         console.print("[dim]the rewards are of the train tasks each step drew, not a trend of the policy: "
                       "--eval-tasks measures held-out tasks at every --save-every step[/]")  # fmt: skip
-    int4 = " --quant int4" if quant else ""
+    int4 = " --quant int4" if job.quant else ""
     console.print(f"serve it with: glm5 serve {model}{int4} --lora {out / 'adapter'}")
 
 
-def _completion(model, out, tasks_file, reward, steps, prompts_per_step, group_size, max_new_tokens, temperature,
-                lr, rank, alpha, updates_per_batch, seed, save_every, merge, json_out):  # fmt: skip
-    from glm5cli.finetune_cmd import (
-        _checkpoint_tokenizer,
-        _load_for_training,
-        _progress,
-        _Run,
-        _write_adapter,
-        _write_atomic,
-    )
+def _completion(job, json_out: bool) -> None:
+    """Run GRPO on single completions (finetune/grpo_run.py) and print its summary."""
+    from finetune.grpo_run import run_completion_rl  # imports torch: here, not at the top (`glm5 --help`'s speed)
 
-    tok = _checkpoint_tokenizer(model)
-    default_reward = None
-    if reward is not None:
-        try:
-            default_reward = json.loads(reward)
-        except json.JSONDecodeError as e:
-            fail(f"--reward is not JSON: {e.msg}", code=EXIT_USAGE)
-    from agent.plugin_registry import PluginManager
-    from finetune.grpo import RL_TARGETS, GRPOConfig, RewardUnavailable, RLTask, train_grpo
-    from finetune.sft import LoraSettings, add_lora
-
-    try:
-        cfg = GRPOConfig(
-            steps=steps,
-            prompts_per_step=prompts_per_step,
-            group_size=group_size,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            lr=lr,
-            updates_per_batch=updates_per_batch,
-            seed=seed,
-        )
-    except ValueError as e:
-        fail(str(e), code=EXIT_USAGE)
-    settings = {"model": str(model.resolve()), "tasks": str(tasks_file.resolve()), "reward": default_reward}
-    settings |= {"steps": steps, "config": cfg.__dict__, "rank": rank, "alpha": alpha, "merge": merge}
-    run = _Run(out, settings)
-    makers = PluginManager().rewards()
-    saved = run.saved_sequences()
-    rows = saved["tasks"] if saved is not None else _rl_tasks(tasks_file, tok, default_reward, makers)
-    tasks = [RLTask(t["ids"], makers[t["reward"]["type"]](t["reward"]), t["name"]) for t in rows]
-    t0 = time.monotonic()
-    net = _load_for_training(model, "train the full-precision checkpoint, then quantize the result")
-    net = add_lora(net, LoraSettings(rank=rank, alpha=alpha, targets=RL_TARGETS), seed=seed)
-    state = run.start({"tasks": rows})
-    with _progress() as bar:
-        task = bar.add_task("RL (GRPO)", total=steps, completed=state["step"] if state else 0)
-
-        def log(st) -> None:
-            bar.update(
-                task,
-                advance=1,
-                description=f"RL (GRPO), reward {st.reward_mean:.3f}, KL {st.kl_rollout:.2g}, |g| {st.pg_grad_norm:.2g}",
-            )
-
-        try:
-            hist = train_grpo(
-                net, tasks, cfg, tokenizer=tok, log=log, resume=state, save=run.save, save_every=save_every
-            )
-        except RewardUnavailable as e:
-            fail(str(e), hint="fix the reward (run its command by hand) and rerun; nothing was written to OUT")
-    _write_atomic(run.work / "rl_log.jsonl", "".join(json.dumps(h.as_dict()) + "\n" for h in hist))
-    _write_adapter(model, net, run.work, merge)
-    # Two windows that never overlap: the first and last k steps, k = min(5, steps // 2) (one step: itself).
-    k = max(1, min(5, len(hist) // 2))
-    summary = {
-        "out": str(out),
-        "adapter": str(out / "adapter"),
-        "merged_checkpoint": str(out) if merge else None,
-        "tasks": len(tasks),
-        "steps": steps,
-        "completions": steps * prompts_per_step * group_size,
-        "window": k,
-        "reward_first": round(sum(h.reward_mean for h in hist[:k]) / k, 4),
-        "reward_last": round(sum(h.reward_mean for h in hist[-k:]) / k, 4) if len(hist) > 1 else None,
-        "kl_rollout_last": round(hist[-1].kl_rollout, 6),
-        "pg_grad_norm_mean": round(sum(h.pg_grad_norm for h in hist) / len(hist), 6),
-        "failed_checks": sum(h.failed for h in hist),
-        "steps_without_signal": sum(1 for h in hist if h.groups_with_signal == 0),
-        "icepop_masked": round(sum(h.icepop_masked for h in hist) / len(hist), 6),
-        "seconds": round(time.monotonic() - t0, 1),
-    }
-    run.finish()
+    with failing():
+        summary = run_completion_rl(job, ConsoleReporter())
     if json_out:
         print_json(summary)
         return
+    model, out, k = job.model, job.out, summary["window"]
     trend = (
         f"mean reward {summary['reward_first']:.3f} (first {k} steps) -> {summary['reward_last']:.3f} (last {k})"
         if summary["reward_last"] is not None
         else f"mean reward {summary['reward_first']:.3f} (one step)"
     )
     console.print(
-        f"[green]trained[/] {model} with GRPO on {len(tasks)} tasks ({summary['completions']} completions): {trend}, "
-        f"policy-gradient norm {summary['pg_grad_norm_mean']:.3g} on average, in {summary['seconds']:.0f}s; "
+        f"[green]trained[/] {model} with GRPO on {summary['tasks']} tasks ({summary['completions']} completions): "
+        f"{trend}, policy-gradient norm {summary['pg_grad_norm_mean']:.3g} on average, in {summary['seconds']:.0f}s; "
         f"adapter: {out / 'adapter'}"
     )
     if summary["failed_checks"]:
         err_console.print(
             f"[yellow]{summary['failed_checks']} completions were left out: their reward check could not run"
         )
-    if merge:
+    if job.merge:
         # an RL adapter moves the weights little: merged and rounded to INT4 again, the rounding outweighs it
         console.print(f"serve it with: glm5 serve {out}   (with --quant int4: glm5 serve {model} --quant int4 "
                       f"--lora {out / 'adapter'}, which keeps RL's change exact)")  # fmt: skip

@@ -13,6 +13,7 @@ def write_slime_run(model: Path, out: Path, env: str, tasks_file: Path | None, t
                     prompts_per_step: int, group_size: int, max_new_tokens: int, max_turns: int, temperature: float,
                     lr: float, json_out: bool) -> None:  # fmt: skip
     """OUT/prompts.jsonl (the tasks as slime prompt rows) and OUT/run-glm5-slime.sh; OUT must not exist."""
+    # the bench's tasks and finetune.slime: imported here, not at the top (`glm5 --help`'s speed)
     from agent.bench.tasks import TaskError
     from finetune.slime.launch import SlimeRun, launch_script
     from finetune.slime.tasks import prompt_rows, write_prompt_data
@@ -50,7 +51,7 @@ def write_slime_run(model: Path, out: Path, env: str, tasks_file: Path | None, t
 
 def export_sft(out: Path, seqs: list, report: dict, json_out: bool) -> None:
     """`finetune sft --export-slime OUT`: OUT/sft.jsonl from the sequences glm5's SFT would train on."""
-    from finetune.slime.sft import write_sft_data
+    from finetune.slime.sft import write_sft_data  # here, not at the top: `glm5 --help`'s speed
 
     if out.exists():
         fail(f"{out} exists: give a new directory", code=EXIT_USAGE)

@@ -28,6 +28,9 @@ Module map:
 - run.py            run_rl: the wiring (sync or async), resume from the run folder, rl_log rows; summary.
                     Its steps: _Progress (what state.pt keeps besides the trainer), _StepLoop (the staleness gate,
                     wait, step: take -> train -> save -> push -> finish with its evaluation and log row)
+- job.py            the recipe of `glm5 finetune rl --env swe|terminal|scripted` (AgenticJob, AgenticRun): the
+                    environment and held-out tasks, INT4 rounding, the rollout server (the serve child's lifecycle),
+                    rl_log.jsonl and the step adapters, the adapter written
 - evaluate.py       HeldOut: the pushed policy on held-out tasks (the bench's grading for swe / terminal) before
                     training and every N steps, into rl_log rows; `disjoint` refuses training tasks held out
 

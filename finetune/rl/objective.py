@@ -21,6 +21,7 @@ Shapes: lp_N, rollout_N are one sample's N sampled tokens.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,17 @@ class TokenStats:
     def as_dict(self) -> dict:
         n = max(1, self.tokens)
         return {"is_masked": self.masked / n, "mismatch": self.mismatch / n, "kl_rollout": self.kl / n}
+
+
+def advantages(rewards: list[float | None]) -> list[float | None]:
+    """Group-normalised advantages (GRPO's): None for the left-out completions, all zero when there is no signal.
+    (Moved from finetune/grpo.py.)"""
+    scored = [r for r in rewards if r is not None]
+    if len(scored) < 2:
+        return [None if r is None else 0.0 for r in rewards]
+    mean = sum(scored) / len(scored)
+    std = math.sqrt(sum((r - mean) ** 2 for r in scored) / len(scored))
+    return [None if r is None else (r - mean) / (std + 1e-6) for r in rewards]
 
 
 def sample_loss(

@@ -17,17 +17,29 @@ Groups and samples already done (a resumed run's buffer, consumed steps) are ski
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from finetune.grpo import task_order
 from finetune.rl.config import RLConfig
 from finetune.rl.env import RolloutEnv, ServerFailure
 from finetune.rl.rollout import ENV_ERROR, OK, Rollout
 from finetune.rl.session_model import SessionModel
+
+
+def task_order(n_tasks: int, step: int, per_step: int, seed: int) -> list[int]:
+    """The tasks of `step`: epochs of seeded permutations, read `per_step` at a time (a resume reads the same).
+    (Moved from finetune/grpo.py, which draws its tasks by it too.)"""
+    out = []
+    for k in range(step * per_step, (step + 1) * per_step):
+        epoch, i = divmod(k, n_tasks)
+        perm = list(range(n_tasks))
+        random.Random(f"{seed}:{epoch}").shuffle(perm)
+        out.append(perm[i])
+    return out
 
 
 class Orchestrator:

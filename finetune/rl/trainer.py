@@ -17,9 +17,8 @@ import time
 
 import torch
 
-from finetune.grpo import advantages
 from finetune.rl.config import RLConfig
-from finetune.rl.objective import TokenStats, sample_loss, token_logprobs
+from finetune.rl.objective import TokenStats, advantages, sample_loss, token_logprobs
 from finetune.rl.rollout import Rollout
 
 

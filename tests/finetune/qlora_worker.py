@@ -21,6 +21,7 @@ from finetune.distributed import Distributed
 from finetune.lora import LoraSettings
 from finetune.sft import SFTConfig, train_sft
 from finetune.sharded_load import load_lora_sharded
+from finetune.train_loop import OptimConfig
 
 
 def data() -> list[tuple[list[int], list[bool]]]:
@@ -48,7 +49,7 @@ def frozen_bytes(model) -> tuple[int, int]:
 def train(ckpt: str, steps: int, dist):
     model, named = load_lora_sharded(ckpt, LoraSettings(rank=4), dist, seed=1)
     base, lora = frozen_bytes(model)
-    cfg = SFTConfig(steps=steps, lr=5e-3, warmup=1, batch_size=4, seed=0)
+    cfg = SFTConfig(OptimConfig(steps=steps, lr=5e-3, warmup=1), batch_size=4, seed=0)
     hist = train_sft(model, data(), cfg, named=named, dist=dist)
     return [h.lm for h in hist], base, lora
 

@@ -17,6 +17,7 @@ from finetune.distill import (
     distill_loss,
     train_distill,
 )
+from finetune.train_loop import OptimConfig
 
 
 def test_sampled_loss_is_the_reverse_kl_gradient_in_expectation():
@@ -51,8 +52,9 @@ def test_base_teacher_is_the_student_with_its_adapter_off():
             assert torch.allclose(net(ids), base, atol=1e-5 * float(base.abs().max()))
         assert not torch.allclose(net(ids), base)
     assert all(p.requires_grad == ("lora_" in n) for n, p in net.named_parameters())
+    cfg = DistillConfig(OptimConfig(steps=1, lr=1e-4, warmup=5))
     with pytest.raises(ValueError, match="no teacher for domain"):
-        train_distill(net, [Prompt([1, 2], "code")], {"math": Teacher.base()}, DistillConfig(steps=1))
+        train_distill(net, [Prompt([1, 2], "code")], {"math": Teacher.base()}, cfg)
 
 
 def test_batched_sampling_is_each_prompt_sampled_alone():
@@ -115,13 +117,19 @@ def test_distillation_from_the_earlier_stage_brings_back_a_skill_the_later_stage
         net.lm_head.weight.mul_(20.0)  # a trained model's logit range (see tests/glm5cli/test_finetune_sft.py)
     named = prepare_full(net)
     train_sft(
-        net, [(p + a, len(p)) for p, a in skill_a], SFTConfig(steps=30, lr=3e-3, warmup=3, batch_size=8), named=named
+        net,
+        [(p + a, len(p)) for p, a in skill_a],
+        SFTConfig(OptimConfig(steps=30, lr=3e-3, warmup=3), batch_size=8),
+        named=named,
     )
     stage_a = copy.deepcopy(net)
     skill_a, skill_b = skill_a[:4], skill_b[:4]  # distilled and measured on half the prompts: the test's time
     a1 = _loglik(net, skill_a)
     train_sft(
-        net, [(p + a, len(p)) for p, a in skill_b], SFTConfig(steps=20, lr=1e-3, warmup=3, batch_size=8), named=named
+        net,
+        [(p + a, len(p)) for p, a in skill_b],
+        SFTConfig(OptimConfig(steps=20, lr=1e-3, warmup=3), batch_size=8),
+        named=named,
     )
     a2, b2 = _loglik(net, skill_a), _loglik(net, skill_b)
     assert a1 > -0.05 and b2 > -0.05 and a2 < a1 - 1.0, (a1, a2, b2)  # A learned, B learned, A largely lost
@@ -129,7 +137,7 @@ def test_distillation_from_the_earlier_stage_brings_back_a_skill_the_later_stage
     student = add_lora(net, LoraSettings(rank=8, alpha=16), seed=0)
     prompts = [Prompt(p, "a") for p, _ in skill_a] + [Prompt(p, "b") for p, _ in skill_b]
     teachers = {"a": Teacher.checkpoint(stage_a), "b": Teacher.base()}
-    cfg = DistillConfig(steps=30, lr=3e-3, warmup=2, prompts_per_step=8, max_new_tokens=4)
+    cfg = DistillConfig(OptimConfig(steps=30, lr=3e-3, warmup=2), prompts_per_step=8, max_new_tokens=4)
     train_distill(student, prompts, teachers, cfg, stop=(EOS,))
     a3, b3 = _loglik(student, skill_a), _loglik(student, skill_b)
     assert (a3 - a2) > 0.75 * (a1 - a2), (a1, a2, a3)  # most of A came back

@@ -17,7 +17,7 @@ from finetune.dist_checkpoint import latest_dcp, load_resume, save_dcp
 from finetune.distributed import Distributed
 from finetune.lora import LoraSettings, add_lora
 from finetune.sft import SFTConfig, train_sft
-from finetune.train_loop import training_state
+from finetune.train_loop import OptimConfig, training_state
 from model import GLM5ForCausalLM
 from model.config import preset
 
@@ -51,7 +51,7 @@ def test_a_dcp_checkpoint_reads_back_as_the_loops_state_and_the_newest_checkpoin
     g = torch.Generator().manual_seed(0)
     seqs = [(torch.randint(0, 500, (12,), generator=g).tolist(), 4) for _ in range(3)]
     saved = []
-    cfg = SFTConfig(steps=3, lr=1e-3, warmup=1, batch_size=2)
+    cfg = SFTConfig(OptimConfig(steps=3, lr=1e-3, warmup=1), batch_size=2)
     train_sft(model, seqs, cfg, save=lambda st: saved.append(save_dcp(tmp_path, st, named)), save_every=1)
     assert [p.name for p in saved] == ["dcp-1", "dcp-2"] and not (tmp_path / "dcp-1").exists()  # older removed
     folder, meta = latest_dcp(tmp_path)

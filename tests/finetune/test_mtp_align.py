@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from finetune.data.batches import padded_batches, token_batches
 from finetune.mtp_align import align_mtp, default_draft_vocab_size, draft_vocab, generate_sequences
 from finetune.mtp_objective import MTPTrainConfig, mtp_loss, train_mtp
+from finetune.train_loop import OptimConfig
 from model import GLM5ForCausalLM
 from model.config import preset
 from serve.engine import EngineConfig, LLMEngine, SamplingParams
@@ -70,7 +71,7 @@ def test_train_mtp_takes_id_and_mask_batches():
     ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(1))
     mask = torch.zeros_like(ids, dtype=torch.bool)
     mask[:, 8:] = True
-    cfg = MTPTrainConfig(steps=1, lr=1e-3, warmup=1, train_main=False)
+    cfg = MTPTrainConfig(OptimConfig(steps=1, lr=1e-3, warmup=1), train_main=False)
     got = train_mtp(model, iter([(ids, mask)]), cfg)[0]
     want = mtp_loss(_model(), ids, loss_mask=mask, train_main=False)
     assert got.mtp == pytest.approx(want.mtp, rel=1e-5)
@@ -96,7 +97,9 @@ def test_aligning_raises_acceptance_and_changes_no_output():
     motif = torch.randint(0, 200, (12,), generator=g).tolist()
     stream = [t for i in range(60) for t in motif + [200 + i % 5]]
     train_mtp(
-        model, token_batches(stream, seq_len=16, batch_size=4), MTPTrainConfig(steps=30, lr=1e-2, num_mtp_steps=0)
+        model,
+        token_batches(stream, seq_len=16, batch_size=4),
+        MTPTrainConfig(OptimConfig(steps=30, lr=1e-2), num_mtp_steps=0),
     )
     starts = torch.randint(0, len(stream) - 20, (24,), generator=g).tolist()
     prompts = [stream[s : s + 6 + s % 7] for s in starts]
@@ -113,7 +116,8 @@ def test_aligning_raises_acceptance_and_changes_no_output():
     assert all(
         len(s) == len(p) + 32 and s[: len(p)] == p and n == len(p) for (s, n), p in zip(seqs, prompts[4:], strict=True)
     )
-    hist = align_mtp(model, seqs, MTPTrainConfig(steps=40, lr=3e-3, warmup=4, train_main=False), batch_size=8)
+    cfg = MTPTrainConfig(OptimConfig(steps=40, lr=3e-3, warmup=4), train_main=False)
+    hist = align_mtp(model, seqs, cfg, batch_size=8)
     assert hist[-1].mtp_mean < hist[0].mtp_mean / 2
 
     acc_after, out_after = _acceptance(model, held)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from finetune.data.batches import token_batches
 from finetune.mtp_objective import MTPTrainConfig, mtp_loss, train_mtp
+from finetune.train_loop import OptimConfig
 from model import GLM5ForCausalLM
 from model.config import preset
 
@@ -102,7 +103,7 @@ def test_training_loop_lowers_lm_and_every_mtp_step():
     stream = []
     for i in range(60):
         stream += motif + [200 + i % 5]
-    cfg = MTPTrainConfig(steps=25, lr=1e-2, warmup=3)
+    cfg = MTPTrainConfig(OptimConfig(steps=25, lr=1e-2, warmup=3))
     hist = train_mtp(model, token_batches(stream, seq_len=16, batch_size=2), cfg)
     assert len(hist) == 25 and not model.training
     first, last = hist[0], hist[-1]
@@ -116,7 +117,7 @@ def test_train_main_false_updates_only_the_mtp_layer():
     L = model.config.num_hidden_layers
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     stream = torch.randint(0, 300, (400,), generator=torch.Generator().manual_seed(4)).tolist()
-    cfg = MTPTrainConfig(steps=2, lr=1e-2, warmup=1, train_main=False)
+    cfg = MTPTrainConfig(OptimConfig(steps=2, lr=1e-2, warmup=1), train_main=False)
     hist = train_mtp(model, token_batches(stream, seq_len=12, batch_size=2), cfg)
     assert all(h.loss.item() == pytest.approx(sum(h.mtp) / 3, rel=1e-5) for h in hist)  # the MTP loss alone
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}

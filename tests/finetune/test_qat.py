@@ -15,6 +15,7 @@ from torch import nn
 from finetune.full import prepare_full
 from finetune.qat import Int4FakeQuantLinear, QATSettings, apply_qat, qat_targets, remove_qat
 from finetune.sft import SFTConfig, train_sft
+from finetune.train_loop import OptimConfig
 from model.config import preset
 from model.int4_linear import Int4Linear
 from model.int4_numerics import dequantize_weight, fake_quantize_weight, quantize_weight
@@ -124,7 +125,8 @@ def _sft(base, seqs, qat: QATSettings | None):
     if qat is not None:
         apply_qat(model, qat)
     named = prepare_full(model)
-    train_sft(model, [(s, 1) for s in seqs], SFTConfig(steps=30, lr=3e-3, warmup=2, batch_size=4), named=named)
+    cfg = SFTConfig(OptimConfig(steps=30, lr=3e-3, warmup=2), batch_size=4)
+    train_sft(model, [(s, 1) for s in seqs], cfg, named=named)
     remove_qat(model)
     return model
 

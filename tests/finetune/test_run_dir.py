@@ -7,7 +7,7 @@ import json
 
 import torch
 
-from finetune.run_dir import write_checkpoint
+from finetune.artifacts import write_checkpoint
 from model import GLM5ForCausalLM
 from model.checkpoint import load_pretrained
 from model.config import preset

@@ -143,9 +143,9 @@ def test_sft_export_gives_slime_the_ids_and_masks_glm5s_sft_trains_on(tiny_check
     from typer.testing import CliRunner
 
     from finetune.data.trajectories import DataOptions
+    from finetune.loading import load_data
     from finetune.slime.sft import generate_rollout
     from glm5cli.app import app
-    from glm5cli.finetune_cmd import _load_data
     from serve.engine.llm import load_tokenizer
     from tests.glm5cli.test_finetune_sft import _sessions
 
@@ -155,7 +155,7 @@ def test_sft_export_gives_slime_the_ids_and_masks_glm5s_sft_trains_on(tiny_check
                                  "--out", str(out), "--export-slime"])  # fmt: skip
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in (out / "sft.jsonl").read_text().splitlines()]
-    want, _ = _load_data([tmp_path / "sessions"], load_tokenizer(tiny_checkpoint), DataOptions(max_len=2048))
+    want, _ = load_data([tmp_path / "sessions"], load_tokenizer(tiny_checkpoint), DataOptions(max_len=2048))
     assert len(rows) == len(want) == 3
 
     class Buffer:  # slime's data source: get_samples(n) -> groups of one Sample each, as slime's Dataset made them
