@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import torch
 
-from finetune.train_loop import OptimConfig
-
 
 def _local(p: torch.Tensor) -> torch.Tensor:
     """The tensor this rank owns: a DTensor's local shard, else the tensor itself."""
@@ -30,7 +28,8 @@ class HostAdamW:
     """AdamW over fp32 host copies of `params` (see the module docstring). Quacks as the torch optimizer the
     training loop drives: param_groups (the loop sets lr there), zero_grad, step, state_dict, load_state_dict."""
 
-    def __init__(self, params: list[torch.Tensor], cfg: OptimConfig):
+    def __init__(self, params: list[torch.Tensor], cfg):
+        """`cfg`: the run's train_loop.OptimConfig (lr, weight_decay)."""
         self.params = list(params)
         pin = torch.cuda.is_available()
         self.masters = []

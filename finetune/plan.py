@@ -12,7 +12,8 @@ and sharded too, and each decoder layer is recomputed in the backward (activatio
 - weights      stored base bytes / gpus (a distillation teacher sharded alike counts twice)
 - adapter      LoRA parameters, fp32 master, / gpus (full fine-tuning: the whole model, fp32)
 - gradients    the same count, fp32, / gpus
-- optimizer    AdamW's two moments, fp32, / gpus (0 with optimizer offload: they live in host memory)
+- optimizer    AdamW's two moments, fp32, / gpus (0 with optimizer offload: they and an fp32 master copy of
+               what trains live in host memory, 12 bytes per trained parameter: finetune/offload.py)
 - gathers      FSDP's all-gathered units: the layer running and the one prefetched (2 x the largest layer, as
                stored), plus the largest linear dequantised to the compute dtype (the forward's per-linear copy)
 - activations  with checkpointing, each layer's input [T, D] for every layer, one layer's inside (recomputed
@@ -179,7 +180,7 @@ def _plan(cfg: GLM5Config, layout: Layout) -> Plan:
     rows["gathers"] = int(2 * largest_layer * per_param) + largest_linear * lay.act_bytes
     acts = activation_bytes(cfg, lay.seq_len, lay.micro_batch, lay.act_bytes)
     rows |= {f"activations: {k}": v for k, v in acts.items()}
-    return Plan(lay, rows, host={"optimizer (offloaded)": 8 * trained // g} if lay.offload_optimizer else {})
+    return Plan(lay, rows, host={"optimizer (offloaded)": 12 * trained // g} if lay.offload_optimizer else {})
 
 
 def plan(cfg: GLM5Config, layout: Layout) -> Plan:

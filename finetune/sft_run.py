@@ -74,6 +74,7 @@ class SFTJob:
     dense_attention: bool = False
     merge: bool = False
     qlora: bool = False
+    offload_optimizer: bool = False
 
 
 def qat_scheme(qat: str | None, group_size: int, full: bool, merge: bool) -> QATSettings | None:
@@ -217,7 +218,8 @@ class SFTRun:
     def _train(self, net, named, seqs, state, run) -> tuple[list, float | None]:
         """train_sft over the run folder -> (the loss history, tokens/s)."""
         job = self.job
-        cfg = SFTConfig(OptimConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20)),
+        cfg = SFTConfig(OptimConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20),
+                                    offload=job.offload_optimizer),
                         batch_size=job.batch_size, seed=job.seed, micro_batch=job.micro_batch, pack=job.pack,
                         pack_len=job.max_len, mtp_steps=job.mtp_steps if job.train_mtp else 0)  # fmt: skip
         extra = {"named": named, "router_bias_rate": job.router_bias_rate, "dist": self.dist}

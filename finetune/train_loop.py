@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from finetune.offload import HostAdamW
+
 
 @dataclass
 class LossTerms:
@@ -46,6 +48,7 @@ class OptimConfig:
     warmup: int = 20
     weight_decay: float = 0.0
     grad_clip: float = 1.0
+    offload: bool = False  # AdamW's state in host memory (finetune/offload.py, --offload-optimizer)
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup:
@@ -110,11 +113,14 @@ def backward_each(pieces: list, loss_of: Callable[[object], LossTerms]) -> LossT
     return total
 
 
-def make_optimizer(params: list[torch.Tensor], cfg: OptimConfig) -> torch.optim.AdamW:
+def make_optimizer(params: list[torch.Tensor], cfg: OptimConfig) -> torch.optim.AdamW | HostAdamW:
     """AdamW, fused (one C++ kernel over all the tensors) wherever torch has the kernel: on CPU torch's default is
     its for-loop, about ten ops per tensor, which with LoRA's hundreds of small factors was ~10% of a `tiny` SFT
     step (tiny's 144 factors: 174 ms loop vs 47 ms fused per step on a loaded 2-core box). The same update as the
-    loop (tests/finetune/test_train_loop.py). FSDP2's sharded DTensors keep the loop."""
+    loop (tests/finetune/test_train_loop.py). FSDP2's sharded DTensors keep the loop. `cfg.offload`: the same
+    update with its state in host memory (finetune/offload.py)."""
+    if cfg.offload:
+        return HostAdamW(params, cfg)
     return torch.optim.AdamW(
         params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95), fused=_fusable(params) or None
     )

@@ -199,6 +199,14 @@ def sft(
         "layer in the forward; the model is built on the meta device and each process reads only its shards "
         "(under torchrun: 1/N of the checkpoint each); each decoder layer is recomputed in the backward.",
     ),
+    offload_optimizer: bool = typer.Option(
+        False,
+        "--offload-optimizer",
+        help="Keep AdamW's state (its two moments and an fp32 copy of what trains) in host memory and step it on "
+        "the CPU: GPU memory holds only the trained weights and their gradients (`glm5 finetune plan "
+        "--offload-optimizer` shows the difference). The same update; each step copies the gradients out and the "
+        "weights back.",
+    ),
     export_slime: bool = typer.Option(
         False,
         "--export-slime",
@@ -233,12 +241,13 @@ def sft(
                        max_len, allow_foreign)  # fmt: skip
     job = SFTJob(model, out, data, opts, steps, lr, rank, alpha, batch_size, max_len, seed, pack, micro_batch, full,
                  train_mtp, mtp_steps, router_bias_rate, qat, qat_group_size, save_every, dense_attention, merge,
-                 qlora)  # fmt: skip
+                 qlora, offload_optimizer)  # fmt: skip
     with failing():
         run = SFTRun(job, ConsoleReporter())
         if export_slime:  # the data only, for slime (glm5cli/slime_cmd.py)
             return export_sft(out, *run.data(), json_out)
-        preflight(model, "full" if full else "sft", max_len, micro_batch or batch_size, rank)  # GPUs only: the plan
+        preflight(model, "full" if full else "sft", max_len, micro_batch or batch_size, rank,  # GPUs only: the plan
+                  offload=offload_optimizer)  # fmt: skip
         summary = run.run()
     if summary is not None:  # None: a torchrun rank other than 0
         _print_sft(summary, job, json_out)

@@ -38,7 +38,7 @@ def plan_cmd(
     micro_batch: int = typer.Option(1, "--micro-batch", min=1, help="Rows per forward/backward."),
     rank: int = typer.Option(16, "--rank", min=1, help="LoRA rank."),
     offload_optimizer: bool = typer.Option(
-        False, "--offload-optimizer", help="AdamW state in host memory (the arithmetic only: no trainer offloads yet)."
+        False, "--offload-optimizer", help="AdamW state in host memory, as `finetune sft --offload-optimizer` keeps it."
     ),
     teacher: str = typer.Option(
         "base", "--teacher", help="distill: base (the student's base, LoRA off), sharded (a second copy) or served."
@@ -93,7 +93,8 @@ def stored_precision(cfg) -> str:
     return {"fp8": "fp8", "compressed-tensors": "int4"}.get(quant, "bf16")
 
 
-def preflight(model: Path, method: str, seq_len: int, micro_batch: int = 1, rank: int = 16, devices=None) -> None:
+def preflight(model: Path, method: str, seq_len: int, micro_batch: int = 1, rank: int = 16, devices=None,
+              offload: bool = False) -> None:  # fmt: skip
     """The plan's check before a training command loads MODEL on GPUs: the world size (torchrun's WORLD_SIZE) and
     each GPU's memory; a layout that cannot fit stops here with the plan's advice, before minutes of loading.
     No check without CUDA (`devices` None and no GPU): a CPU run's memory is the host's. `devices`:
@@ -115,7 +116,7 @@ def preflight(model: Path, method: str, seq_len: int, micro_batch: int = 1, rank
         fail(str(e), code=EXIT_USAGE)
     base = stored_precision(cfg) if method != "full" else "bf16"
     layout = Layout(gpus=devices[0], gpu_mem=devices[1], method=method, base=base, seq_len=seq_len,
-                    micro_batch=micro_batch, lora_rank=rank)  # fmt: skip
+                    micro_batch=micro_batch, lora_rank=rank, offload_optimizer=offload)  # fmt: skip
     try:
         check(cfg, layout)
     except PlanError as e:

@@ -1,7 +1,7 @@
 """Run under `torchrun --nproc-per-node N` by tests/finetune/test_sharded_load.py and benchmarks/qlora_sharded.py:
 SFT with LoRA over a frozen FP8 / INT4 base built by finetune/sharded_load.py, each rank reading its own rows.
 
-    qlora_worker.py CKPT OUT.json [--steps S] [--budget-mb MB] [--reference]
+    qlora_worker.py CKPT OUT.json [--steps S] [--budget-mb MB] [--reference] [--offload]
 
 Every rank reports its losses, the bytes of the frozen base it holds (its shards: parameters and buffers that
 are not the adapter's), its adapter bytes, and its peak resident memory. `--budget-mb`: after joining the process
@@ -46,10 +46,10 @@ def frozen_bytes(model) -> tuple[int, int]:
     return base, lora
 
 
-def train(ckpt: str, steps: int, dist):
+def train(ckpt: str, steps: int, dist, offload: bool = False):
     model, named = load_lora_sharded(ckpt, LoraSettings(rank=4), dist, seed=1)
     base, lora = frozen_bytes(model)
-    cfg = SFTConfig(OptimConfig(steps=steps, lr=5e-3, warmup=1), batch_size=4, seed=0)
+    cfg = SFTConfig(OptimConfig(steps=steps, lr=5e-3, warmup=1, offload=offload), batch_size=4, seed=0)
     hist = train_sft(model, data(), cfg, named=named, dist=dist)
     return [h.lm for h in hist], base, lora
 
@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--budget-mb", type=float, default=0)
     ap.add_argument("--reference", action="store_true")
+    ap.add_argument("--offload", action="store_true")  # the ranks' AdamW state in host memory (finetune/offload.py)
     a = ap.parse_args()
     torch.set_num_threads(1)
     dist = Distributed.from_env()
@@ -76,7 +77,7 @@ def main() -> None:
     if a.budget_mb:
         limit = baseline + int(a.budget_mb * 2**20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    losses, base, lora = train(a.ckpt, a.steps, dist)
+    losses, base, lora = train(a.ckpt, a.steps, dist, a.offload)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if a.budget_mb:  # what every rank did before: the whole model, dequantised to fp32
         from model import GLM5ForCausalLM

@@ -123,6 +123,15 @@ def test_two_gloo_ranks_give_one_process_losses_holding_half_the_weights_each(ck
 
 
 @pytest.mark.slow
+def test_two_gloo_ranks_with_adamw_offloaded_to_host_memory_give_one_process_losses(ckpts, tmp_path):
+    """--offload-optimizer under FSDP2: each rank keeps AdamW's state for its own shards (a DTensor's local
+    tensor) in host memory; the losses are the in-memory AdamW's of one process."""
+    result = run_worker(ckpts["int4"], tmp_path / "r.json", "--reference", "--steps", "3", "--offload")
+    for rank in result["ranks"]:
+        assert rank["losses"] == pytest.approx(result["reference"]["losses"], rel=1e-5)
+
+
+@pytest.mark.slow
 def test_a_rank_limited_below_the_full_models_size_still_trains(tmp_path):
     """268M parameters: 1 GiB in fp32, what every rank loaded before; the FP8 checkpoint is 260 MB. Each rank may
     map 600 MiB beyond what it had after importing torch and peft and joining the group (RLIMIT_AS); glibc is told

@@ -333,3 +333,26 @@ def test_a_prompt_that_fills_max_len_is_named_with_the_length_to_raise_it_to(tin
     assert prefix > 8
     r = runner.invoke(app, [*base, "--max-len", str(prefix + 1), "--steps", "1", "--rank", "2", "--json"])
     assert r.exit_code == 0, r.output  # one token past the prompt: there is a response to train on
+
+
+def test_offload_optimizer_trains_the_same_adapter_with_adamws_state_off_the_device(ckpt, tmp_path, monkeypatch):
+    """--offload-optimizer: the optimizer is finetune/offload.py's HostAdamW (AdamW's state beside an fp32 master of
+    each adapter weight, in host memory), and the adapter written is the one plain AdamW trains."""
+    import finetune.train_loop as loop
+
+    made = []
+    real = loop.make_optimizer
+    monkeypatch.setattr(loop, "make_optimizer", lambda params, cfg: made.append(real(params, cfg)) or made[-1])
+    sessions = _sessions(tmp_path / "sessions")
+    adapters = {}
+    for offload in (False, True):
+        out = tmp_path / f"o{offload}"
+        args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(sessions), "--steps", "3",
+                "--rank", "4", "--lr", "1e-2", "--json"]  # fmt: skip
+        r = runner.invoke(app, args + (["--offload-optimizer"] if offload else []))
+        assert r.exit_code == 0, r.output
+        adapters[offload] = load_file(out / "adapter" / "adapter_model.safetensors")
+    assert [type(o).__name__ for o in made] == ["AdamW", "HostAdamW"]
+    assert made[1].host_bytes() == 12 * sum(p.numel() for p in made[1].params)
+    assert adapters[True].keys() == adapters[False].keys()
+    assert all(torch.equal(adapters[True][k], adapters[False][k]) for k in adapters[False])
