@@ -33,7 +33,7 @@ Shapes: B batch, T tokens, D hidden, V vocab.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -141,18 +141,14 @@ def train_mtp(
     model,
     batches: Iterable[torch.Tensor | tuple[torch.Tensor, torch.Tensor]],
     cfg: MTPTrainConfig = MTPTrainConfig(),
-    log_every: int = 0,
-    log=print,
-    resume: dict | None = None,
-    save: Callable[[dict], None] | None = None,
-    save_every: int = 0,
-    on_step=None,
+    **loop,
 ) -> list[LossTerms]:
     """The training loop (finetune/train_loop.py) on `mtp_loss`, `cfg.optim.steps` times. Returns every step's loss.
     A batch is ids [B, T] or (ids, loss mask [B, T]).
 
     With `train_main=False` only the MTP layer(s) are optimised (the main model is left exactly as it was).
-    `resume` / `save` / `save_every`: the loop's exact-resume checkpoints (a deterministic batch stream, such as
+    `loop`: the training loop's own options, passed to train_loop.train as they are: log_every, log, on_step, and
+    resume / save / save_every, its exact-resume checkpoints (a deterministic batch stream, such as
     data.batches.token_batches or padded_batches with a seed, makes the resumed run the interrupted one).
     """
     n_main = model.config.num_hidden_layers
@@ -178,8 +174,7 @@ def train_mtp(
         return backward_micro(batch, cfg.micro_batch, micro)
 
     try:
-        loop = {"log_every": log_every, "log": log, "resume": resume, "save": save, "save_every": save_every}
-        return train(model, named, batches, loss_fn, cfg.optim, on_step=on_step, **loop)
+        return train(model, named, batches, loss_fn, cfg.optim, **loop)
     finally:
         for p in frozen:
             p.requires_grad_(True)
