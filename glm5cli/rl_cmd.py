@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from agent.profiles import PROFILES
 from glm5cli.common import EXIT_USAGE, console, err_console, fail, print_json
 from glm5cli.plan_cmd import preflight
 from glm5cli.recipe_ui import ConsoleReporter, failing
@@ -99,6 +100,14 @@ def rl(
         min=0,
         help="Agentic, --rollout-engine process: torch threads of the child (0: half the cores; the "
         "trainer keeps the rest).",
+    ),
+    agent_profile: str = typer.Option(
+        None,
+        "--agent-profile",
+        metavar="full|compact",
+        help="swe / terminal (and --trainer slime): the agent profile every session runs, as `glm5 code --profile` "
+        "(full: every tool and the full prompt; compact: read, edit, bash, glob and a short prompt). Default: the "
+        "config's, else full.",
     ),
     keep_reasoning: bool = typer.Option(
         False, help="Agentic: never re-render old turns (the model sees its old reasoning) instead of branching."
@@ -214,9 +223,12 @@ def rl(
         tasks_file, task_dirs = _suite(env, suite, tasks_file, task_dirs)
     if trainer not in ("glm5", "slime"):
         fail(f"--trainer must be glm5 or slime, not {trainer!r}", code=EXIT_USAGE)
+    if agent_profile is not None and (env not in ("swe", "terminal") or agent_profile not in PROFILES):
+        fail(f"--agent-profile {agent_profile}: one of {', '.join(PROFILES)}, for --env swe / terminal",
+             code=EXIT_USAGE)  # fmt: skip
     if trainer == "slime":  # glm5cli/slime_cmd.py
         return write_slime_run(model, out, env, tasks_file, task_dirs or [], steps, prompts_per_step, group_size,
-                               max_new_tokens, max_turns, temperature, lr, json_out)  # fmt: skip
+                               max_new_tokens, max_turns, temperature, lr, json_out, agent_profile)  # fmt: skip
     if env == "completion":
         if quant is not None:
             fail("--quant is for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
@@ -258,7 +270,7 @@ def rl(
 
     job = AgenticJob(model, out, env, cfg, tasks_file, task_dirs or [], reward, rank, alpha, max_model_len,
                      rollout_url, merge, save_every, eval_tasks, eval_samples, rollout_engine, engine_threads, quant,
-                     api_key=rollout_api_key or None)  # fmt: skip
+                     api_key=rollout_api_key or None, profile=agent_profile)  # fmt: skip
     _agentic(job, json_out)
 
 

@@ -11,7 +11,7 @@ from glm5cli.common import EXIT_USAGE, console, fail, print_json
 
 def write_slime_run(model: Path, out: Path, env: str, tasks_file: Path | None, task_dirs: list[Path], steps: int,
                     prompts_per_step: int, group_size: int, max_new_tokens: int, max_turns: int, temperature: float,
-                    lr: float, json_out: bool) -> None:  # fmt: skip
+                    lr: float, json_out: bool, profile: str | None = None) -> None:  # fmt: skip
     """OUT/prompts.jsonl (the tasks as slime prompt rows) and OUT/run-glm5-slime.sh; OUT must not exist."""
     # the bench's tasks and finetune.slime: imported here, not at the top (`glm5 --help`'s speed)
     from agent.bench.tasks import TaskError
@@ -34,7 +34,7 @@ def write_slime_run(model: Path, out: Path, env: str, tasks_file: Path | None, t
     write_prompt_data(rows, tmp / "prompts.jsonl")
     run = SlimeRun(out.resolve() / "prompts.jsonl", n_samples=group_size, rollout_batch_size=prompts_per_step,
                    num_rollout=steps, max_response_len=max_new_tokens, temperature=temperature,
-                   max_turns=max_turns, lr=lr)  # fmt: skip
+                   max_turns=max_turns, lr=lr, profile=profile or "full")  # fmt: skip
     root = Path(__file__).resolve().parents[1]
     script = tmp / "run-glm5-slime.sh"
     script.write_text(launch_script(run, root, model.resolve()))

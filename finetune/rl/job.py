@@ -65,9 +65,11 @@ class AgenticJob:
     engine_threads: int = 0
     quant: str | None = None
     api_key: str | None = None
+    profile: str | None = None  # the agent profile of swe / terminal sessions (None: the config's, else full)
 
 
-def environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg: RLConfig, reward: str | None):
+def environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg: RLConfig, reward: str | None,
+                profile: str | None = None):  # fmt: skip
     """-> (RolloutEnv, tasks, a description for the settings); bad input is a UsageError."""
     if env == "scripted":
         return ScriptedFamily(turns=min(cfg.max_turns, 3)), digit_tasks(8), {"family": "digit"}
@@ -87,7 +89,7 @@ def environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg: R
         raise UsageError(str(e)) from None
     if not tasks:
         raise UsageError("no tasks to train on")
-    bench = BenchEnv(env, max_turns=cfg.max_turns, partial_credit=cfg.partial_credit, reward=spec)
+    bench = BenchEnv(env, max_turns=cfg.max_turns, partial_credit=cfg.partial_credit, reward=spec, profile=profile)
     where = str(tasks_file.resolve()) if tasks_file else [str(d.resolve()) for d in task_dirs]
     return bench, tasks, {"tasks": where, "reward": reward}
 
@@ -133,6 +135,8 @@ class AgenticRun:
         settings["rollout_engine"] = job.engine
         if job.quant is not None:  # absent otherwise: run folders from before the flag resume
             settings["quant"] = job.quant
+        if job.profile is not None:  # likewise
+            settings["agent_profile"] = job.profile
         if job.eval_tasks is not None:
             settings |= {"eval_tasks": str(job.eval_tasks.resolve()), "eval_samples": job.eval_samples}
         settings["save_every"] = job.save_every
@@ -140,7 +144,7 @@ class AgenticRun:
 
     def run(self) -> dict:
         job, cfg = self.job, self.job.cfg
-        rl_env, tasks, described = environment(job.env, job.tasks_file, job.task_dirs, cfg, job.reward)
+        rl_env, tasks, described = environment(job.env, job.tasks_file, job.task_dirs, cfg, job.reward, job.profile)
         held = held_out_tasks(job.env, job.eval_tasks, tasks) if job.eval_tasks is not None else None
         # settings added since earlier run folders were written, at the value that behaviour had: those folders resume
         run = Run(job.out, self.settings(described), added={"config.refusal_penalty": 0.0, "config.negative_weight": 1.0},

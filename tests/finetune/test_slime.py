@@ -186,3 +186,25 @@ def test_the_hook_runs_the_agent_profile_the_launch_names(tmp_path, monkeypatch)
     assert BenchEnv("swe", cache_dir=tmp_path / "cache").profile is None  # the config's, else full
     with pytest.raises(ValueError, match="not one of full, compact"):
         BenchEnv("swe", cache_dir=tmp_path / "cache", profile="tiny")
+
+
+def test_finetune_rl_agent_profile_reaches_slimes_launch_and_glm5s_bench_env(tiny_checkpoint, tmp_path):  # noqa: F811
+    """`--agent-profile compact`: the slime launch's sessions run it (GLM5_SLIME_PROFILE) and so does glm5's own
+    agentic RL (its BenchEnv); a name that is not a profile, or an env without agent sessions, is a usage error."""
+    from typer.testing import CliRunner
+
+    from finetune.rl.config import RLConfig
+    from finetune.rl.job import environment
+    from glm5cli.app import app
+
+    [jsonl] = SWESuite().materialize(tmp_path / "suite")
+    base = ["finetune", "rl", str(tiny_checkpoint), "--env", "swe", "--tasks", str(jsonl)]
+    r = CliRunner().invoke(app, [*base, "--trainer", "slime", "--out", str(tmp_path / "s"), "--agent-profile",
+                                 "compact"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert '\\"GLM5_SLIME_PROFILE\\": \\"${GLM5_SLIME_PROFILE:-compact}\\"' in (tmp_path / "s/run-glm5-slime.sh").read_text()
+    bench, tasks, _ = environment("swe", jsonl, [], RLConfig(), None, "compact")
+    assert bench.profile == "compact" and tasks
+    for bad in (["--agent-profile", "tiny"], ["--agent-profile", "compact", "--env", "scripted"]):
+        r = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "b"), *bad])
+        assert r.exit_code == 2 and "--agent-profile" in r.output, r.output
