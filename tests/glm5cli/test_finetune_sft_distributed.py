@@ -145,3 +145,24 @@ def test_a_one_process_full_run_killed_after_a_checkpoint_resumes_on_two(ckpt, t
         base = GLM5ForCausalLM.from_pretrained(ckpt).eval()(ids)
     assert_close_to_scale(got, want)
     assert float((want - base).abs().max()) > 10 * float((got - want).abs().max())  # training moved it much more
+
+
+def test_a_two_process_qlora_run_killed_after_a_checkpoint_resumes(ckpt, whole, tmp_path):  # noqa: F811
+    """--qlora (the base frozen as stored, each rank reading its own shards) keeps the same checkpoints: killed
+    after one, the same command on one process resumes from it and ends where plain LoRA does."""
+    out = tmp_path / "out"
+    args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(_sessions(tmp_path / "s")), *OPTS,
+            "--qlora"]  # fmt: skip
+    work = out.with_name(f".{out.name}.partial")
+    p = torchrun(args)
+    deadline = time.monotonic() + 600
+    while not list(work.glob("dcp-*/meta.json")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=120)
+    assert not out.exists() and list(work.glob("dcp-*/meta.json")), "the run ended before it could be killed"
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "resuming" in r.output and " of 6" in r.output and not list(out.glob("dcp-*"))
+    assert_curves_agree(losses(out), losses(whole))
+    assert_close_to_scale(served_logits(ckpt, out / "adapter"), served_logits(ckpt, whole / "adapter"))
