@@ -26,6 +26,8 @@ trajectories, hooks, MCP, TUI and headless runs.
                     writes, paths outside the repository, the read-only allowlist (is_read_only)
     shell.py        a conservative bash parser: simple commands, redirections, what cannot be judged statically
     git_safe.py     every host-side git call: no repository-configured filter, hook, fsmonitor or program runs
+    host_files.py   reads and writes beneath a folder something else can change (a repository, a trial's /app and
+                    /logs): from a directory fd, one component at a time, no link followed
     child_env.py    the scrubbed environment commands get (an allowlist, never keys)
     trust.py        trusted folders: a repository's own settings only narrow until the user trusts it
     doctor.py       `glm5 doctor` / `--sandbox-check`: each protection tried for real

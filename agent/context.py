@@ -15,9 +15,9 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from agent.bench.host_files import read_beneath
 from agent.config_dir import config_dir
 from agent.environment import shown_path
+from agent.host_files import read_beneath
 from agent.profiles import COMPACT_PROMPT
 
 MAX_FILE_BYTES = 32 * 1024

@@ -26,7 +26,6 @@
     agents.py       Glm5Agent (the `glm5 code -p` session in the trial's sandbox), OracleAgent, NopAgent, CmdAgent
     trial.py        run_trial: one attempt end to end -> TrialResult and the trial folder (also used by RL);
                     run_hidden / hidden_from_trials: what a trial (or an RL session) must not see
-    host_files.py   the host's reads and writes in folders a trial can change: from a directory fd, no link followed
     grades.py       Grade (a trial's verdict) and the SWE-bench resolution rule on a status map (no I/O)
     grading.py      grade_swe (apply, test_patch, run, parse, then the rule), grade_terminal (reward file);
                     patch_files (unidiff)

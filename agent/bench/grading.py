@@ -32,10 +32,10 @@ from unidiff.errors import UnidiffParseError
 from agent.bench import harness_specs
 from agent.bench.environments import APP, VERIFIER_LOGS, Environment, ExecResult, InfraError
 from agent.bench.grades import MISSING, RESOLVED, UNRESOLVED, Grade, infra, judge
-from agent.bench.host_files import read_beneath, unlink_beneath
 from agent.bench.log_parsers import ERROR, FAILED, PASSED, SKIPPED, SUITE_RAN, XFAIL, parser_for
 from agent.bench.tasks import SWETask, TerminalTask
 from agent.git_safe import GitError, git
+from agent.host_files import read_beneath, unlink_beneath
 
 
 def task_statuses(task: SWETask, log: str, returncode: int | None, test_cmd: str) -> tuple[dict, str]:

@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 
 from agent.bench.environments import APP, LOGS, SOLUTION, TESTS, EnvSpec, ExecResult, InfraError
-from agent.bench.host_files import write_beneath
 from agent.bench.process import run_argv
 from agent.bench.setup_cache import ensure_setup
 from agent.child_env import scrubbed_env
+from agent.host_files import write_beneath
 from agent.sandbox import Sandbox, SandboxLimits
 
 MOUNTS = (APP, LOGS, TESTS, SOLUTION)

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from agent.bench.grading import read_reward
-from agent.bench.host_files import read_beneath, unlink_beneath, write_beneath
+from agent.host_files import read_beneath, unlink_beneath, write_beneath
 
 
 def test_write_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
