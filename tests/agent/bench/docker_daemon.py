@@ -2,8 +2,10 @@
 
 Where a daemon already answers (DOCKER_HOST, /var/run/docker.sock), the tests use it. Else, as root with `dockerd`
 installed (scripts/setup.sh installs Debian's docker.io where it can), they start a private one: its data, its
-socket and its pid under GLM5_TEST_DOCKER_ROOT (default /tmp/glm5-test-docker), DOCKER_HOST pointing at it, stopped
-when the session ends (the next start costs seconds; the base image stays in its data). The base image is
+socket and its pid under GLM5_TEST_DOCKER_ROOT (default /tmp/glm5-test-docker), DOCKER_HOST pointing at it. Every
+session that uses that daemon leaves a file named by its pid in ROOT/sessions; the last one to end stops a daemon
+the tests started (a session ending while another still runs docker tests leaves it up; the next start costs
+seconds; the base image stays in its data). The base image is
 built offline by scripts/build_base_image.sh (debootstrap from the Debian mirror, then `docker import`) and
 cached. Every failure to get there is a skip reason that says what is missing.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -22,20 +25,65 @@ from agent.bench.docker_env import BASE_IMAGE, cli_env, docker_problem
 ROOT = Path(os.environ.get("GLM5_TEST_DOCKER_ROOT", "/tmp/glm5-test-docker"))
 REPO = Path(__file__).resolve().parents[3]
 _state: dict[str, str | None] = {}
+_children: list[subprocess.Popen] = []
+
+
+SESSIONS = ROOT / "sessions"  # a file per live pytest session on the private daemon, named by its pid
+STARTED = ROOT / "started-by-tests"  # the private daemon is the tests' own: the last session out stops it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _join() -> None:
+    SESSIONS.mkdir(parents=True, exist_ok=True)
+    (SESSIONS / str(os.getpid())).touch()
+    atexit.register(_leave)
+
+
+def _leave() -> None:
+    """This session is done with the daemon; the last one out stops it if the tests started it."""
+    (SESSIONS / str(os.getpid())).unlink(missing_ok=True)
+    if any(p.name.isdigit() and _alive(int(p.name)) for p in SESSIONS.iterdir()) or not STARTED.exists():
+        return
+    try:
+        pid = int((ROOT / "dockerd.pid").read_text())
+    except (OSError, ValueError):
+        return
+    STARTED.unlink(missing_ok=True)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _start_private_daemon() -> str | None:
     sock = ROOT / "docker.sock"
     os.environ["DOCKER_HOST"] = f"unix://{sock}"
     if docker_problem() is None:
-        return None  # started by an earlier session
+        _join()  # started by an earlier session that may still be running
+        return None
     for d in ("data", "exec"):
         (ROOT / d).mkdir(parents=True, exist_ok=True)
     log = open(ROOT / "dockerd.log", "ab")  # noqa: SIM115 - the daemon keeps writing it
     proc = subprocess.Popen(["dockerd", "--data-root", str(ROOT / "data"), "--exec-root", str(ROOT / "exec"),
                              "-H", f"unix://{sock}", "--pidfile", str(ROOT / "dockerd.pid")],
                             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    atexit.register(_stop, proc)  # the daemon this session started ends with it (its images stay in data/)
+    _children.append(proc)  # kept: it outlives this session when another still uses it
+    STARTED.touch()
+    _join()  # stopped by the last session out (its images stay in data/)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if docker_problem() is None:
@@ -43,15 +91,6 @@ def _start_private_daemon() -> str | None:
         time.sleep(1)
     tail = (ROOT / "dockerd.log").read_text(errors="replace")[-400:]
     return f"dockerd did not start: {tail}"
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def daemon() -> str | None:
