@@ -166,10 +166,15 @@ def test_no_orphans_after_kill_9_of_glm5(tmp_path, sandboxed):
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert proc.stdout.readline().strip() == "READY"
-        assert len(_sleepers(a, b)) == 2  # the background job and the foreground one are running
+        # the background job and the foreground one are running (under load the background one's fork may not
+        # have become `sleep` yet when the foreground one has: wait for both)
+        deadline = time.monotonic() + 10
+        while len(_sleepers(a, b)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_sleepers(a, b)) == 2
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while _sleepers(a, b) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _sleepers(a, b) == []
