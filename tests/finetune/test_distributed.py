@@ -90,7 +90,13 @@ def run_worker(tmp_path: Path, nproc: int = 2) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
     cmd += ["--standalone", str(ROOT / "tests/finetune/fsdp_worker.py"), str(out)]
-    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    for attempt in range(2):
+        r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        # A rank that aborts as gloo starts or ends ("terminate called without an active exception", SIGABRT; about
+        # one whole-suite run in three, never alone, cause not found) is retried once, as in test_sharded_load.py;
+        # a second failure, or any other, fails the test.
+        if r.returncode == 0 or attempt or "terminate called without an active exception" not in r.stderr:
+            break
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(out.read_text())
 
