@@ -106,9 +106,12 @@ def test_two_processes_train_as_one_and_write_the_adapter_serve_loads(ckpt, whol
     assert_close_to_scale(served_logits(ckpt, out / "adapter"), served_logits(ckpt, whole / "adapter"))
 
 
-def test_a_two_process_run_killed_after_a_checkpoint_resumes_in_one_process(ckpt, whole, tmp_path):  # noqa: F811
+def killed_after_a_checkpoint_then_resumed(ckpt, whole, tmp_path, *extra: str) -> None:  # noqa: F811
+    """A two-process run of `finetune sft ... *extra` stopped after its first DCP checkpoint, then the same command on
+    one process: it resumes from that checkpoint and ends where the single-process LoRA run does."""
     out = tmp_path / "out"
-    args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(_sessions(tmp_path / "s")), *OPTS]
+    args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(_sessions(tmp_path / "s")), *OPTS,
+            *extra]  # fmt: skip
     work = out.with_name(f".{out.name}.partial")
     p = torchrun(args)
     deadline = time.monotonic() + 600
@@ -124,6 +127,10 @@ def test_a_two_process_run_killed_after_a_checkpoint_resumes_in_one_process(ckpt
     assert "resuming" in r.output and " of 6" in r.output and not list(out.glob("dcp-*"))
     assert_curves_agree(losses(out), losses(whole))
     assert_close_to_scale(served_logits(ckpt, out / "adapter"), served_logits(ckpt, whole / "adapter"))
+
+
+def test_a_two_process_run_killed_after_a_checkpoint_resumes_in_one_process(ckpt, whole, tmp_path):  # noqa: F811
+    killed_after_a_checkpoint_then_resumed(ckpt, whole, tmp_path)
 
 
 def test_a_one_process_full_run_killed_after_a_checkpoint_resumes_on_two(ckpt, tmp_path, monkeypatch):  # noqa: F811
@@ -148,21 +155,5 @@ def test_a_one_process_full_run_killed_after_a_checkpoint_resumes_on_two(ckpt, t
 
 
 def test_a_two_process_qlora_run_killed_after_a_checkpoint_resumes(ckpt, whole, tmp_path):  # noqa: F811
-    """--qlora (the base frozen as stored, each rank reading its own shards) keeps the same checkpoints: killed
-    after one, the same command on one process resumes from it and ends where plain LoRA does."""
-    out = tmp_path / "out"
-    args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(_sessions(tmp_path / "s")), *OPTS,
-            "--qlora"]  # fmt: skip
-    work = out.with_name(f".{out.name}.partial")
-    p = torchrun(args)
-    deadline = time.monotonic() + 600
-    while not list(work.glob("dcp-*/meta.json")) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=120)
-    assert not out.exists() and list(work.glob("dcp-*/meta.json")), "the run ended before it could be killed"
-    r = runner.invoke(app, args)
-    assert r.exit_code == 0, r.output
-    assert "resuming" in r.output and " of 6" in r.output and not list(out.glob("dcp-*"))
-    assert_curves_agree(losses(out), losses(whole))
-    assert_close_to_scale(served_logits(ckpt, out / "adapter"), served_logits(ckpt, whole / "adapter"))
+    """--qlora (the base frozen as stored, each rank reading its own shards) keeps the same checkpoints."""
+    killed_after_a_checkpoint_then_resumed(ckpt, whole, tmp_path, "--qlora")
