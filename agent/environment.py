@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent import host_path
+from agent import host_path, spawn
 from agent.child_env import scrubbed_env
 from agent.redact import Redactor
 from agent.sandbox import Sandbox, SandboxLimits, limit_argv
@@ -228,7 +228,7 @@ class Environment:
     def _spawn(self, command: str, out) -> subprocess.Popen:
         """The command in its own session (so a timeout kills its whole process group), output to `out`."""
         self._guard_folders()
-        return subprocess.Popen(
+        return spawn.popen(
             self._argv(command),
             cwd=self.cwd,
             stdin=subprocess.DEVNULL,

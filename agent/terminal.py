@@ -18,9 +18,10 @@ the sandbox makes it the program's controlling terminal (bubblewrap's --new-sess
 what keeps a sandboxed program from typing into the *user's* terminal; this pty is the session's own).
 
 No orphans: inside the sandbox every process of a session lives in bubblewrap's pid namespace, which dies with
-glm5 (--die-with-parent is PR_SET_PDEATHSIG); without the sandbox the program gets PR_SET_PDEATHSIG itself
-(`setpriv --pdeathsig HUP`: a shell passes the hangup on to its jobs), and its terminal hangs up when glm5's end
-of it closes. A program that ignores SIGHUP (`nohup`) outlives glm5 there: run with the sandbox.
+glm5 (--die-with-parent is PR_SET_PDEATHSIG); without the sandbox a keeper (agent/term_keeper.py, a child subreaper
+with PR_SET_PDEATHSIG) ends everything the program started when the program exits, when the session is closed and
+when glm5 dies, kill -9 included. Both are started from a thread that lives as long as glm5 (agent/spawn.py: the
+kernel's parent-death signal follows the starting *thread*, and the TUI's turns run in threads that end).
 
 Knows nothing of models or permissions: agent/tools/terminal.py judges what may be sent.
 """
@@ -35,6 +36,7 @@ import select
 import signal
 import struct
 import subprocess
+import sys
 import termios
 import threading
 import time
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 import pyte
 import regex
 
-from agent import host_path
+from agent import host_path, spawn
 from agent.child_env import scrubbed_env
 
 # Named keys the model may send, as xterm sends them (normal cursor mode).
@@ -59,6 +61,7 @@ KEYS = {
     "C-[": "\x1b", "C-\\": "\x1c", "C-]": "\x1d", "C-_": "\x1f", "C-@": "\x00",
 }  # fmt: skip
 PATTERN_TIMEOUT_S = 0.5  # the longest one search of a wait_for pattern may take (it runs again on new output)
+KEEPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "term_keeper.py")
 SHELLS = ("bash", "sh", "zsh", "dash", "ksh", "fish", "mksh", "ash")
 
 
@@ -136,16 +139,14 @@ class TerminalSession:
         os.set_blocking(self.master, False)  # a send to a program that does not read must not hang (send)
         _set_size(slave, cols, rows)
         env = {**env, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
-        setsid = host_path.which("setsid") or "/usr/bin/setsid"
         try:
-            # the program's own session, with the pty as its controlling terminal (see the module docstring)
-            inner = [setsid, "-w", "-c", *argv]
-            if not sandboxed:
-                setpriv = host_path.which("setpriv")
-                # HUP, not KILL: an interactive shell passes a hangup on to every job it started
-                inner = [setpriv, "--pdeathsig", "HUP", *inner] if setpriv else inner
-            self.proc = subprocess.Popen(wrap(inner), stdin=slave, stdout=slave, stderr=slave, cwd=cwd,
-                                         env=env, close_fds=True, start_new_session=sandboxed)  # fmt: skip
+            if sandboxed:  # bubblewrap's pid namespace holds the session; `setsid -c` gives it the pty
+                setsid = host_path.which("setsid") or "/usr/bin/setsid"
+                argv_ = wrap([setsid, "-w", "-c", *argv])
+            else:  # the keeper gives it the pty and ends all it leaves behind (agent/term_keeper.py)
+                argv_ = wrap([sys.executable, "-I", "-S", KEEPER, str(os.getpid()), "--", *argv])
+            self.proc = spawn.popen(argv_, stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, close_fds=True,
+                                    start_new_session=sandboxed)  # fmt: skip
         except OSError as e:
             os.close(self.master)
             raise TerminalError(f"could not start {argv[0]}: {e}") from None
@@ -358,7 +359,7 @@ class TerminalSession:
 
     def kill(self, note: str = "") -> None:
         """The whole session: the sandbox's pid namespace (the process group of bwrap), or, unsandboxed, the
-        program's session and its foreground job; then the pty closes (SIGHUP to whatever is left)."""
+        program's session and its foreground job, then the keeper ends whatever else it started."""
         if note and not self.exit_note:
             self.exit_note = note
         fg, sid = self._ioctl_pid(termios.TIOCGPGRP), self._ioctl_pid(getattr(termios, "TIOCGSID", 0x5429))
@@ -367,12 +368,12 @@ class TerminalSession:
         if self.proc.poll() is None:
             if self.sandboxed:  # bwrap leads its own process group; its pid namespace dies with it
                 _signal_group(self.proc.pid)
-            else:
-                self.proc.kill()
+            else:  # the keeper ends what the program left behind (background jobs are in groups of their own)
+                self.proc.terminate()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            pass
+            self.proc.kill()
 
     def close(self) -> None:
         self.kill()

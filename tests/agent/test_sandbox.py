@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 import uuid
 
 import pytest
 
 from agent.environment import Environment
 from agent.sandbox import Sandbox, probe
+from agent.tools import BashTool
+from agent.tools.base import ToolContext, ToolState
 from tests.agent.fake_model import reply
 from tests.agent.helpers import make_session
 
@@ -48,3 +52,25 @@ def test_warning_when_the_sandbox_is_off(repo, fake_model):
     assert any("WITHOUT a sandbox" in w for w in sess.warnings)
     assert "WITHOUT a sandbox" in sess.agent.messages[0]["content"]  # the model is told too
     sess.close()
+
+
+@needs_bwrap
+def test_a_background_job_outlives_the_turn_thread_that_started_it(repo, tmp_path):
+    # bubblewrap's --die-with-parent follows the thread that started it: a job started in one TUI turn (a worker
+    # thread that ends with the turn) was killed as that turn ended
+    ctx = ToolContext(Environment(repo, sandbox=Sandbox(True, network=False), scratch_dir=tmp_path / "s"), ToolState())
+    out = []
+    turn = threading.Thread(
+        target=lambda: (
+            out.append(BashTool().run({"command": "echo started; sleep 3; echo finished", "background": True}, ctx)),
+            time.sleep(0.5),
+        )
+    )
+    turn.start()
+    turn.join()
+    log = out[0].data["log_path"]
+    deadline = time.monotonic() + 15
+    while "finished" not in open(log).read() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open(log).read() == "started\nfinished\n"
+    ctx.env.close()

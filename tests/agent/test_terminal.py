@@ -1,5 +1,6 @@
 """Terminal sessions (agent/terminal.py): a program on a pty, its screen as pyte renders it, named keys, waits,
-limits, and no process left behind when glm5 is killed with SIGKILL."""
+limits, and no process left behind when a session is closed or glm5 is killed with SIGKILL (a `nohup` job
+included), while a session started by a thread that ends (a TUI turn) lives on."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -137,7 +139,7 @@ ORPHAN_SCRIPT = textwrap.dedent("""
     terms = _terms(Path({tmp!r}), {sandboxed!r})
     s = terms.open("main", DEFAULT_SHELL)
     s.wait(timeout_s=20, first_output=True)
-    s.send("sleep {a} & sleep {b}\\r")
+    s.send("nohup sleep {a} >/dev/null 2>&1 & sleep {b}\\r")
     while s.foreground()[0] != "sleep":
         s.wait(quiet_s=0.1, timeout_s=1)
     print("READY", flush=True)
@@ -183,6 +185,53 @@ def test_no_orphans_after_kill_9_of_glm5(tmp_path, sandboxed):
             os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
+
+
+def _start_in_thread(fn):
+    """`fn()` in a thread that has ended when this returns (a TUI turn, which goes on for a while after)."""
+    out = []
+    t = threading.Thread(target=lambda: (out.append(fn()), time.sleep(1.0)))
+    t.start()
+    t.join()
+    return out[0]
+
+
+def test_a_session_outlives_the_thread_that_opened_it(terms):
+    # PR_SET_PDEATHSIG follows the thread that started a child: a session opened in one turn's thread was killed
+    # when that turn ended
+    s = _start_in_thread(lambda: terms.open("main", DEFAULT_SHELL))
+    s.wait(timeout_s=20, first_output=True)
+    time.sleep(0.5)
+    assert s.alive
+    s.send("echo still here\r")
+    assert s.wait(pattern="^still here$", timeout_s=10) == "pattern"
+
+
+def test_closing_a_session_ends_its_background_and_nohup_jobs(terms):
+    a, b = (
+        f"{5000 + os.getpid() % 1000}.{int(terms.sandboxed) + 1}1",
+        f"{5000 + os.getpid() % 1000}.{int(terms.sandboxed) + 1}2",
+    )
+    s = terms.open("main", DEFAULT_SHELL)
+    s.wait(timeout_s=20, first_output=True)
+    s.send(f"sleep {a} & nohup sleep {b} >/dev/null 2>&1 &\r")
+    deadline = time.monotonic() + 10
+    while len(_sleepers(a, b)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_sleepers(a, b)) == 2
+    terms.close("main")
+    assert _sleepers(a, b) == []
+
+
+def test_the_program_ending_ends_what_it_left_behind(terms):
+    mark = f"{6000 + os.getpid() % 1000}.{int(terms.sandboxed) + 1}"
+    s = terms.open("main", ["bash", "-c", f"nohup sleep {mark} >/dev/null 2>&1 & echo started; exit 3"])
+    assert s.wait(timeout_s=20) == "exited"
+    assert "with code 3" in s.read()
+    deadline = time.monotonic() + 10
+    while _sleepers(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sleepers(mark) == []
 
 
 @pytest.mark.skipif(shutil.which("vim") is None, reason="vim is not installed")
