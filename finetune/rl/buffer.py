@@ -48,8 +48,8 @@ class TakeReport:
 def apply_rules(group: list[Rollout], version: int, tau: int, size: int) -> tuple[list[Rollout] | None, str, dict]:
     """GLM-5's rules on one complete group -> (the group to train, or None if dropped; why; counts)."""
     stale = [r for r in group if r.oldest_version is not None and version - r.oldest_version > tau]
-    valid = [r for r in group if r.valid and r not in stale]
-    crashed = sum(1 for r in group if not r.valid)
+    valid = [r for r in group if r.in_group and r not in stale]  # unscored ones stay: their group leaves them out
+    crashed = sum(1 for r in group if not r.in_group)
     counts = {"stale": len(stale), "crashed": crashed}
     if len(valid) == size:
         return valid, "", counts

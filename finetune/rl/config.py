@@ -1,11 +1,13 @@
-"""The run configuration of agentic RL: one frozen dataclass, each field a flag of `glm5 finetune rl`.
+"""The run configuration of RL, agentic or on completions: one frozen dataclass, each field a flag of `glm5 finetune rl`.
 
 Defaults are GLM-5's where the report gives them (finetuning-rl.md §1.2-1.3): the kept importance-ratio band
 [1 - 0.2, 1 + 0.28] (the report's eps_low / eps_high; for the direct double-sided IS of §4.1.2 it names no
 other values), IcePop's beta = 2 for on-policy runs, crash groups padded when more than half is valid, and an
 optimizer reset at each weight push off unless asked for (the report resets; with one update per push and
 LoRA at our scale a reset throws Adam's moments away every step, so it is a flag). The report gives no value
-for the staleness bound tau; 2 versions (between TRL's 4 and SkyRL/AReaL's "0 = sync") is ours.
+for the staleness bound tau; 2 versions (between TRL's 4 and SkyRL/AReaL's "0 = sync") is ours. The completion
+recipe (finetune/grpo.py, `--env completion`) runs on the same config, synchronously (IcePop), with the LR warm-up
+and several updates per batch under PPO's clip as options (once finetune/grpo.py's own GRPOConfig).
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ class RLConfig:
     max_turns: int = 8  # model calls per session
     temperature: float = 1.0
     lr: float = 2e-5
+    warmup: int = 0  # steps of linear LR warm-up (step k trains at lr * min(1, k / warmup)); 0: none
     max_grad_norm: float = 1.0
+    # Optimizer steps per batch of groups: past the first, the ratio is to the first's logprobs (pi_train_old) and
+    # PPO's clip [1 - is_low, 1 + is_high] applies (the report's eps_low / eps_high); the band then masks on
+    # pi_train_old / pi_rollout. One step of the run (one weight version) either way.
+    updates_per_batch: int = 1
     objective: str = "auto"  # auto: icepop with --sync, double-is otherwise
     is_low: float = 0.2  # double-sided IS keeps r = pi_theta / pi_rollout inside [1 - is_low, 1 + is_high]
     is_high: float = 0.28
@@ -80,7 +87,9 @@ class RLConfig:
         if self.dynamic_sampling < 0:
             raise ValueError("dynamic_sampling must be >= 0 (0: off; K: drop up to K x groups_per_step "
                              "no-signal groups a step)")  # fmt: skip
-        for name in ("steps", "groups_per_step", "max_new_tokens", "max_turns", "concurrency"):
+        if self.warmup < 0:
+            raise ValueError("warmup must be >= 0 (0: no warm-up)")
+        for name in ("steps", "groups_per_step", "max_new_tokens", "max_turns", "concurrency", "updates_per_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
 
@@ -91,6 +100,15 @@ class RLConfig:
         if objective == "icepop":
             return 1.0 / self.icepop_beta, self.icepop_beta
         return 1.0 - self.is_low, 1.0 + self.is_high
+
+    @property
+    def clip(self) -> tuple[float, float]:
+        """PPO's clip of pi_theta / pi_train_old, for the updates after the first on one batch."""
+        return 1.0 - self.is_low, 1.0 + self.is_high
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of optimizer step `step` (0-based): linear warm-up, then constant."""
+        return self.lr * min(1.0, (step + 1) / self.warmup) if self.warmup else self.lr
 
     @property
     def staleness(self) -> int:

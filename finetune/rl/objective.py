@@ -12,7 +12,9 @@ weight versions has no single behaviour policy, so the rollout engine's own logp
 With r carrying the gradient, d loss = -A r grad log pi_theta inside the band and nothing outside: PPO with
 pi_old := pi_rollout and a hard two-sided mask instead of min/clip. The double-sided band is [1 - eps_l,
 1 + eps_h] (defaults 0.2 / 0.28); IcePop keeps [1/beta, beta] (beta = 2), which on-policy (one update per
-batch, where pi_train_old = pi_theta) is exactly finetune/grpo.py's IcePop term. Reported per step: the
+batch, where pi_train_old = pi_theta) is GRPO + IcePop (report Eq. 1). Further updates on the same batch
+(`updates_per_batch`) take pi_train_old = the first update's logprobs: the band masks pi_train_old / pi_rollout
+and PPO's clip bounds q = pi_theta / pi_train_old (sample_loss's `old_N`). Reported per step: the
 masked fraction, the mean |log pi_theta - log pi_rollout| (train/rollout mismatch) and KL(pi_rollout ||
 pi_theta) by the k3 estimator r - 1 - log r, which is >= 0 per token.
 
@@ -33,12 +35,14 @@ class TokenStats:
     masked: int = 0
     mismatch: float = 0.0  # sum |log r|
     kl: float = 0.0  # sum of k3
+    clipped: int = 0  # tokens whose ratio to pi_train_old PPO's clip cut (updates after a batch's first)
 
     def add(self, other: TokenStats) -> None:
         self.tokens += other.tokens
         self.masked += other.masked
         self.mismatch += other.mismatch
         self.kl += other.kl
+        self.clipped += other.clipped
 
     def as_dict(self) -> dict:
         n = max(1, self.tokens)
@@ -62,14 +66,29 @@ def sample_loss(
     advantage: float | torch.Tensor,
     band: tuple[float, float],
     per_token: bool = False,
+    old_N: torch.Tensor | None = None,
+    clip: tuple[float, float] = (0.8, 1.28),
 ) -> tuple[torch.Tensor, TokenStats]:
     """This sample's term before the step's normalisation: -(1/N) sum_t f(r_t) A_t (the caller scales it by 1/G),
     or with `per_token` the sum -sum_t f(r_t) A_t (the caller divides by the step's trained tokens). `advantage`
-    is one A for every token, or A_t per token (shape N: a turn-level penalty on some of them)."""
+    is one A for every token, or A_t per token (shape N: a turn-level penalty on some of them).
+
+    `old_N` (a further update on a batch already trained once: pi_train_old, the first update's logprobs): the
+    band masks rho = pi_train_old / pi_rollout, and the term is rho * min(q A, clip(q) A) with q = pi_theta /
+    pi_train_old (PPO's clip), which at q = 1 is the term above (finetune/grpo.py's GRPO + IcePop)."""
     log_r = lp_N - rollout_N
-    r = torch.exp(log_r)
-    keep = (r >= band[0]) & (r <= band[1])
-    terms = torch.where(keep, r, torch.zeros_like(r)) * advantage
+    if old_N is None:
+        r = torch.exp(log_r)
+        keep = (r >= band[0]) & (r <= band[1])
+        terms = torch.where(keep, r, torch.zeros_like(r)) * advantage
+        clipped = 0
+    else:
+        rho = torch.exp(old_N - rollout_N)
+        keep = (rho >= band[0]) & (rho <= band[1])
+        q = torch.exp(lp_N - old_N)
+        surrogate = torch.minimum(q * advantage, q.clamp(clip[0], clip[1]) * advantage)
+        terms = torch.where(keep, rho, torch.zeros_like(rho)) * surrogate
+        clipped = int(((q < clip[0]) | (q > clip[1])).sum())
     loss = -(terms.sum() if per_token else terms.mean())
     with torch.no_grad():
         lr = log_r.detach()
@@ -78,6 +97,7 @@ def sample_loss(
             masked=int((~keep).sum()),
             mismatch=float(lr.abs().sum()),
             kl=float((torch.exp(lr) - 1 - lr).sum()),
+            clipped=clipped,
         )
     return loss, st
 

@@ -7,7 +7,8 @@ An environment that fails anywhere gives an ENV_ERROR rollout; the rollout serve
 
 Two ways to drive it, the same sessions either way:
 - `run_groups(ids)`: run those groups' sessions (up to `concurrency` at once) and return when all are done;
-  the synchronous run calls it, then trains.
+  the synchronous run calls it, then trains. An env whose sessions make one call each (`single_call`: the
+  completion env) has those calls gathered into one engine batch in session order (server.gather).
 - `start(gate)`: a feeder thread keeps `concurrency` sessions in flight, starting group after group while
   `gate(n)` allows an n-th live group. The asynchronous run gates on staleness (AReaL's rule): a group may
   start only while live groups < (trainer version + tau + 1) * groups_per_step, so that nothing is sampled
@@ -149,6 +150,10 @@ class Orchestrator:
         return out
 
     def run_groups(self, ids: list[int]) -> None:
+        if getattr(self.env, "single_call", False) and hasattr(self.server, "gather"):
+            # one call per session, all at once: the engine gets them as one batch, in session order
+            todo = sum(1 for g in ids for i in range(self.cfg.group_size) if not self.skip(g, i))
+            self.server.gather(min(todo, self.cfg.concurrency))
         futs = [f for g in ids for f in self._submit_group(g)]
         for f in futs:
             f.result()

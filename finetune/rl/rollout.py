@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-OK, ENV_ERROR = "ok", "env_error"  # rollout statuses: graded, or the environment failed (not the model's fault)
+# Rollout statuses: graded; the environment failed (not the model's fault: the crash-group rule); or the session ran
+# but its reward's checker could not run (a completion env's: left out of its group's advantages, the group kept)
+OK, ENV_ERROR, UNSCORED = "ok", "env_error", "unscored"
 
 
 @dataclass
@@ -69,6 +71,11 @@ class Rollout:
         return self.status == OK and self.reward is not None
 
     @property
+    def in_group(self) -> bool:
+        """Whether it stays in its group: graded, or unscored (no advantage, not a crash)."""
+        return self.valid or self.status == UNSCORED
+
+    @property
     def oldest_version(self) -> int | None:
         return min((c.version_start for c in self.calls), default=None)
 
@@ -90,7 +97,8 @@ class Rollout:
 @dataclass(frozen=True)
 class Grade:
     """An environment's verdict on a session: the reward (None: the grader could not run), solved (None:
-    unknown), and `status` ENV_ERROR when the environment itself failed, with why."""
+    unknown), and `status` ENV_ERROR when the environment itself failed, or UNSCORED when only the reward's
+    checker did, with why."""
 
     reward: float | None
     solved: bool | None = None

@@ -31,7 +31,9 @@ import torch
 from finetune.resume_state import check_rl_state, load_state
 from finetune.rl.buffer import RolloutBuffer, TakeReport
 from finetune.rl.config import RLConfig
+from finetune.rl.env import RewardUnavailable
 from finetune.rl.orchestrator import Orchestrator
+from finetune.rl.rollout import UNSCORED
 from finetune.rl.server import InProcessServer
 from finetune.rl.trainer import Trainer
 from finetune.rl.weight_push import WeightPush
@@ -56,7 +58,11 @@ def step_row(step: int, version: int, groups, rep: TakeReport, train: dict, extr
         "reward_std": math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards)) if rewards else 0.0,
         "solved_rate": sum(solved) / len(solved) if solved else None,
         "sessions": len(seen),
+        "sampled_tokens": sum(r.sampled_tokens for r in seen),
     }
+    unscored = sum(r.status == UNSCORED for r in seen)
+    if unscored:  # sessions whose reward's checker could not run (left out of their groups)
+        row["unscored_sessions"] = unscored
     if rep.uniform:  # dynamic sampling: what the step drew, the no-signal groups it dropped included
         drawn = [*seen, *rep.uniform]
         row["drawn_reward_mean"] = sum(r.reward or 0.0 for r in drawn) / len(drawn)
@@ -78,6 +84,17 @@ def step_row(step: int, version: int, groups, rep: TakeReport, train: dict, extr
         **extra,
     }
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}
+
+
+def _check_scored(step: int, groups: list) -> None:
+    """RewardUnavailable when no session of the step's groups got a reward (each UNSCORED: its checker could
+    not run), with the checker's error where it gave one: training on nothing would look like a run that worked."""
+    seen = {(r.group, r.index): r for g in groups for r in g}.values()
+    if not seen or any(r.reward is not None for r in seen):
+        return
+    errors = sorted({r.error for r in seen if r.error})
+    raise RewardUnavailable(f"step {step + 1}: no completion could be scored (the reward returned None for all "
+                            f"{len(seen)})" + (f": {errors[0]}" if errors else ""))  # fmt: skip
 
 
 class _Progress:
@@ -206,6 +223,7 @@ class _StepLoop:
         wait = functools.partial(self.wait, seen_drops=seen_drops)
         groups, rep = self.buffer.take(self.trainer.version, B, wait, filter_uniform=self.cfg.dynamic_sampling * B)
         self.on_dropped(rep, seen_drops)
+        _check_scored(step, groups)
         trainer_idle = time.monotonic() - t_wait
         train = self.trainer.step(groups)
         self.progress.consumed.update(rep.kept)

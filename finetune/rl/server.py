@@ -6,7 +6,8 @@ restarting, is a rollout server (`RolloutServer`). Two implementations:
 - `InProcessServer` (the default: no server to start): our engine (serve.engine.LLMEngine) on a background
   thread, serving a copy of the policy. Sessions call `generate` from their own threads; the engine thread
   batches every request in flight (continuous batching), and applies weight updates between two engine
-  steps, never during one, bumping the version that later tokens report.
+  steps, never during one, bumping the version that later tokens report. `gather(n)` admits the next n calls
+  as one batch in session order (single-call sessions: rollouts independent of thread timing).
 - `remote.HttpServer` / `remote.Router` (`--rollout-url`): `glm5 serve` or sglang over HTTP.
 
 `stats()` reports the generated tokens and how long the server sat idle with nothing to generate (the
@@ -69,6 +70,8 @@ class InProcessServer:
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._pending: dict[str, tuple[Future, int]] = {}
+        self._gather = 0  # gather(n): hold calls until n are here, then add them in session order
+        self._held: list[tuple[str, str, list[int], SamplingParams, Future]] = []
         self._n = 0
         self._lock = threading.Lock()
         self._stop = False
@@ -93,8 +96,15 @@ class InProcessServer:
         with self._lock:
             self._n += 1
             rid = f"rl-{self._n}"
-        self._post(("add", rid, (list(prompt_ids), params), fut))
+        self._post(("add", rid, (list(prompt_ids), params, session), fut))
         return fut.result()
+
+    def gather(self, n: int) -> None:
+        """The next `n` calls reach the engine together, in session order, before its next step: for sessions
+        that make one call each, all started at once (the completion env's), whose batch, and with it the
+        engine's fp32 sums and so the rollout logprobs, must not depend on which thread posted first (a resumed
+        run is then the interrupted one)."""
+        self._call("gather", n)
 
     def update_tensors(self, named: dict | None) -> int:
         """Copy `named` tensors into the served model between two engine steps (None: the served model is the
@@ -108,6 +118,10 @@ class InProcessServer:
         self._stop = True
         self._wake.set()
         self._thread.join(timeout=30)
+        for *_, fut in self._held:  # a run stopped while a gathered batch was incomplete: its sessions end
+            if not fut.done():
+                fut.set_exception(RuntimeError("the rollout engine was closed"))
+        self._held = []
 
     def _call(self, kind: str, payload):
         fut: Future = Future()
@@ -127,10 +141,11 @@ class InProcessServer:
             try:
                 kind, rid, payload, fut = self._commands.get_nowait()
             except queue.Empty:
+                self._admit()
                 return
             try:
                 if kind == "add":
-                    ids, p = payload
+                    ids, p, session = payload
                     sp = SamplingParams(
                         max_tokens=max(1, min(p.max_new_tokens, self.max_model_len - len(ids))),
                         temperature=p.temperature,
@@ -139,8 +154,10 @@ class InProcessServer:
                     )
                     if len(ids) >= self.max_model_len:
                         raise ValueError(f"the prompt ({len(ids)} tokens) fills the context ({self.max_model_len})")
-                    self.engine.add_request(ids, sp, request_id=rid)
-                    self._pending[rid] = (fut, self.engine.weights_version)
+                    self._held.append((session, rid, ids, sp, fut))
+                elif kind == "gather":
+                    self._gather = int(payload)
+                    fut.set_result(self._gather)
                 elif kind == "weights":
                     fut.set_result(
                         self.engine.weights_changed() if payload is None else self.engine.update_weights(payload)
@@ -148,6 +165,19 @@ class InProcessServer:
                 elif kind == "version":
                     self.engine.weights_version = int(payload)
                     fut.set_result(self.engine.weights_version)
+            except Exception as e:  # noqa: BLE001 - the caller gets its own error
+                fut.set_exception(e)
+
+    def _admit(self) -> None:
+        """Held calls into the engine: at once, or, while gathering, once `gather`'s n are here (sorted)."""
+        if not self._held or len(self._held) < self._gather:
+            return
+        held = sorted(self._held, key=lambda h: h[0]) if self._gather else self._held
+        self._held, self._gather = [], 0
+        for _, rid, ids, sp, fut in held:
+            try:
+                self.engine.add_request(ids, sp, request_id=rid)
+                self._pending[rid] = (fut, self.engine.weights_version)
             except Exception as e:  # noqa: BLE001 - the caller gets its own error
                 fut.set_exception(e)
 
@@ -176,5 +206,6 @@ class InProcessServer:
                         )
         except BaseException as e:  # noqa: BLE001 - every waiting session hears of it
             self._error = e
-            for fut, _ in self._pending.values():
+            for fut in [f for f, _ in self._pending.values()] + [h[-1] for h in self._held]:
                 fut.set_exception(RuntimeError(f"the rollout engine failed: {e!r}"))
+            self._held = []

@@ -55,13 +55,7 @@ class SessionModel:
             self.tito.branches[branch].messages = []  # nothing more extends this branch
             raise ContextLengthError(f"the prompt ({len(ids)} tokens) does not fit the context ({self.max_model_len})")
         t0 = time.monotonic()
-        key = f"{self.seed}:{self.session}:{len(self.tito.calls)}".encode()
-        seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little") & 0x7FFFFFFF  # stable across processes
-        try:
-            out = self.server.generate(ids, GenParams(self.max_new_tokens, self.temperature, seed), self.session)
-        except Exception as e:  # noqa: BLE001 - the run stops on it, whatever the agent loop does with it
-            self.failure = e if isinstance(e, ServerFailure) else ServerFailure(f"the rollout server failed: {e}")
-            raise self.failure from e
+        out = self._generate(ids)
         text = self.tok.decode(out.ids, skip_special_tokens=False)
         msg = parse(text, tools, thinking=self.thinking).to_message()
         finish = "tool_calls" if msg.get("tool_calls") else out.finish_reason
@@ -87,3 +81,24 @@ class SessionModel:
         self.tito.record(branch, ids, out.ids, out.logprobs, out.version_start, out.version_end,
                          out.finish_reason, resp.message())  # fmt: skip
         return resp
+
+    def complete(self, prompt_ids: list[int]) -> list[int]:
+        """One call on raw prompt ids, no chat format (a completion task's prompt as its file gave it: the
+        completion env's) -> the sampled ids, recorded as a branch of their own."""
+        if self.cancel_event.is_set():
+            raise Cancelled("the RL run is stopping")
+        branch = self.tito.raw(prompt_ids)
+        out = self._generate(list(prompt_ids))
+        self.tito.record(branch, list(prompt_ids), out.ids, out.logprobs, out.version_start, out.version_end,
+                         out.finish_reason, {"role": "assistant", "content": ""})  # fmt: skip
+        return list(out.ids)
+
+    def _generate(self, ids: list[int]):
+        """The rollout server's sample for `ids`, seeded by (run seed, session, call number)."""
+        key = f"{self.seed}:{self.session}:{len(self.tito.calls)}".encode()
+        seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little") & 0x7FFFFFFF  # stable across processes
+        try:
+            return self.server.generate(ids, GenParams(self.max_new_tokens, self.temperature, seed), self.session)
+        except Exception as e:  # noqa: BLE001 - the run stops on it, whatever the agent loop does with it
+            self.failure = e if isinstance(e, ServerFailure) else ServerFailure(f"the rollout server failed: {e}")
+            raise self.failure from e

@@ -103,6 +103,11 @@ class TitoSession:
         self.branches.append(Branch(ids, [0] * len(ids), [0.0] * len(ids), list(messages), tools))
         return len(self.branches) - 1, list(ids)
 
+    def raw(self, ids: list[int]) -> int:
+        """A branch of prompt ids given as they are (no messages: nothing extends it) -> its index."""
+        self.branches.append(Branch(list(ids), [0] * len(ids), [0.0] * len(ids), [], None))
+        return len(self.branches) - 1
+
     def record(
         self,
         branch: int,

@@ -1,14 +1,16 @@
 """The trainer: one explicit optimizer step per batch of groups (torchtune's loop, no Trainer base class).
 
     batch of groups -> advantages per group -> forward (log pi_theta of the sampled tokens, micro-batched)
-    -> objective.sample_loss (per sample, or per token: --loss-agg) -> backward -> clip -> AdamW step -> version + 1
+    -> objective.sample_loss (per sample, or per token: --loss-agg) -> backward -> clip -> AdamW step
+    (x updates_per_batch: later updates on the same batch against the first's logprobs, PPO's clip) -> version + 1
 
-`version` counts optimizer steps; the weight push after each step makes it the rollout server's version, and
+`version` counts the run's steps (batches); the weight push after each step makes it the rollout server's version, and
 the staleness rule compares samples' versions with it. Samples are the TokenSamples of each rollout (one per
 branch), each weighted by its rollout's advantage; a group whose rewards are all equal has no signal and adds
 nothing (counted). Padded duplicates count as often as they appear, which is what padding means. What moves
 is reported (the on-policy surrogate's value is 0 by construction): the policy-gradient norm before clipping,
-KL to the rollout policy, the IS-masked fraction, the train/rollout mismatch.
+KL to the rollout policy, the IS-masked fraction, the train/rollout mismatch. The learning rate follows the
+config's warm-up (`lr_at(version)`). (finetune/grpo.py's own grpo_backward and loop became these options.)
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ class Trainer:
         """GLM-5 resets the optimizer after each weight update of the inference engine."""
         self.opt = self._optimizer()
 
-    def step(self, groups: list[list[Rollout]]) -> dict:
-        t0 = time.monotonic()
-        work = []  # (TokenSample, advantage)
+    def _work(self, groups: list[list[Rollout]]) -> tuple[list, int]:
+        """-> the step's (TokenSample, advantage) pairs to train, the groups with signal."""
+        work = []
         signal = 0
         pen = self.cfg.refusal_penalty
         for group in groups:
@@ -64,30 +66,63 @@ class Trainer:
                     continue
                 a = a * self.cfg.negative_weight if a < 0 else a
                 work += [(s, a) for s in r.samples if s.n_sampled and (a or (pen and s.refused))]
+        return work, signal
+
+    def backward(self, groups: list[list[Rollout]], old: list[torch.Tensor] | None = None):
+        """The step's loss over `groups`, back-propagated `micro_batch` samples at a time (the gradients add up;
+        memory stays one micro-batch's) -> (its value, or None when no sample has a term; TokenStats; the trained
+        samples' logprobs, detached: pi_train_old for a further update on the same batch, which passes them as
+        `old`). The caller zeroes the gradients and steps the optimizer."""
+        work, _ = self._work(groups)
         stats = TokenStats()
-        self.opt.zero_grad(set_to_none=True)
+        if not work:
+            return None, stats, old
+        pen = self.cfg.refusal_penalty
         per_token = self.cfg.loss_agg == "token"
         # sample: 1/G per sample, over the step's groups. token: one mean over every sampled token of the step's
         # groups (DAPO: zero-advantage samples count in the denominator though they add no term)
         n_tokens = sum(s.n_sampled for group in groups for r in group for s in r.samples)
         scale = 1.0 / max(1, n_tokens) if per_token else 1.0 / (self.cfg.group_size * len(groups))
+        reused, total = old is not None, 0.0
+        old = list(old) if reused else []
         for i in range(0, len(work), self.micro_batch):
             part = work[i : i + self.micro_batch]
             lps = token_logprobs(self.model, [s for s, _ in part], self.cfg.temperature)
+            if not reused:
+                old += [lp.detach() for lp in lps]
             loss = lps[0].new_zeros(())
-            for (s, a), lp in zip(part, lps, strict=True):
+            for j, ((s, a), lp) in enumerate(zip(part, lps, strict=True)):
                 rollout = torch.tensor([x for x, m in zip(s.logprobs, s.mask, strict=True) if m], dtype=lp.dtype)
-                term, st = sample_loss(lp, rollout, token_advantages(s, a, pen), self.cfg.band, per_token)
+                term, st = sample_loss(lp, rollout, token_advantages(s, a, pen), self.cfg.band, per_token,
+                                       old[i + j] if reused else None, self.cfg.clip)  # fmt: skip
                 loss = loss + term * scale
                 stats.add(st)
             loss.backward()
-        grad_norm = 0.0
-        if work:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
+            total += float(loss.detach())
+        return total, stats, old
+
+    def step(self, groups: list[list[Rollout]]) -> dict:
+        """`updates_per_batch` optimizer steps on `groups` (the first's statistics reported, with the largest
+        clipped fraction of the others) at the warm-up's learning rate -> the step's trainer fields."""
+        t0 = time.monotonic()
+        work, signal = self._work(groups)
+        for group in self.opt.param_groups:
+            group["lr"] = self.cfg.lr_at(self.version)
+        grad_norm, stats, old, clipped = 0.0, TokenStats(), None, 0.0
+        for u in range(self.cfg.updates_per_batch):
+            self.opt.zero_grad(set_to_none=True)
+            loss, st, old = self.backward(groups, old)
+            if loss is None:
+                break
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
             self.opt.step()
+            if u == 0:
+                grad_norm, stats = norm, st
+            else:
+                clipped = max(clipped, st.clipped / max(1, st.tokens))
         self.version += 1
         seconds = time.monotonic() - t0
-        return {
+        out = {
             "groups_with_signal": signal,
             "pg_grad_norm": grad_norm,
             "train_tokens": sum(len(s.ids) for s, _ in work),
@@ -95,6 +130,9 @@ class Trainer:
             "train_s": seconds,
             **stats.as_dict(),
         }
+        if self.cfg.updates_per_batch > 1:
+            out["clipped"] = clipped  # the largest fraction of tokens PPO's clip cut in one update
+        return out
 
     def state(self) -> dict:
         return {
