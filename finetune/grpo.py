@@ -129,7 +129,8 @@ def train_grpo(
                 # state.pt holds step k (written before its row was handed here); as of now the row is logged
                 save({"step": k, **load_state(work / "state.pt"), "logged": k})
 
-        rows = run_rl(model, tokenizer, CompletionEnv(tokenizer), tasks, cfg, work, max_model_len=longest + 1, log=each)
+        env = CompletionEnv(tokenizer, cfg.groups_per_step)
+        rows = run_rl(model, tokenizer, env, tasks, cfg, work, max_model_len=longest + 1, log=each)
         if save is not None:
             save({"step": cfg.steps, **load_state(work / "state.pt")})
     return [StepStats.from_row(r) for r in rows]

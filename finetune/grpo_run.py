@@ -1,27 +1,32 @@
 """The recipe of `glm5 finetune rl --env completion`: GRPO + IcePop on single completions of a tasks file whose
 rewards can be checked (moved from glm5cli/rl_cmd.py's _completion and _rl_tasks).
 
-    summary = run_completion_rl(CompletionJob(model, out, tasks_file, GRPOConfig(steps=100), reward=...), reporter)
+    cfg = completion_config(steps=100, prompts_per_step=4, group_size=8, ...)     # the CLI's options -> RLConfig
+    summary = run_completion_rl(CompletionJob(model, out, tasks_file, cfg, reward=...), reporter)
 
 The tasks file is read once (each row's reward checked against the registered reward types before anything
-trains) and kept in the run folder -> the model in fp32 with LoRA on RL_TARGETS -> grpo.train_grpo, resumable
--> rl_log.jsonl and the adapter -> OUT.
+trains) and kept in the run folder -> the model in fp32 with LoRA on RL_TARGETS -> grpo.train_grpo (the one RL,
+finetune/rl's run_rl with the completion env), resumable from the run folder's state.pt (run_rl's state with
+the step) -> rl_log.jsonl (grpo.StepStats rows) and the adapter -> OUT.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.plugin_registry import PluginManager
+from agent.plugin_registry import default_manager
 from finetune import grpo
 from finetune.artifacts import write_adapter, write_atomic
 from finetune.errors import RunError, UsageError
 from finetune.loading import checkpoint_tokenizer, load_for_training, prompt_rows
 from finetune.lora import LoraSettings, add_lora
 from finetune.recipe import Reporter, Run
+from finetune.resume_state import check_completion_state
+from finetune.rl.config import RLConfig
 from finetune.rl.rewards import data_spec_problem
 
 
@@ -32,7 +37,7 @@ class CompletionJob:
     model: Path
     out: Path
     tasks_file: Path
-    cfg: grpo.GRPOConfig
+    cfg: RLConfig
     reward: str | None = None
     rank: int = 16
     alpha: int = 32
@@ -40,10 +45,14 @@ class CompletionJob:
     merge: bool = False
 
 
-def grpo_config(**kw) -> grpo.GRPOConfig:
-    """GRPOConfig(**kw), a bad value as a UsageError."""
+def completion_config(prompts_per_step: int = 4, **kw) -> RLConfig:
+    """`--env completion`'s options (`steps`, `prompts_per_step`, `group_size`, `max_new_tokens`, `temperature`,
+    `lr`, `updates_per_batch`, `seed`) -> the run's RLConfig: synchronous (IcePop on-policy), one completion per
+    session, every completion of a step at once; a bad value as a UsageError."""
     try:
-        return grpo.GRPOConfig(**kw)
+        size = kw.get("group_size", RLConfig.group_size)
+        return RLConfig(groups_per_step=prompts_per_step, max_turns=1, sync=True, concurrency=prompts_per_step * size,
+                        **kw)  # fmt: skip
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -82,16 +91,17 @@ def run_completion_rl(job: CompletionJob, reporter: Reporter) -> dict:
             raise UsageError(f"--reward is not JSON: {e.msg}") from None
     cfg = job.cfg
     settings = {"model": str(job.model.resolve()), "tasks": str(job.tasks_file.resolve()), "reward": default_reward}
-    settings |= {"steps": cfg.steps, "config": cfg.__dict__, "rank": job.rank, "alpha": job.alpha, "merge": job.merge}
+    settings |= {"steps": cfg.steps, "config": dataclasses.asdict(cfg), "rank": job.rank, "alpha": job.alpha,
+                 "merge": job.merge}  # fmt: skip
     run = Run(job.out, settings, reporter=reporter)
-    makers = PluginManager().rewards()
+    makers = default_manager().rewards()
     saved = run.saved_sequences()
     rows = saved["tasks"] if saved is not None else rl_tasks(job.tasks_file, tok, default_reward, makers)
     tasks = [grpo.RLTask(t["ids"], makers[t["reward"]["type"]](t["reward"]), t["name"]) for t in rows]
     t0 = time.monotonic()
     net = load_for_training(job.model, "train the full-precision checkpoint, then quantize the result", reporter.status)
     net = add_lora(net, LoraSettings(rank=job.rank, alpha=job.alpha, targets=grpo.RL_TARGETS), seed=cfg.seed)
-    state = run.start({"tasks": rows})
+    state = run.start({"tasks": rows}, check=check_completion_state)
     with reporter.steps() as bar:
         task = bar.add_task("RL (GRPO)", total=cfg.steps, completed=state["step"] if state else 0)
 
@@ -121,7 +131,7 @@ def _summary(job: CompletionJob, hist: list, n_tasks: int, t0: float) -> dict:
         "merged_checkpoint": str(job.out) if job.merge else None,
         "tasks": n_tasks,
         "steps": cfg.steps,
-        "completions": cfg.steps * cfg.prompts_per_step * cfg.group_size,
+        "completions": cfg.steps * cfg.groups_per_step * cfg.group_size,
         "window": k,
         "reward_first": round(sum(h.reward_mean for h in hist[:k]) / k, 4),
         "reward_last": round(sum(h.reward_mean for h in hist[-k:]) / k, 4) if len(hist) > 1 else None,

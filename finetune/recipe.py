@@ -102,8 +102,10 @@ class Run:
     def saved_sequences(self) -> dict | None:
         return self.dir.saved_sequences()
 
-    def start(self, data: dict) -> dict | None:
-        state = self.dir.start(data)
+    def start(self, data: dict, check=None) -> dict | None:
+        """Write the settings and the data -> the last checkpoint to resume from (None: a new run), checked by
+        `check(state, path)` (the training loop's shape by default)."""
+        state = self.dir.start(data, check=check)
         if state is not None:
             self.reporter.say(f"resuming {self.work} from step {state['step']} of {self.settings['steps']}")
         return state

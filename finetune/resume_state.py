@@ -90,3 +90,9 @@ def check_rl_state(state: dict, path: Path) -> dict:
     _need(isinstance(state.get("evals", {}), dict), path, '"evals" must be a dict')
     _need(_int_in(state.get("logged", 0), 0, MAX_STEP), path, '"logged" must be a whole number')
     return state
+
+
+def check_completion_state(state: dict, path: Path) -> dict:
+    """`--env completion`'s state (finetune/grpo.py's checkpoints): finetune.rl.run's state with its step."""
+    _need(_int_in(state.get("step"), 0, MAX_STEP), path, f'"step" must be a whole number 0..{MAX_STEP}')
+    return check_rl_state(state, path)

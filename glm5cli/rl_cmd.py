@@ -237,12 +237,12 @@ def rl(
         if tasks_file is None:
             fail("--env completion needs --tasks (a prompts file with rewards)", code=EXIT_USAGE)
         # finetune's recipes import torch: imported here, not at the top (`glm5 --help`'s speed)
-        from finetune.grpo_run import CompletionJob, grpo_config
+        from finetune.grpo_run import CompletionJob, completion_config
 
         with failing():
-            cfg = grpo_config(steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
-                              max_new_tokens=max_new_tokens, temperature=temperature, lr=lr,
-                              updates_per_batch=updates_per_batch, seed=seed)  # fmt: skip
+            cfg = completion_config(steps=steps, prompts_per_step=prompts_per_step, group_size=group_size,
+                                    max_new_tokens=max_new_tokens, temperature=temperature, lr=lr,
+                                    updates_per_batch=updates_per_batch, seed=seed)  # fmt: skip
         return _completion(CompletionJob(model, out, tasks_file, cfg, reward, rank, alpha, save_every, merge), json_out)
     from finetune.rl.config import RLConfig  # here, not at the top: `glm5 --help`'s speed
 

@@ -17,6 +17,7 @@ not depend on thread timing and a resumed run is the interrupted one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ class CompletionSession:
         self.text: str | None = None
 
     def run(self, model) -> None:
-        ids = model.complete(self.task.prompt_ids)
+        ids = model.complete(self.task.prompt_ids, self.env.seed_of(model.seed, model.session))
         self.text = self.env.tok.decode(ids, skip_special_tokens=True)
 
     def grade(self) -> Grade:
@@ -57,8 +58,16 @@ class CompletionEnv:
     name = "completion"
     single_call = True
 
-    def __init__(self, tokenizer):
-        self.tok = tokenizer
+    def __init__(self, tokenizer, groups_per_step: int = 1):
+        self.tok, self.per_step = tokenizer, groups_per_step
+
+    def seed_of(self, seed: int, session: str) -> int:
+        """The sampling seed of session "g{group}-s{i}" (the orchestrator's name): hash((seed, step, g, i)),
+        g the group's place in its step, as finetune/grpo.py's own loop seeded it, so the completion run samples
+        what it sampled before it ran on run_rl (Python's hash of a tuple of ints is the same in every process)."""
+        group, i = (int(x) for x in re.fullmatch(r"g(\d+)-s(\d+)", session).groups())
+        step, g = divmod(group, self.per_step)
+        return hash((seed, step, g, i)) & 0x7FFFFFFF
 
     def reset(self, task: RLTask, workdir: Path, sample: int = 0) -> CompletionSession:
         return CompletionSession(self, task)

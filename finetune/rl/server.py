@@ -17,6 +17,7 @@ rollout-server idle time of rl_log.jsonl).
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from concurrent.futures import Future
@@ -52,6 +53,11 @@ class RolloutServer(Protocol):
     def stats(self) -> dict: ...
 
     def close(self) -> None: ...
+
+
+def _natural(name: str) -> list:
+    """A session name's sort key with its numbers as numbers: g2-s0 before g10-s0."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 class InProcessServer:
@@ -172,7 +178,7 @@ class InProcessServer:
         """Held calls into the engine: at once, or, while gathering, once `gather`'s n are here (sorted)."""
         if not self._held or len(self._held) < self._gather:
             return
-        held = sorted(self._held, key=lambda h: h[0]) if self._gather else self._held
+        held = sorted(self._held, key=lambda h: _natural(h[0])) if self._gather else self._held
         self._held, self._gather = [], 0
         for _, rid, ids, sp, fut in held:
             try:

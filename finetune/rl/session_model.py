@@ -82,21 +82,23 @@ class SessionModel:
                          out.finish_reason, resp.message())  # fmt: skip
         return resp
 
-    def complete(self, prompt_ids: list[int]) -> list[int]:
+    def complete(self, prompt_ids: list[int], seed: int | None = None) -> list[int]:
         """One call on raw prompt ids, no chat format (a completion task's prompt as its file gave it: the
-        completion env's) -> the sampled ids, recorded as a branch of their own."""
+        completion env's), sampled with `seed` (None: the session's) -> the sampled ids, recorded as a branch
+        of their own."""
         if self.cancel_event.is_set():
             raise Cancelled("the RL run is stopping")
         branch = self.tito.raw(prompt_ids)
-        out = self._generate(list(prompt_ids))
+        out = self._generate(list(prompt_ids), seed)
         self.tito.record(branch, list(prompt_ids), out.ids, out.logprobs, out.version_start, out.version_end,
                          out.finish_reason, {"role": "assistant", "content": ""})  # fmt: skip
         return list(out.ids)
 
-    def _generate(self, ids: list[int]):
-        """The rollout server's sample for `ids`, seeded by (run seed, session, call number)."""
-        key = f"{self.seed}:{self.session}:{len(self.tito.calls)}".encode()
-        seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little") & 0x7FFFFFFF  # stable across processes
+    def _generate(self, ids: list[int], seed: int | None = None):
+        """The rollout server's sample for `ids`, seeded by `seed`, else by (run seed, session, call number)."""
+        if seed is None:
+            key = f"{self.seed}:{self.session}:{len(self.tito.calls)}".encode()
+            seed = int.from_bytes(hashlib.sha256(key).digest()[:4], "little") & 0x7FFFFFFF  # stable across processes
         try:
             return self.server.generate(ids, GenParams(self.max_new_tokens, self.temperature, seed), self.session)
         except Exception as e:  # noqa: BLE001 - the run stops on it, whatever the agent loop does with it
