@@ -21,7 +21,8 @@ Module map:
 - mtp_align_run.py   the recipe of `glm5 finetune align-mtp` (AlignJob, run_align_mtp)
 - dsa_warmup_run.py  the recipe of `glm5 finetune dsa-warmup`: both stages as one job and its resume state machine
                      (warmup -> warmup_done -> sparse), the step log
-- grpo_run.py        the recipe of `glm5 finetune rl --env completion` (CompletionJob, run_completion_rl)
+- grpo_run.py        the recipe of `glm5 finetune rl --env completion` (CompletionJob, completion_config: the CLI's
+                     options -> RLConfig, run_completion_rl)
 - full.py            full fine-tuning: what trains (MTP layer and indexer frozen by default), the routers' bias
                      by the balancing rule (RouterBalancer)
 - lora.py            peft LoRA on GLM-5: add_lora, save/load_adapter (the base's path and weights fingerprint,
@@ -54,8 +55,10 @@ Module map:
 - data/              training data in: glm5 trajectories, bench runs, OpenAI chat JSONL, mini-swe-agent, Harbor
                      ATIF -> one sequence per session branch with target masks (TITO where recorded); batches,
                      packing, prompt files; one JSON/JSONL reader for all of them, data/jsonl.py (its own module map)
-- grpo.py            RL: GRPO + IcePop with on-policy rollouts from the embedded engine (train_grpo, grpo_backward)
-- rl/                agentic RL: orchestrator -> buffer -> trainer -> weight push, sync or async (see rl/__init__.py)
+- grpo.py            RL on single completions (GRPO + IcePop, on-policy): train_grpo wires rl/'s run_rl (sync) with
+                     rl/completion.py's CompletionEnv; RL_TARGETS, RLTask, StepStats (the completion run's log row)
+- rl/                the one RL: orchestrator -> buffer -> trainer -> weight push, sync or async, on agent sessions
+                     or single completions (see rl/__init__.py)
 - proof/             `glm5 bench proof`: base -> SFT -> RL on a generated repair family, each stage a glm5 command,
                      served and benched on held-out (see proof/__init__.py)
 

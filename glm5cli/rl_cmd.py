@@ -1,7 +1,7 @@
 """`glm5 finetune rl`: RL on single completions (`--env completion`, GRPO + IcePop on a tasks file with checkable
 rewards) or on whole agent sessions (`--env swe` / `terminal`: the bench's tasks, sandboxes and grading, with
 `glm5 code`'s agent loop; `--env scripted`: a built-in toy family to check a setup). Parses and shows; the run
-is finetune/grpo_run.py (completion) and finetune/rl/job.py (agentic)."""
+is finetune/grpo_run.py (completion) and finetune/rl/job.py (agentic), both on the one RL of finetune/rl."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ rules, and why the others were dropped:
   trainer's (`version - oldest > tau`) is dropped (GLM-5 §4.1.2, w' - w0 > tau);
 - crash groups: environment failures (and dropped stale samples) leave a group's valid samples; with more
   than half of the group valid it is padded to its size by repeating valid samples in order, otherwise the
-  whole group is dropped (GLM-5's environment-failure filtering);
+  whole group is dropped (GLM-5's environment-failure filtering). A session whose reward's checker could not
+  run (UNSCORED, the completion env's) is no crash: it stays in its group, which leaves it out of the advantages;
 - no signal (DAPO's dynamic sampling, `take(..., filter_uniform=K)`): a group whose rewards are all equal has no
   GRPO advantage and would only dilute the step; up to K of them per step are dropped ("no_signal") so that
   the orchestrator runs other groups in their place; past K a step takes what it has (a policy that solves

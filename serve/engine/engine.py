@@ -205,8 +205,8 @@ class LLMEngine:
         return self.weights_changed()
 
     def weights_changed(self) -> int:
-        """The model's weights were changed in place (an optimizer step on the model this engine serves, as
-        `finetune.grpo` does): drop the prefix cache, whose entries the old weights computed, and bump
+        """The model's weights were changed in place (an optimizer step on the model this engine serves, as in
+        finetune/rl's synchronous run): drop the prefix cache, whose entries the old weights computed, and bump
         `weights_version`. The next forward reads the new values (the fast path's fused weights alias the
         model's parameters; `FusedLayer.is_current` re-fuses if a tensor was replaced)."""
         self.block_manager.reset_prefix_cache()
