@@ -79,7 +79,10 @@ class Distributed:
             td.init_process_group("gloo")
 
     def close(self) -> None:
+        """Leave the group, every rank together: a rank that tore its connections down while another still used
+        them (rank 0 writing, or computing alone) would break that rank's collectives."""
         if td.is_initialized():
+            td.barrier()
             td.destroy_process_group()
 
     def barrier(self) -> None:
