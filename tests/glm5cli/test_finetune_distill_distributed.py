@@ -21,7 +21,7 @@ from tests.finetune.quantized_ckpt import write_fp8
 from tests.finetune.torchrun import ROOT
 from tests.finetune.torchrun import torchrun as run_torchrun
 from tests.glm5cli.test_finetune_distill import PROMPTS, _prompt_file, teacher  # noqa: F401  (a fixture)
-from tests.glm5cli.test_finetune_sft import ckpt  # noqa: F401  (a fixture)
+from tests.glm5cli.test_finetune_sft import ckpt, kill_and_resume  # noqa: F401  (ckpt: a fixture)
 from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
 
 runner = CliRunner(env={"COLUMNS": "300"})
@@ -89,3 +89,13 @@ def test_a_qlora_adapter_teacher_is_refused_with_what_to_give(fp8_student, tmp_p
     r = runner.invoke(app, ["finetune", "distill", str(fp8_student), "--qlora", "--teacher", str(adapter),
                             "--prompts", str(p), "--out", str(tmp_path / "o"), "--steps", "1"])  # fmt: skip
     assert r.exit_code != 0 and "is a LoRA adapter" in r.output and "--merge" in r.output
+
+
+def test_a_qlora_distillation_resumes_exactly_after_a_kill(fp8_student, teacher, tmp_path, monkeypatch):  # noqa: F811
+    import finetune.distill as distill
+
+    a = _prompt_file(tmp_path / "a.jsonl", PROMPTS[:2])
+    opts = ["--qlora", "--teacher", str(teacher), "--prompts", str(a), "--steps", "5", "--save-every", "2"]
+    opts += ["--rank", "4", "--prompts-per-step", "2", "--max-new-tokens", "3"]
+    whole, resumed = kill_and_resume("distill", fp8_student, opts, distill, "train", 5, tmp_path, monkeypatch)
+    assert _log(resumed) == _log(whole)
