@@ -1,6 +1,6 @@
 """Two CPU ranks under a real torchrun (gloo), for the tests that check sharded training against one process.
 
-On the machines CI runs on (gVisor), a rank sometimes aborts as gloo starts or ends, with "terminate called
+On the machines CI runs on, a rank sometimes aborts as gloo starts or ends, with "terminate called
 without an active exception" (SIGABRT) and nothing of ours on the stack: about one whole-suite run in three, never
 when the test runs alone, not reproduced in 20 runs in a row under load or beside a Docker daemon. Such a run is
 started again, up to ATTEMPTS times; any other failure, or the same one every time, fails the test with the
