@@ -188,8 +188,10 @@ class DistillRun:
         self.dist = Distributed.from_env()  # under torchrun
         if self.dist is not None and not job.qlora:
             raise UsageError("under torchrun, distillation shards the student's frozen base: add --qlora")
+        if job.qlora and job.full:
+            raise UsageError("--qlora trains a LoRA adapter over the frozen base: not with --full")
         if job.qlora:
-            check_qlora_flags(job.student, job.full, None, job.merge, False)
+            check_qlora_flags(job.student, False, None, job.merge, False)  # --merge over an INT4 base
         if self.dist is not None:
             self.dist.init()
         self.main = self.dist is None or self.dist.is_main

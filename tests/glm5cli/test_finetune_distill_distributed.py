@@ -99,3 +99,10 @@ def test_a_qlora_distillation_resumes_exactly_after_a_kill(fp8_student, teacher,
     opts += ["--rank", "4", "--prompts-per-step", "2", "--max-new-tokens", "3"]
     whole, resumed = kill_and_resume("distill", fp8_student, opts, distill, "train", 5, tmp_path, monkeypatch)
     assert _log(resumed) == _log(whole)
+
+
+def test_qlora_with_full_is_a_usage_error(fp8_student, tmp_path):
+    p = _prompt_file(tmp_path / "p.jsonl", PROMPTS)
+    r = runner.invoke(app, ["finetune", "distill", str(fp8_student), "--qlora", "--full", "--teacher", "base",
+                            "--prompts", str(p), "--out", str(tmp_path / "o")])  # fmt: skip
+    assert r.exit_code == 2 and "not with --full" in r.output and "--qat" not in r.output
