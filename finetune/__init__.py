@@ -40,14 +40,15 @@ Module map:
 - run_dir.py         a resumable run's folder (.OUT.partial -> OUT, settings, data, checkpoints), marked by this machine
 - resume_state.py    state.pt read without running code (weights_only) and checked before a run resumes from it
 - distributed.py     torchrun + FSDP2: the process group, fully_shard per decoder layer + a loss root, each
-                     rank's rows of the global batch with a summed gradient (the one-process curve), rank 0 writes
+                     rank's rows of the global batch with a summed gradient (the one-process curve), rank 0 writes;
+                     `lockstep` and `call` for recipes whose ranks do unequal work (distill's sampling and scoring)
 - plan.py            `glm5 finetune plan`: per-GPU memory of a layout (weights, adapter, gradients, optimizer, FSDP
                      gathers, activations) for the real sizes, the advice when it does not fit; the training
                      commands' check before they load. No torch: it counts lora.py's DEFAULT_TARGETS from the config
 - qlora.py           frozen base linears kept FP8 / INT4 / bf16 and dequantised per linear in forward and backward,
                      the modules peft's LoRA wraps for --qlora
 - sharded_load.py    --qlora's load: the model on meta, Frozen* swaps, LoRA, checkpointing per layer, FSDP2, and each
-                     rank reading only its rows of each tensor from the safetensors files
+                     rank reading only its rows of each tensor from the safetensors files (no LoRA: a frozen teacher)
 - slime/             glm5 inside slime: the custom generate-function hook (a glm5 agent session in the bench's
                      environment), task and SFT data conversion, the GLM-5 launch script (see slime/__init__.py)
 - dist_checkpoint.py DCP checkpoints in the run folder (dcp-STEP/), read back as the loop's state at any world
@@ -70,5 +71,5 @@ checkpoint) and train_log.jsonl -> run_dir renames it to OUT.
 Under `torchrun --nproc-per-node N -m glm5cli finetune sft`, distributed.py shards the model after LoRA (or
 prepare_full), each rank trains on its rows, dist_checkpoint.py checkpoints, and rank 0 writes OUT. With --qlora,
 sharded_load.py builds the sharded model from the checkpoint instead (no rank loads it whole) and OUT/adapter
-is the only output.
+is the only output. `finetune distill --qlora` loads its student and teacher checkpoints the same way.
 """

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from finetune.train_loop import LossTerms, OptimConfig, train
+from finetune.train_loop import LossTerms, OptimConfig, backward_each, train
 
 
 @dataclass(frozen=True)
@@ -103,46 +103,75 @@ def adapters_off(model):
 
 
 @torch.no_grad()
-def sample_batch(model, prompts: list[list[int]], max_new: int, temperature: float, gen, stop=()) -> list[list[int]]:
+def sample_batch(model, prompts: list[list[int]], max_new: int, temperature: float, gen, stop=(),
+                 dist=None) -> list[list[int]]:  # fmt: skip
     """Completions of `prompts`, those of one length sampled together (no padding, so each row's logits are its
     own), decoded over a KV cache: the prompt's prefill once, then one token per forward. Sampling without a
     cache recomputed the whole prefix per token (256 forwards of a ~900-token proof prompt); the cached logits
     equal the recomputed ones to fp32 rounding (a test checks greedy choices agree), and the trained log-probs
-    are recomputed by the scoring pass anyway. A row that stopped is no longer extended."""
+    are recomputed by the scoring pass anyway. A row that stopped is no longer extended.
+
+    `gen`: one generator for the batch, or one per prompt (each row then draws from its own, so what it samples
+    does not depend on what it was batched with: a torchrun rank samples its prompts as one process would).
+    `dist` (the model sharded by finetune/distributed.py): every rank runs as many forwards as the others, FSDP
+    gathering each layer in its forward: as many length groups (a rank with fewer runs a one-token dummy) and
+    decode steps while a row is live on any rank."""
     from model.kv_cache import KVCache
 
     out: list[list[int]] = [[] for _ in prompts]
     groups: dict[int, list[int]] = {}
     for i, p in enumerate(prompts):
         groups.setdefault(len(p), []).append(i)
+    order = list(groups.values())
+    n_groups = len(order) if dist is None else dist.max_int(len(order))
     was = model.training
     model.eval()
     try:
-        for rows in groups.values():
+        for g in range(n_groups):
+            rows = order[g] if g < len(order) else []
             cache = KVCache.for_config(model.config)
-            logits_BV = model(torch.tensor([prompts[i] for i in rows]), cache=cache, logits_to_keep=1)[:, -1].float()
-            live = torch.ones(len(rows), dtype=torch.bool)
+            ids_BT = torch.tensor([prompts[i] for i in rows] or [[0]])
+            logits_BV = _last_logits(model, dist, ids_BT, cache, logits_to_keep=1)
+            live = torch.tensor([True] * len(rows) or [False])
             for n in range(max_new):
-                if temperature <= 0:
-                    tok_B = logits_BV.argmax(-1)
-                else:
-                    tok_B = torch.multinomial(torch.softmax(logits_BV / temperature, -1), 1, generator=gen)[:, 0]
+                tok_B = _pick(logits_BV, temperature, gen, rows)
                 for r, i in enumerate(rows):
                     if live[r]:
                         out[i].append(int(tok_B[r]))
                         live[r] = int(tok_B[r]) not in stop
-                if not live.any() or n == max_new - 1:
+                if n == max_new - 1 or not (live.any() if dist is None else dist.any(bool(live.any()))):
                     break
-                logits_BV = model(tok_B[:, None], cache=cache)[:, -1].float()
+                logits_BV = _last_logits(model, dist, tok_B[:, None], cache)
     finally:
         model.train(was)
     return out
 
 
-def completion_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0) -> torch.Tensor:
-    """Log-softmax rows [N, V] of the positions that predict `completion`'s N tokens."""
-    logits = model(torch.tensor([prompt + completion]))[0, len(prompt) - 1 : len(prompt) - 1 + len(completion)]
-    return torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), -1)
+def _last_logits(model, dist, ids_BT: torch.Tensor, cache, **kw) -> torch.Tensor:
+    run = lambda ids: model(ids, cache=cache, **kw)[:, -1].float()  # noqa: E731
+    return run(ids_BT) if dist is None else dist.call(run, ids_BT, model)
+
+
+def _pick(logits_BV: torch.Tensor, temperature: float, gen, rows: list[int]) -> torch.Tensor:
+    if temperature <= 0 or not rows:
+        return logits_BV.argmax(-1)
+    probs_BV = torch.softmax(logits_BV / temperature, -1)
+    if isinstance(gen, list):
+        return torch.cat([torch.multinomial(probs_BV[r], 1, generator=gen[i]) for r, i in enumerate(rows)])
+    return torch.multinomial(probs_BV, 1, generator=gen)[:, 0]
+
+
+def completion_logprobs(model, prompt: list[int], completion: list[int], temperature: float = 1.0,
+                        dist=None) -> torch.Tensor:  # fmt: skip
+    """Log-softmax rows [N, V] of the positions that predict `completion`'s N tokens (`dist`: through the FSDP
+    root of `model`, a collective)."""
+
+    def run(ids_BT: torch.Tensor) -> torch.Tensor:
+        logits = model(ids_BT)[0, len(prompt) - 1 : len(prompt) - 1 + len(completion)]
+        return torch.log_softmax(logits.float() / (temperature if temperature > 0 else 1.0), -1)
+
+    ids_BT = torch.tensor([prompt + completion])
+    return run(ids_BT) if dist is None else dist.call(run, ids_BT, model)
 
 
 def distill_loss(student_lp: torch.Tensor, teacher_lp: torch.Tensor, tokens: torch.Tensor, kl: str) -> torch.Tensor:
@@ -157,12 +186,31 @@ def distill_loss(student_lp: torch.Tensor, teacher_lp: torch.Tensor, tokens: tor
     return -((t - s).detach() * s).sum()
 
 
-def teacher_logprobs(student, teacher: Teacher, prompt, completion, temperature) -> torch.Tensor:
+def teacher_logprobs(student, teacher: Teacher, prompt, completion, temperature, dist=None) -> torch.Tensor:
     with torch.no_grad():
         if teacher.model is None:
             with adapters_off(student):
-                return completion_logprobs(student, prompt, completion, temperature)
-        return completion_logprobs(teacher.model, prompt, completion, temperature)
+                return completion_logprobs(student, prompt, completion, temperature, dist)
+        return completion_logprobs(teacher.model, prompt, completion, temperature, dist)
+
+
+def _scored(student, teachers: dict, cfg: DistillConfig, n: int, dist, domain: str | None = None):
+    """The loss of one (prompt, completion): its teacher's log-probs, the student's, the KL loss over `n`, the
+    step's sampled tokens on every rank; None (a rank with fewer completions of `domain` than another): a
+    one-token dummy through the same models' forwards (`domain`'s teacher, the student), loss 0."""
+
+    def one(item) -> LossTerms:
+        p, c = item if item is not None else (Prompt([0], domain), [0])
+        t_lp = teacher_logprobs(student, teachers[p.domain], p.ids, c, cfg.temperature, dist)
+        s_lp = completion_logprobs(student, p.ids, c, cfg.temperature, dist)
+        if item is None:
+            return LossTerms(s_lp.sum() * 0.0, 0.0, tokens=0)
+        tok = torch.tensor(c)
+        loss = distill_loss(s_lp, t_lp, tok, cfg.kl) / n
+        kl = float((s_lp.detach().gather(-1, tok[:, None]) - t_lp.gather(-1, tok[:, None])).sum())
+        return LossTerms(loss, kl / n, tokens=len(p.ids) + len(c))
+
+    return one
 
 
 def train_distill(
@@ -176,10 +224,13 @@ def train_distill(
     save_every: int = 0,
     on_step=None,
     named: list[tuple[str, torch.Tensor]] | None = None,
+    dist=None,
 ) -> list[LossTerms]:
     """`cfg.optim.steps` steps of on-policy distillation over `prompts`, `cfg.prompts_per_step` a step, each scored by
     its domain's teacher (a domain without one is an error before anything runs). Sampling is seeded by
-    (seed, step), so a resumed run samples what the interrupted one would have."""
+    (seed, step, prompt), so a resumed run samples what the interrupted one would have. `dist` (under torchrun, the
+    student sharded by finetune/distributed.py, a checkpoint teacher too): each rank samples and scores its
+    share of the step's prompts; the gradient is one process's (summed, over the step's sampled tokens)."""
     missing = sorted({p.domain for p in prompts} - set(teachers))
     if missing:
         raise ValueError(f"no teacher for domain(s) {missing}: give a --teacher for each (known: {sorted(teachers)})")
@@ -195,23 +246,24 @@ def train_distill(
 
     def loss_fn(batch) -> LossTerms:
         step, chosen = batch
-        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        comps = sample_batch(student, [p.ids for p in chosen], cfg.max_new_tokens, cfg.temperature, gen, stop)
-        n = max(1, sum(len(c) for c in comps))
-        total, kl_est, tokens = 0.0, 0.0, 0
-        for p, c in zip(chosen, comps, strict=True):
-            if not c:
-                continue
-            t_lp = teacher_logprobs(student, teachers[p.domain], p.ids, c, cfg.temperature)
-            s_lp = completion_logprobs(student, p.ids, c, cfg.temperature)
-            tok = torch.tensor(c)
-            loss = distill_loss(s_lp, t_lp, tok, cfg.kl) / n
-            loss.backward()
-            total += float(loss.detach())
-            kl_est += float((s_lp.detach().gather(-1, tok[:, None]) - t_lp.gather(-1, tok[:, None])).sum())
-            tokens += len(p.ids) + len(c)
-        # backpropagated per prompt above (one prompt's activations at a time); the loop sees a detached loss
-        return LossTerms(torch.tensor(total), kl_est / n, tokens=tokens)
+        # one generator per prompt of the step: a torchrun rank samples its share as one process would
+        gens = [torch.Generator().manual_seed((cfg.seed * 1_000_003 + step) * 1_009 + k) for k in range(len(chosen))]
+        start, stop_ = (0, len(chosen)) if dist is None else dist.rows(len(chosen))
+        mine = chosen[start:stop_]
+        comps = sample_batch(student, [p.ids for p in mine], cfg.max_new_tokens, cfg.temperature, gens[start:stop_],
+                             stop, dist)  # fmt: skip
+        n_local = sum(len(c) for c in comps)
+        n = max(1, n_local if dist is None else round(dist.sum(n_local)))
+        items = [(p, c) for p, c in zip(mine, comps, strict=True) if c]
+        # backpropagated per prompt (one prompt's activations at a time); the loop sees a detached loss
+        if dist is not None:  # teacher by teacher: every rank's forwards gather the same model's layers
+            return dist.lockstep([([x for x in items if x[0].domain == d], _scored(student, teachers, cfg, n, dist, d))
+                                  for d in sorted(teachers)])  # fmt: skip
+        one = _scored(student, teachers, cfg, n, dist)
+        if not items:
+            return LossTerms(torch.zeros(()), 0.0, tokens=0)
+        out = backward_each(items, one)
+        return LossTerms(out.loss, out.lm, tokens=out.tokens)
 
     return train(
         student, named, batches(), loss_fn, cfg.optim, resume=resume, save=save, save_every=save_every, on_step=on_step

@@ -11,6 +11,11 @@ are the JSONL that align-mtp and `glm5 finetune rl --tasks` read ({"prompt"} or 
 "reward" is ignored here: the teacher is the signal); a line's "domain" key overrides its file's. Knows nothing
 of the command line: the helpers' errors are ValueError with the file (and line) in the message, the recipe's
 finetune.errors' UsageError / RunError.
+
+With --qlora the student is LoRA over its base frozen as stored (finetune/sharded_load.py) and teacher checkpoints
+are loaded frozen the same way (`load_sharded_teacher`); under torchrun every rank holds its shards of each, and
+train_distill runs its sampling and scoring in lock step across the ranks (finetune/distill.py); rank 0 writes
+the log, the adapter (finetune/artifacts.write_qlora_adapter) and the summary; checkpoints are DCP's.
 """
 
 from __future__ import annotations
@@ -22,16 +27,21 @@ from pathlib import Path
 
 import torch
 
-from finetune.artifacts import write_adapter, write_atomic, write_checkpoint, write_record
+from finetune.artifacts import write_adapter, write_atomic, write_checkpoint, write_qlora_adapter, write_record
 from finetune.data.prompts import read_prompt_rows
 from finetune.distill import DistillConfig, Prompt, Teacher, train_distill
-from finetune.errors import UsageError
+from finetune.distributed import Distributed
+from finetune.errors import RunError, UsageError
 from finetune.full import FullSettings, prepare_full
 from finetune.loading import checkpoint_tokenizer, load_for_training
 from finetune.lora import LoraSettings, add_lora, load_adapter, merge_lora
 from finetune.recipe import Reporter, Run, tail_mean
+from finetune.sft_run import check_qlora_flags
+from finetune.sharded_load import base_format, load_lora_sharded
 from finetune.train_loop import OptimConfig
 from model import GLM5ForCausalLM
+from model.checkpoint import CheckpointError
+from model.config import GLM5Config
 
 BASE = "base"  # the teacher that is the student's own base (its LoRA adapter off)
 DEFAULT_DOMAIN = "default"
@@ -115,6 +125,20 @@ def load_teacher(path: Path, student_config):
     return net
 
 
+def load_sharded_teacher(path: Path, student_config, dist):
+    """A teacher checkpoint frozen as stored (FP8, INT4 or bf16), never whole in one process: under torchrun each
+    rank holds its shards (finetune/sharded_load.py, no adapter). An adapter teacher is merged on load, which needs
+    the whole base: with --qlora give the merged checkpoint."""
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        raise ValueError(f"teacher {path} is a LoRA adapter: with --qlora a teacher is a checkpoint (or `base`); "
+                         "write the adapter merged (`--merge`) and give that checkpoint")  # fmt: skip
+    net, _ = load_lora_sharded(path, None, dist)
+    if net.config.vocab_size != student_config.vocab_size:
+        raise ValueError(f"teacher {path} has a vocabulary of {net.config.vocab_size} tokens, the student "
+                         f"{student_config.vocab_size}: a teacher must share the student's tokenizer")  # fmt: skip
+    return net
+
+
 class StepLog:
     """OUT/train_log.jsonl: one line per step (step, reverse KL estimate, lr, tokens, seconds). A resumed run
     first drops the lines past its checkpoint, so the log is the run's, not the interrupted run's plus."""
@@ -151,6 +175,7 @@ class DistillJob:
     merge: bool = False
     seed: int = 0
     save_every: int = 10
+    qlora: bool = False  # the student's base frozen as stored, never whole in one process; under torchrun sharded
 
 
 class DistillRun:
@@ -160,6 +185,16 @@ class DistillRun:
 
     def __init__(self, job: DistillJob, reporter: Reporter):
         self.job, self.rep = job, reporter
+        self.dist = Distributed.from_env()  # under torchrun
+        if self.dist is not None and not job.qlora:
+            raise UsageError("under torchrun, distillation shards the student's frozen base: add --qlora")
+        if job.qlora and job.full:
+            raise UsageError("--qlora trains a LoRA adapter over the frozen base: not with --full")
+        if job.qlora:
+            check_qlora_flags(job.student, False, None, job.merge, False)  # --merge over an INT4 base
+        if self.dist is not None:
+            self.dist.init()
+        self.main = self.dist is None or self.dist.is_main
         try:
             self.teachers = parse_teachers(job.teachers)
             files = [(d, Path(f)) for d, f in map(split_domain, job.prompt_files)]
@@ -182,25 +217,29 @@ class DistillRun:
             raise UsageError(str(e)) from None
         self.longest = max((len(p.ids) for p in self.prompts), default=0) + job.max_new_tokens
 
-    def run(self) -> dict:
+    def run(self) -> dict | None:
+        """Train and write OUT -> the summary (None on a torchrun rank other than 0)."""
         job, run, chosen = self.job, self.run_dir, self.prompts
         t0 = time.monotonic()
-        net = load_for_training(job.student, "distil into the full-precision checkpoint", self.rep.status)
+        net, named = self._student()
         limit = net.config.max_position_embeddings
         if too_long := [i for i, p in enumerate(chosen) if len(p.ids) + job.max_new_tokens > limit]:
             raise UsageError(f"{len(too_long)} prompt(s) + --max-new-tokens exceed the student's context ({limit})")
         models = self._teachers(net.config)
-        named = None
-        if job.full:
-            named = prepare_full(net, FullSettings())
-        else:
-            net = add_lora(net, LoraSettings(rank=job.rank, alpha=job.alpha), seed=job.seed)
-        state = run.start({"prompts": [[p.ids, p.domain] for p in chosen]})
+        data = {"prompts": [[p.ids, p.domain] for p in chosen]}
+        state = run.start_resumable(data, named, self.dist) if job.qlora else run.start(data)
         by_domain = {d: sum(p.domain == d for p in chosen) for d in self.teachers}
-        self.rep.say(f"distilling on {len(chosen)} prompts: "
-                     + ", ".join(f"{n} {d} (teacher {self.settings['teachers'][d]})" for d, n in by_domain.items()))  # fmt: skip
+        if self.main:
+            self.rep.say(f"distilling on {len(chosen)} prompts: " + ", ".join(
+                f"{n} {d} (teacher {self.settings['teachers'][d]})" for d, n in by_domain.items()))  # fmt: skip
         hist, tokens_per_s = self._train(net, models, named, state)
-        if job.full:
+        if job.qlora:
+            write_qlora_adapter(job.student, net, run.work, job.merge, self.dist, self.rep.status)
+            if self.dist is not None:
+                self.dist.close()
+            if not self.main:
+                return None
+        elif job.full:
             write_checkpoint(job.student, net, run.work)
         else:
             write_adapter(job.student, net, run.work, job.merge, status=self.rep.status)
@@ -210,33 +249,57 @@ class DistillRun:
         run.finish()
         return summary
 
+    def _student(self):
+        """-> (the student with its adapter, or whole with --full; its trained parameters by name)."""
+        job = self.job
+        settings = LoraSettings(rank=job.rank, alpha=job.alpha)
+        if job.qlora:  # the base frozen as stored, this rank's shards only
+            fmt = base_format(GLM5Config.from_pretrained(job.student))
+            with self.rep.status(f"loading {job.student} ({fmt} base, this rank's shards only)..."):
+                try:
+                    return load_lora_sharded(job.student, settings, self.dist, seed=job.seed)
+                except (CheckpointError, ValueError) as e:
+                    raise RunError(str(e)) from None
+        net = load_for_training(job.student, "distil into the full-precision checkpoint", self.rep.status)
+        if job.full:
+            return net, prepare_full(net, FullSettings())
+        net = add_lora(net, settings, seed=job.seed)
+        return net, [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+
     def _teachers(self, student_config) -> dict[str, Teacher]:
         models = {}
         with self.rep.status("loading the teachers..."):
             for d, p in self.teachers.items():
                 try:
-                    models[d] = Teacher.base() if p is None else Teacher.checkpoint(load_teacher(p, student_config))
-                except ValueError as e:
+                    if p is None:
+                        models[d] = Teacher.base()
+                    elif self.job.qlora:
+                        models[d] = Teacher.checkpoint(load_sharded_teacher(p, student_config, self.dist))
+                    else:
+                        models[d] = Teacher.checkpoint(load_teacher(p, student_config))
+                except (CheckpointError, ValueError) as e:
                     raise UsageError(str(e)) from None
         return models
 
     def _train(self, net, models: dict, named, state) -> tuple[list, float | None]:
         job, run = self.job, self.run_dir
-        log = StepLog(run.work / "train_log.jsonl", state["step"] if state else 0)
+        log = StepLog(run.work / "train_log.jsonl", state["step"] if state else 0) if self.main else None
         eos = net.config.eos_token_id
         stop = tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)
         cfg = DistillConfig(OptimConfig(steps=job.steps, lr=job.lr, warmup=max(1, job.steps // 20)),
                             prompts_per_step=job.prompts_per_step, max_new_tokens=job.max_new_tokens,
                             temperature=job.temperature, kl=job.kl, seed=job.seed)  # fmt: skip
-        with self.rep.training("distilling (full)" if job.full else "distilling (LoRA)", job.steps, state) as bar:
+        title = "distilling (full)" if job.full else "distilling (LoRA)"
+        with self.rep.training(title, job.steps, state, quiet=not self.main) as bar:
 
             def on_step(info) -> None:
                 bar.on_step(info)
-                log.write(info)
+                if log is not None:
+                    log.write(info)
 
-            loop = run.loop_args(state, job.save_every, bar) | {"on_step": on_step}
+            loop = run.loop_args(state, job.save_every, bar, named, self.dist) | {"on_step": on_step}
             try:
-                hist = train_distill(net, self.prompts, models, cfg, stop=stop, named=named, **loop)
+                hist = train_distill(net, self.prompts, models, cfg, stop=stop, named=named, dist=self.dist, **loop)
             except ValueError as e:  # a token outside the vocabulary
                 raise UsageError(str(e)) from None
         return hist, bar.tokens_per_s
@@ -273,4 +336,5 @@ def run_settings(job: DistillJob, teachers: dict[str, Path | None], files: list[
         "seed": job.seed,
         "full": job.full,
     }
+    settings |= {"qlora": True} if job.qlora else {}
     return settings | ({} if job.full else {"rank": job.rank, "alpha": job.alpha, "merge": job.merge})

@@ -42,7 +42,8 @@ class Distributed:
     rank: int
     world_size: int
     local_rank: int
-    root: torch.nn.Module | None = field(default=None, repr=False)
+    root: torch.nn.Module | None = field(default=None, repr=False)  # the trained model's
+    _roots: dict = field(default_factory=dict, repr=False)  # id(model) -> its FSDP root (a frozen teacher's too)
     _owners: list = field(default_factory=list, repr=False)  # modules that hold trained parameters directly
     _used: set = field(default_factory=set, repr=False)  # those whose forward ran on real rows this step
     _recording: bool = field(default=False, repr=False)
@@ -79,7 +80,10 @@ class Distributed:
             td.init_process_group("gloo")
 
     def close(self) -> None:
+        """Leave the group, every rank together: a rank that tore its connections down while another still used
+        them (rank 0 writing, or computing alone) would break that rank's collectives."""
         if td.is_initialized():
+            td.barrier()
             td.destroy_process_group()
 
     def barrier(self) -> None:
@@ -105,17 +109,20 @@ class Distributed:
             mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if cast else None, reduce_dtype=torch.float32)
         for layer in model.model.layers:
             fully_shard(layer, mp_policy=mp)
-        self.root = fully_shard(_LossRoot(model), mp_policy=mp)
-        for unit in self.root.modules():
+        root = fully_shard(_LossRoot(model), mp_policy=mp)
+        self._roots[id(model)] = root
+        for unit in root.modules():
             if isinstance(unit, FSDPModule):  # (the setters reach one unit's own parameter groups only)
                 # Sum, not average: each rank's loss is already divided by the global batch's target count. A
                 # plain SUM (with a post-division by 1) because gloo has no PREMUL_SUM, FSDP's op for a factor.
                 unit.set_gradient_divide_factor(1.0)
                 unit.set_force_sum_reduction_for_comms(True)
                 unit.set_reduce_scatter_unused_params(True)  # experts unrouted on this rank: zeros, same collectives
-        self._owners = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
-        for m in self._owners:
-            m.register_forward_pre_hook(self._mark_used)
+        owners = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+        if owners or self.root is None:  # the model being trained (a frozen teacher's root is only `call`ed)
+            self.root, self._owners = root, owners
+            for m in owners:
+                m.register_forward_pre_hook(self._mark_used)
         params, buffers = dict(model.named_parameters()), dict(model.named_buffers())
         return [(n, params[n] if n in params else buffers[n]) for n, _ in named]
 
@@ -157,28 +164,68 @@ class Distributed:
         parts = batch if isinstance(batch, tuple) else (batch,)
         n = parts[0].shape[0]
         start, stop = self.rows(n)
-        most = -(-n // self.world_size)
-        per = micro_batch if micro_batch > 0 else most
-        count = -(-most // per)
+        per = micro_batch if micro_batch > 0 else -(-n // self.world_size)
         mine = tuple(x[start:stop].to(self.device) for x in parts)
         micros = micro_batches(mine, per) if stop > start else []
-        empty = count - len(micros)
-        while len(micros) < count:  # an empty micro-batch: one row of two tokens with no target
-            micros.append(tuple(x[:1, :2].to(self.device) for x in parts[:1]) + _no_targets(parts, self.device))
+        # an empty micro-batch: one row of two tokens with no target (its two tokens are not data)
+        empty = tuple(x[:1, :2].to(self.device) for x in parts[:1]) + _no_targets(parts, self.device)
+
+        def step(micro) -> LossTerms:
+            if micro is None:
+                out = self.call(loss_of, empty)
+                return LossTerms(out.loss, out.lm, out.mtp, out.tokens - 2)
+            return self.call(loss_of, micro)
+
+        return self.lockstep([(micros, step)])
+
+    def call(self, fn: Callable, arg, model=None):
+        """`fn(arg)` inside the FSDP root's forward of `model` (default the trained one), so that the root's own
+        parameters (embeddings, final norm, lm_head) are gathered: a recipe that calls `model.model` and
+        `model.lm_head` itself, or samples, never runs the model's forward. Collective: every rank calls it."""
+        root = self.root if model is None else self._roots[id(model)]
+        out = root(fn, arg)
+        return out[1] if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], LossTerms) else out
+
+    def lockstep(self, parts: list[tuple[list, Callable[[object | None], LossTerms]]]) -> LossTerms:
+        """For each (items, loss_of) of `parts` in turn: backpropagate `loss_of(item)` for each of this rank's items,
+        then `loss_of(None)` until this rank has run as many as the rank with the most. `loss_of(None)` must make
+        the same collectives with nothing of the data (an empty micro-batch, a dummy forward) and a loss of exactly
+        0; one part's forwards must be the same models' on every rank (a part per teacher). Trained modules that
+        only those dummies reached get no gradient (see `_drop_unused_grads`). -> the sums over every rank's items
+        (lm, tokens, mtp)."""
         self._used = set()
+        outs = []
+        for mine, loss_of in parts:
+            count = self.max_int(len(mine))
 
-        def run(i: int, micro) -> LossTerms:
-            self._recording = i < len(micros) - empty
-            return self.root(loss_of, micro)[1]
+            def run(i: int, mine=mine, loss_of=loss_of) -> LossTerms:
+                self._recording = i < len(mine)
+                return loss_of(mine[i] if i < len(mine) else None)
 
-        out = backward_each(list(enumerate(micros)), lambda im: run(*im))
+            if count:
+                outs.append(backward_each(list(range(count)), run))
         self._recording = False
         self._drop_unused_grads()
-        tokens = out.tokens - 2 * empty  # the empty micro-batches' two tokens were not data
-        totals = torch.tensor([out.lm, float(tokens), *out.mtp], dtype=torch.float64, device=self.device)
+        lm, tokens = sum(o.lm for o in outs), sum(o.tokens for o in outs)
+        mtp = [sum(x) for x in zip(*(o.mtp for o in outs), strict=True)] if outs else []
+        totals = torch.tensor([lm, float(tokens), *mtp], dtype=torch.float64, device=self.device)
         td.all_reduce(totals)
         lm, tokens, *mtp = totals.tolist()
         return LossTerms(torch.tensor(lm), lm, mtp, int(tokens))
+
+    def max_int(self, n: int) -> int:
+        t = torch.tensor([n], dtype=torch.int64, device=self.device)
+        td.all_reduce(t, op=td.ReduceOp.MAX)
+        return int(t)
+
+    def any(self, flag: bool) -> bool:
+        """Whether `flag` holds on some rank (collective)."""
+        return self.max_int(int(flag)) > 0
+
+    def sum(self, x: float) -> float:
+        t = torch.tensor([x], dtype=torch.float64, device=self.device)
+        td.all_reduce(t)
+        return float(t)
 
 
 class _LossRoot(torch.nn.Module):
@@ -191,9 +238,11 @@ class _LossRoot(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, loss_of, batch) -> tuple[torch.Tensor, LossTerms]:
-        out = loss_of(batch)
-        return out.loss, out  # the loss tensor out in the open: FSDP hooks the root's backward on it
+    def forward(self, fn, batch):
+        out = fn(batch)
+        if isinstance(out, LossTerms):
+            return out.loss, out  # the loss tensor out in the open: FSDP hooks the root's backward on it
+        return out
 
 
 def _untie_experts(model) -> None:

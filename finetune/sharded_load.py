@@ -101,10 +101,12 @@ def checkpoint_name(param: str) -> str:
     return f"{owner}.{CHECKPOINT_NAMES.get(local, local)}"
 
 
-def load_lora_sharded(path, settings: LoraSettings = LoraSettings(), dist=None, seed: int = 0,
+def load_lora_sharded(path, settings: LoraSettings | None = LoraSettings(), dist=None, seed: int = 0,
                       checkpointing: bool = True, dtype: torch.dtype | None = None, device: str | None = None):  # fmt: skip
     """Steps 1-5 of the module docstring -> (model, named trainable parameters). `dist`: finetune.distributed's
-    Distributed (joined), or None for one process (no FSDP: the same modules, whole, on `device`, default CPU)."""
+    Distributed (joined), or None for one process (no FSDP: the same modules, whole, on `device`, default CPU).
+    `settings` None: no adapter, every parameter frozen (a distillation teacher; no activation checkpointing,
+    it only runs forwards)."""
     path = Path(path)
     cfg = without_absent_mtp(GLM5Config.from_pretrained(path), path)
     device = dist.device if dist is not None else torch.device(device or "cpu")
@@ -116,10 +118,14 @@ def load_lora_sharded(path, settings: LoraSettings = LoraSettings(), dist=None, 
         if name.endswith(_FP32_SUFFIXES):  # GLM-5 routes in fp32
             p.data = p.data.float()
     _untie_experts(model)
-    _swap_frozen(model, cfg, path, set(where), settings.targets, dtype)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Unsupported layer type")  # peft, of our Frozen* modules
-        model = add_lora(model, settings, seed=seed)
+    _swap_frozen(model, cfg, path, set(where), settings.targets if settings else (), dtype)
+    if settings is None:
+        model.requires_grad_(False)
+        checkpointing = False
+    else:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Unsupported layer type")  # peft, of our Frozen* modules
+            model = add_lora(model, settings, seed=seed)
     lora_init = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     for m in model.modules():
         if isinstance(m, FROZEN_TYPES):

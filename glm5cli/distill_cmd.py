@@ -56,6 +56,14 @@ def distill(
         False, "--full", help="Train all the student's weights (MTP layer and indexer frozen): OUT is a checkpoint."
     ),
     merge: bool = typer.Option(False, "--merge", help="Also write OUT as a checkpoint with the adapter merged in."),
+    qlora: bool = typer.Option(
+        False,
+        "--qlora",
+        help="LoRA over the student's base frozen as stored (FP8 as GLM-5-FP8 ships, glm5's INT4, or bf16), "
+        "dequantised per layer; each process reads only its shards, and teacher checkpoints are loaded the same "
+        "way. Under torchrun (`torchrun --nproc-per-node N -m glm5cli finetune distill --qlora ...`) each rank "
+        "holds 1/N of the student and of each teacher and samples and scores 1/N of each step's prompts.",
+    ),
     seed: int = typer.Option(0, help="Seed for prompt order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
         10, min=0, help="Checkpoint the training every N steps; rerunning the same command resumes (0: never)."
@@ -85,11 +93,13 @@ def distill(
     from finetune.distill_run import DistillJob, DistillRun
 
     job = DistillJob(student, out, teacher, [*prompts, *tasks], steps, prompts_per_step, max_new_tokens, temperature,
-                     kl, lr, rank, alpha, full, merge, seed, save_every)  # fmt: skip
+                     kl, lr, rank, alpha, full, merge, seed, save_every, qlora)  # fmt: skip
     with failing():
         run = DistillRun(job, ConsoleReporter())
         preflight(student, "full" if full else "distill", run.longest, rank=rank)  # GPUs only: the plan's check
         summary = run.run()
+    if summary is None:  # a torchrun rank other than 0: rank 0 reports
+        return
     if json_out:
         print_json(summary)
         return

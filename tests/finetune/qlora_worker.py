@@ -100,7 +100,6 @@ def main() -> None:
             result["reference"] = {"losses": ref_losses, "base_bytes": ref_base, "adapter_bytes": ref_lora}
         with open(a.out, "w") as f:
             json.dump(result, f)
-    dist.barrier()  # rank 1 leaves the group only once rank 0 is done (it trained the reference alone meanwhile)
     dist.close()
 
 

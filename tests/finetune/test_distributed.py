@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from finetune.sft import SFTConfig, train_sft
 from finetune.train_loop import OptimConfig, training_state
 from model import GLM5ForCausalLM
 from model.config import preset
+from tests.finetune.torchrun import torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,20 +83,10 @@ def test_a_checkpoint_of_other_parameters_is_refused(tmp_path):
 
 
 def run_worker(tmp_path: Path, nproc: int = 2) -> dict:
-    """tests/finetune/fsdp_worker.py under a real torchrun -> its results (--standalone: the rendezvous store binds
-    a free port itself, so no other process can take the port between our choosing it and torchrun binding it)."""
+    """tests/finetune/fsdp_worker.py under a real torchrun -> its results."""
     out = tmp_path / "results.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
-    cmd += ["--standalone", str(ROOT / "tests/finetune/fsdp_worker.py"), str(out)]
-    for attempt in range(2):
-        r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-        # A rank that aborts as gloo starts or ends ("terminate called without an active exception", SIGABRT; about
-        # one whole-suite run in three, never alone, cause not found) is retried once, as in test_sharded_load.py;
-        # a second failure, or any other, fails the test.
-        if r.returncode == 0 or attempt or "terminate called without an active exception" not in r.stderr:
-            break
-    assert r.returncode == 0, r.stderr[-4000:]
+    torchrun(nproc, str(ROOT / "tests/finetune/fsdp_worker.py"), str(out), env=env)
     return json.loads(out.read_text())
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from model import GLM5ForCausalLM
 from model.checkpoint import CheckpointError
 from model.config import preset
 from tests.finetune.quantized_ckpt import write_dense, write_fp8, write_int4, write_random_fp8
+from tests.finetune.torchrun import torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,15 +91,7 @@ def run_worker(ckpt: Path, out: Path, *extra: str) -> dict:
     env = dict(
         os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_="131072"
     )  # fmt: skip  (large blocks back to the OS when freed: see below)
-    for attempt in range(2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone"]
-        cmd += [str(ROOT / "tests/finetune/qlora_worker.py"), str(ckpt), str(out), *extra]
-        r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-        # A rank that aborts as gloo starts ("terminate called without an active exception", SIGABRT; seen in about
-        # one full-suite run in three, never alone) is retried once; a second failure, or any other, fails the test.
-        if r.returncode == 0 or attempt or "terminate called without an active exception" not in r.stderr:
-            break
-    assert r.returncode == 0, r.stderr[-4000:]
+    torchrun(2, str(ROOT / "tests/finetune/qlora_worker.py"), str(ckpt), str(out), *extra, env=env)
     return json.loads(out.read_text())
 
 

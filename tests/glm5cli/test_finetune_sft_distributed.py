@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 import finetune.sft
 from glm5cli.app import app
 from model import GLM5ForCausalLM
+from tests.finetune.torchrun import torchrun as run_torchrun
 from tests.glm5cli.test_finetune_sft import _sessions, ckpt, dies_after_first_save  # noqa: F401  (a fixture)
 from tests.serve.conftest import tiny_checkpoint  # noqa: F401  (a fixture)
 
@@ -95,9 +96,10 @@ def whole(ckpt, tmp_path_factory):  # noqa: F811
 def test_two_processes_train_as_one_and_write_the_adapter_serve_loads(ckpt, whole, tmp_path):  # noqa: F811
     out = tmp_path / "two"
     sessions = _sessions(tmp_path / "s")
-    stdout, stderr = finished(
-        torchrun(["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(sessions), *OPTS, "--json"])
-    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", COLUMNS="300")
+    args = ["finetune", "sft", str(ckpt), "--out", str(out), "--trajectories", str(sessions), *OPTS, "--json"]
+    r = run_torchrun(2, "-m", "glm5cli", *args, env=env)  # started again if gloo aborts (tests/finetune/torchrun.py)
+    stdout, stderr = r.stdout, r.stderr
     assert_curves_agree(losses(out), losses(whole))
     summary = json.loads(stdout[stdout.index("{") :])  # one summary: rank 0's
     assert summary["steps"] == 6 and stdout.count('"out"') == 1
