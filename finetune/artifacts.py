@@ -106,11 +106,12 @@ def write_adapter(model: Path, net, work: Path, merge: bool, fingerprint: str | 
         write_checkpoint(model, merge_lora(net), work)
 
 
-def write_step_adapter(net, dest: Path, model: Path, fingerprint: str, quant: str | None) -> None:
+def write_step_adapter(net, dest: Path, model: Path, fingerprint: str, quant: str | None,
+                       state: dict | None = None) -> None:  # fmt: skip
     """A step's adapter (agentic RL's OUT/adapters/step-K), written aside and renamed: a kill never leaves half
-    an adapter there. (Moved from glm5cli/rl_cmd.py.)"""
-    replace_dir(lambda tmp: save_adapter(net, tmp, base=str(model.resolve()), fingerprint=fingerprint, quant=quant),
-                dest)  # fmt: skip
+    an adapter there (`state`: a sharded adapter's, gathered). (Moved from glm5cli/rl_cmd.py.)"""
+    replace_dir(lambda tmp: save_adapter(net, tmp, base=str(model.resolve()), fingerprint=fingerprint, quant=quant,
+                                         state=state), dest)  # fmt: skip
 
 
 def write_sharded(model: Path, net, work: Path, full: bool, merge: bool, dist, fingerprint: str | None,

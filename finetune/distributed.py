@@ -223,9 +223,13 @@ class Distributed:
         return self.max_int(int(flag)) > 0
 
     def sum(self, x: float) -> float:
-        t = torch.tensor([x], dtype=torch.float64, device=self.device)
+        return float(self.all_sum(torch.tensor([x], dtype=torch.float64)))
+
+    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` summed over the ranks (collective), on the CPU."""
+        t = t.to(self.device)
         td.all_reduce(t)
-        return float(t)
+        return t.cpu()
 
 
 class _LossRoot(torch.nn.Module):

@@ -161,6 +161,15 @@ def rl(
         "must serve INT4 the same way. --merge still writes MODEL's own weights plus the adapter (to train on; serve "
         "the policy RL trained with `glm5 serve MODEL --quant int4 --lora OUT/adapter`).",
     ),
+    qlora: bool = typer.Option(
+        False,
+        "--qlora",
+        help="Agentic: LoRA over the policy's base frozen as stored (FP8 as GLM-5-FP8 ships, glm5's INT4, or bf16), "
+        "built on the meta device, each process reading only its shards. Under torchrun (`torchrun "
+        "--nproc-per-node N -m glm5cli finetune rl MODEL --qlora ...`) the policy is sharded over the ranks: rank 0 "
+        "runs the sessions against the rollout server (--rollout-engine process or --rollout-url) and every rank "
+        "trains its share of each step's samples.",
+    ),
     seed: int = typer.Option(0, help="Seed for task order, sampling and the LoRA initialisation."),
     save_every: int = typer.Option(
         10,
@@ -230,8 +239,8 @@ def rl(
         return write_slime_run(model, out, env, tasks_file, task_dirs or [], steps, prompts_per_step, group_size,
                                max_new_tokens, max_turns, temperature, lr, json_out, agent_profile)  # fmt: skip
     if env == "completion":
-        if quant is not None:
-            fail("--quant is for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
+        if quant is not None or qlora:
+            fail("--quant and --qlora are for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
         if task_dirs:
             fail("task folders are for --env terminal; --env completion reads --tasks", code=EXIT_USAGE)
         if tasks_file is None:
@@ -270,7 +279,7 @@ def rl(
 
     job = AgenticJob(model, out, env, cfg, tasks_file, task_dirs or [], reward, rank, alpha, max_model_len,
                      rollout_url, merge, save_every, eval_tasks, eval_samples, rollout_engine, engine_threads, quant,
-                     api_key=rollout_api_key or None, profile=agent_profile)  # fmt: skip
+                     api_key=rollout_api_key or None, profile=agent_profile, qlora=qlora)  # fmt: skip
     _agentic(job, json_out)
 
 
@@ -303,6 +312,8 @@ def _agentic(job, json_out: bool) -> None:
         run = AgenticRun(job, ConsoleReporter())
         preflight(job.model, "rl", job.cfg.max_new_tokens, rank=job.rank)  # GPUs only: a lower bound (a session is longer)
         result = run.run()
+    if result is None:  # a torchrun rank other than 0: rank 0 reports
+        return
     if json_out:
         print_json(result)
         return

@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from finetune.artifacts import write_adapter, write_atomic, write_step_adapter
+from finetune.artifacts import write_adapter, write_atomic, write_qlora_adapter, write_step_adapter
+from finetune.distributed import Distributed
 from finetune.errors import RunError, UsageError
 from finetune.grpo import RL_TARGETS
 from finetune.loading import checkpoint_tokenizer, load_for_training
@@ -36,6 +37,11 @@ from finetune.rl.remote import HttpServer, Router
 from finetune.rl.rewards import RewardSpecError, parse_reward_spec
 from finetune.rl.run import run_rl, summary
 from finetune.rl.scripted import ScriptedFamily, digit_tasks
+from finetune.rl.sharded import ShardedTrainer
+from finetune.rl.trainer import Trainer
+from finetune.sft_run import check_qlora_flags
+from finetune.sharded_load import load_lora_sharded
+from model.checkpoint import CheckpointError
 from model.quant_int4 import round_like_int4
 
 # what a run leaves in its work folder that OUT does not keep
@@ -66,6 +72,7 @@ class AgenticJob:
     quant: str | None = None
     api_key: str | None = None
     profile: str | None = None  # the agent profile of swe / terminal sessions (None: the config's, else full)
+    qlora: bool = False  # LoRA over the base frozen as stored; under torchrun sharded (finetune/rl/sharded.py)
 
 
 def environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg: RLConfig, reward: str | None,
@@ -92,6 +99,21 @@ def environment(env: str, tasks_file: Path | None, task_dirs: list[Path], cfg: R
     bench = BenchEnv(env, max_turns=cfg.max_turns, partial_credit=cfg.partial_credit, reward=spec, profile=profile)
     where = str(tasks_file.resolve()) if tasks_file else [str(d.resolve()) for d in task_dirs]
     return bench, tasks, {"tasks": where, "reward": reward}
+
+
+def check_qlora_job(job: AgenticJob, torchrun: bool) -> None:
+    """What --qlora needs, and torchrun needs --qlora: usage errors before anything loads."""
+    if torchrun and not job.qlora:
+        raise UsageError("under torchrun, agentic RL shards the policy's frozen base: add --qlora")
+    if not job.qlora:
+        return
+    if job.quant is not None:
+        raise UsageError("--qlora trains over the base as stored: give an INT4 checkpoint (glm5 model quantize) "
+                         "instead of --quant int4")  # fmt: skip
+    if job.engine == "thread":
+        raise UsageError("--qlora samples through a rollout server: --rollout-engine process (the default) or "
+                         "--rollout-url")  # fmt: skip
+    check_qlora_flags(job.model, False, None, job.merge, False)  # --merge over an INT4 base
 
 
 def held_out_tasks(env: str, path: Path, tasks: list) -> list:
@@ -124,8 +146,15 @@ class AgenticRun:
 
     def __init__(self, job: AgenticJob, reporter: Reporter):
         self.job, self.rep = job, reporter
+        self.dist = Distributed.from_env()  # under torchrun
+        check_qlora_job(job, self.dist is not None)
+        if self.dist is not None:
+            self.dist.init()
+        self.main = self.dist is None or self.dist.is_main
         self.tok = checkpoint_tokenizer(job.model)
-        self.fingerprint: list[str] = []  # MODEL's weights', recorded beside every adapter written
+        # MODEL's weights', recorded beside every adapter written ("-": a --qlora base is never whole to hash)
+        self.fingerprint: list[str] = ["-"] if job.qlora else []
+        self.sharded: ShardedTrainer | None = None
 
     def settings(self, described: dict) -> dict:
         job = self.job
@@ -142,7 +171,10 @@ class AgenticRun:
         settings["save_every"] = job.save_every
         return settings
 
-    def run(self) -> dict:
+    def run(self) -> dict | None:
+        """The run -> its summary (None on a torchrun rank other than 0, which follows rank 0's trainer)."""
+        if not self.main:
+            return self._follow()
         job, cfg = self.job, self.job.cfg
         rl_env, tasks, described = environment(job.env, job.tasks_file, job.task_dirs, cfg, job.reward, job.profile)
         held = held_out_tasks(job.env, job.eval_tasks, tasks) if job.eval_tasks is not None else None
@@ -164,17 +196,43 @@ class AgenticRun:
         hist = self._train(net, rl_env, tasks, evaluate, server, run.work)
         # rl_log.jsonl is rewritten from the state's history: the rows of killed runs' last steps appear once.
         write_atomic(run.work / "rl_log.jsonl", "".join(json.dumps(h) + "\n" for h in hist))
-        write_adapter(job.model, net, run.work, job.merge, self.fingerprint[0] if self.fingerprint else None,
-                      job.quant, status=self.rep.status)  # fmt: skip
+        if job.qlora:
+            write_qlora_adapter(job.model, net, run.work, job.merge, self.dist, self.rep.status)
+            if self.dist is not None:
+                self.dist.close()
+        else:
+            write_adapter(job.model, net, run.work, job.merge, self.fingerprint[0] if self.fingerprint else None,
+                          job.quant, status=self.rep.status)  # fmt: skip
         for name in _SCRATCH:
             shutil.rmtree(run.work / name, ignore_errors=True)
         result = self._result(hist, len(tasks), run.work, held is not None, t0)
         run.finish()
         return result
 
+    def _follow(self) -> None:
+        """A torchrun rank other than 0: its shards of the policy, rank 0's commands until the run ends (every train
+        step, state and push: finetune/rl/sharded.py), then its part of writing the adapter."""
+        net = self._policy()
+        self.sharded.follow()
+        write_qlora_adapter(self.job.model, net, self.job.out, False, self.dist)
+        self.dist.close()
+        return None
+
     def _policy(self):
-        """MODEL in fp32 (with --quant int4, its frozen weights rounded as INT4 serving rounds them) with LoRA."""
+        """MODEL in fp32 (with --quant int4, its frozen weights rounded as INT4 serving rounds them) with LoRA;
+        with --qlora its base frozen as stored, under torchrun this rank's shards (and `self.sharded` its
+        trainer)."""
         job = self.job
+        if job.qlora:
+            with self.rep.status(f"loading {job.model} (its base frozen as stored, this rank's shards only)..."):
+                try:
+                    net, _ = load_lora_sharded(job.model, LoraSettings(rank=job.rank, alpha=job.alpha,
+                                                                       targets=RL_TARGETS), self.dist, seed=job.cfg.seed)  # fmt: skip
+                except (CheckpointError, ValueError) as e:
+                    raise RunError(str(e)) from None
+            if self.dist is not None:
+                self.sharded = ShardedTrainer(Trainer(net, job.cfg, dist=self.dist), self.dist)
+            return net
         net = load_for_training(job.model, "train the full-precision checkpoint, then quantize the result",
                                 self.rep.status)  # fmt: skip
         if job.quant == "int4":
@@ -187,7 +245,9 @@ class AgenticRun:
         """OUT/adapters/step-K, written aside and renamed: a kill never leaves half an adapter there."""
         if not self.fingerprint:
             self.fingerprint.append(weights_fingerprint(net))  # the base weights: the same at every step
-        write_step_adapter(net, work / "adapters" / f"step-{k}", self.job.model, self.fingerprint[0], self.job.quant)
+        state = self.sharded.adapter_state() if self.sharded is not None else None
+        write_step_adapter(net, work / "adapters" / f"step-{k}", self.job.model, self.fingerprint[0], self.job.quant,
+                           state)  # fmt: skip
 
     def _train(self, net, rl_env, tasks: list, evaluate, server, work: Path) -> list[dict]:
         """run_rl on `server` (None: the run's own engine, a child process or a thread), each row into
@@ -201,11 +261,12 @@ class AgenticRun:
             task = bar.add_task(f"RL ({job.env})", total=cfg.steps, completed=done)
 
             def log(row: dict) -> None:
-                with open(log_path, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                if row["step"] > done:  # (a kill between a row's line and the state's note of it: the line is there)
+                    with open(log_path, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    bar.update(task, advance=1, description=step_description(job.env, row))
                 if job.save_every and (row["step"] % job.save_every == 0 or row["step"] == cfg.steps):
                     self._save_step_adapter(net, work, row["step"])
-                bar.update(task, advance=1, description=step_description(job.env, row))
 
             child = None
             try:
@@ -216,7 +277,7 @@ class AgenticRun:
                     child.split_threads()
                     server = child.server
                 return run_rl(net, self.tok, rl_env, tasks, cfg, work, server=server, max_model_len=job.max_model_len,
-                              log=log, evaluate=evaluate, eval_every=job.save_every)  # fmt: skip
+                              log=log, evaluate=evaluate, eval_every=job.save_every, trainer=self.sharded)  # fmt: skip
             except Exception as e:  # noqa: BLE001 - the run folder is kept; rerunning resumes
                 raise RunError(f"the RL run stopped: {type(e).__name__}: {e}",
                                f"fix it and rerun the same command ({work} resumes)") from e  # fmt: skip

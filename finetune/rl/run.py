@@ -35,6 +35,7 @@ from finetune.rl.env import RewardUnavailable
 from finetune.rl.orchestrator import Orchestrator
 from finetune.rl.rollout import UNSCORED
 from finetune.rl.server import InProcessServer
+from finetune.rl.sharded import ShardedTrainer
 from finetune.rl.trainer import Trainer
 from finetune.rl.weight_push import WeightPush
 
@@ -265,15 +266,20 @@ def run_rl(
     push_dir: Path | None = None,
     evaluate: Callable[[object, int], dict] | None = None,
     eval_every: int = 0,
+    trainer: Trainer | ShardedTrainer | None = None,
 ) -> list[dict]:
     """Train `model`'s trainable parameters (LoRA's after `add_lora`) on sessions in `env` -> the log rows.
     `server`: a RolloutServer (default: an in-process engine). Reruns with the same WORK resume.
     `evaluate(server, step) -> {eval_...}` (evaluate.HeldOut): run before the first step and after the push of
     every `eval_every`-th step and the last one, on the server's pushed weights; its fields join that step's row
-    (the step-0 result is the first row's `eval_before`)."""
+    (the step-0 result is the first row's `eval_before`). `trainer`: rank 0's ShardedTrainer of a torchrun run
+    (finetune/rl/sharded.py: the other ranks follow it; sampling needs a `server`); default a Trainer of `model`."""
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(model, cfg)
+    sharded = isinstance(trainer, ShardedTrainer)
+    if sharded and server is None:
+        raise ValueError("a policy sharded over torchrun's ranks samples through a rollout server: give `server`")
+    trainer = trainer or Trainer(model, cfg)
     state_path = work / "state.pt"
     state = _load_checked(state_path)
     progress = _Progress(state)
@@ -285,7 +291,8 @@ def run_rl(
     if own_server:
         served = model if cfg.sync else copy.deepcopy(model)
         server = InProcessServer(served, tokenizer, max_model_len, cfg.concurrency, cfg.seed)
-    pusher = WeightPush(server, model, shared=own_server and cfg.sync, push_dir=push_dir or work / "pushes")
+    pusher = WeightPush(server, model, shared=own_server and cfg.sync, push_dir=push_dir or work / "pushes",
+                        adapter_state=trainer.adapter_state if sharded else None)  # fmt: skip
     if state is not None or not own_server:
         pusher.push(trainer.version)  # the server serves the restored weights, at the restored version
     orch = Orchestrator(env, tasks, server, tokenizer, cfg, work / "sessions", buffer.add, skip=buffer.has,
@@ -297,6 +304,8 @@ def run_rl(
         orch.close()
         if own_server:
             server.close()
+    if sharded:  # finished: the other ranks leave `follow` (after an error torchrun stops them)
+        trainer.stop()
     return progress.history
 
 

@@ -21,7 +21,8 @@ import torch
 
 from finetune.rl.config import RLConfig
 from finetune.rl.objective import TokenStats, advantages, sample_loss, token_logprobs
-from finetune.rl.rollout import Rollout
+from finetune.rl.rollout import Rollout, TokenSample
+from finetune.train_loop import LossTerms
 
 
 def token_advantages(s, a: float, refusal_penalty: float) -> float | torch.Tensor:
@@ -35,9 +36,16 @@ def token_advantages(s, a: float, refusal_penalty: float) -> float | torch.Tenso
     return torch.tensor([wasted if any(lo <= t < hi for lo, hi in s.refused) else a for t in sampled])
 
 
+_DUMMY = TokenSample([0, 0], [0, 1], [0.0, 0.0], 0)  # a rank's turn with nothing to train: the same forwards
+
+
 class Trainer:
-    def __init__(self, model, cfg: RLConfig, micro_batch: int = 8):
-        self.model, self.cfg, self.micro_batch = model, cfg, micro_batch
+    """`dist` (torchrun, the policy sharded by finetune/sharded_load.py): every rank gets the step's groups and
+    trains its contiguous share of the step's samples, in lock step with the others (finetune/distributed.py); the
+    gradient and the reported numbers are one process's. finetune/rl/sharded.py drives the ranks."""
+
+    def __init__(self, model, cfg: RLConfig, micro_batch: int = 8, dist=None):
+        self.model, self.cfg, self.micro_batch, self.dist = model, cfg, micro_batch, dist
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in self.named]
         if not self.params:
@@ -85,21 +93,48 @@ class Trainer:
         scale = 1.0 / max(1, n_tokens) if per_token else 1.0 / (self.cfg.group_size * len(groups))
         reused, total = old is not None, 0.0
         old = list(old) if reused else []
-        for i in range(0, len(work), self.micro_batch):
-            part = work[i : i + self.micro_batch]
-            lps = token_logprobs(self.model, [s for s, _ in part], self.cfg.temperature)
+        start, stop = (0, len(work)) if self.dist is None else self.dist.rows(len(work))
+        micros = [list(range(i, min(i + self.micro_batch, stop))) for i in range(start, stop, self.micro_batch)]
+
+        def micro_loss(idx: list[int] | None) -> LossTerms:
+            nonlocal total
+            if idx is None:  # a rank with fewer micro-batches than another: a dummy through the same forwards
+                (lp,) = self._logprobs([_DUMMY])
+                return LossTerms(lp.sum() * 0.0, 0.0)
+            part = [work[k] for k in idx]
+            lps = self._logprobs([s for s, _ in part])
             if not reused:
-                old += [lp.detach() for lp in lps]
+                old.extend(lp.detach() for lp in lps)
             loss = lps[0].new_zeros(())
-            for j, ((s, a), lp) in enumerate(zip(part, lps, strict=True)):
+            for k, (s, a), lp in zip(idx, part, lps, strict=True):
                 rollout = torch.tensor([x for x, m in zip(s.logprobs, s.mask, strict=True) if m], dtype=lp.dtype)
                 term, st = sample_loss(lp, rollout, token_advantages(s, a, pen), self.cfg.band, per_token,
-                                       old[i + j] if reused else None, self.cfg.clip)  # fmt: skip
+                                       old[k - start] if reused else None, self.cfg.clip)  # fmt: skip
                 loss = loss + term * scale
                 stats.add(st)
-            loss.backward()
             total += float(loss.detach())
+            return LossTerms(loss, 0.0)
+
+        if self.dist is None:
+            for idx in micros:
+                micro_loss(idx).loss.backward()
+            return total, stats, old
+        self.dist.lockstep([(micros, micro_loss)])
+        total, stats = self._summed(total, stats)
         return total, stats, old
+
+    def _logprobs(self, samples: list) -> list[torch.Tensor]:
+        if self.dist is None:
+            return token_logprobs(self.model, samples, self.cfg.temperature)
+        # out of the FSDP root as tensors of their own, not views of one (FSDP hooks the root's outputs)
+        return self.dist.call(lambda ss: [lp.clone() for lp in token_logprobs(self.model, ss, self.cfg.temperature)],
+                              samples)  # fmt: skip
+
+    def _summed(self, total: float, st: TokenStats) -> tuple[float, TokenStats]:
+        """This rank's loss and statistics summed over the ranks (what one process would report)."""
+        t = torch.tensor([total, st.tokens, st.masked, st.mismatch, st.kl, st.clipped], dtype=torch.float64)
+        t = self.dist.all_sum(t)
+        return float(t[0]), TokenStats(int(t[1]), int(t[2]), float(t[3]), float(t[4]), int(t[5]))
 
     def step(self, groups: list[list[Rollout]]) -> dict:
         """`updates_per_batch` optimizer steps on `groups` (the first's statistics reported, with the largest
@@ -114,7 +149,8 @@ class Trainer:
             loss, st, old = self.backward(groups, old)
             if loss is None:
                 break
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
+            norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+            norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor when sharded
             self.opt.step()
             if u == 0:
                 grad_norm, stats = norm, st
@@ -142,6 +178,9 @@ class Trainer:
         }
 
     def restore(self, state: dict) -> None:
+        if "optimizer_by_name" in state:
+            raise ValueError("this state.pt was written by a torchrun run (--qlora, its optimizer state keyed by "
+                             "name): resume it under torchrun, or delete it to start over")  # fmt: skip
         with torch.no_grad():
             for n, p in self.named:
                 p.copy_(state["params"][n])

@@ -20,9 +20,11 @@ from finetune.lora import save_adapter
 
 
 class WeightPush:
-    def __init__(self, server, model, shared: bool = False, push_dir: Path | None = None, lora: bool = True):
+    def __init__(self, server, model, shared: bool = False, push_dir: Path | None = None, lora: bool = True,
+                 adapter_state=None):  # fmt: skip
+        """`adapter_state()`: the adapter whole, for a model sharded over torchrun's ranks (finetune/rl/sharded.py)."""
         self.server, self.model, self.shared = server, model, shared
-        self.push_dir, self.lora = push_dir, lora
+        self.push_dir, self.lora, self.adapter_state = push_dir, lora, adapter_state
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.pushes = 0
         self._last: Path | None = None  # the previous push's folder: the server has read it, it can go
@@ -36,7 +38,10 @@ class WeightPush:
             return self.server.version
         path = (Path(self.push_dir) / f"v{version}").resolve()  # the server may run elsewhere (cwd)
         shutil.rmtree(path, ignore_errors=True)
-        if self.lora:
+        if self.lora and self.adapter_state is not None:  # the base was never whole here: no fingerprint
+            save_adapter(self.model, path, fingerprint="-", state=self.adapter_state())
+            served = self.server.load_lora_adapter("glm5-rl", str(path), version)
+        elif self.lora:
             save_adapter(self.model, path)
             served = self.server.load_lora_adapter("glm5-rl", str(path), version)
         else:
