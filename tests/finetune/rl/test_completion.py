@@ -118,3 +118,14 @@ def test_updates_per_batch_reuse_the_batch_and_the_warm_up_ramps_the_learning_ra
         RLConfig(updates_per_batch=0)
     with pytest.raises(ValueError, match="warmup"):
         RLConfig(warmup=-1)
+
+
+def test_a_call_refused_while_gathering_does_not_hold_the_others_back(tok):
+    server = InProcessServer(peaky_model(), tok, max_model_len=16, max_num_seqs=2)
+    try:
+        server.gather(2)
+        with pytest.raises(ValueError, match="fills the context"):
+            server.generate(list(range(5, 25)), GenParams(3, 1.0, seed=0), "g0-s0")
+        assert len(server.generate([5, 6, 7], GenParams(3, 1.0, seed=1), "g0-s1").ids) >= 1
+    finally:
+        server.close()
