@@ -17,7 +17,9 @@ not depend on thread timing and a resumed run is the interrupted one.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,8 @@ class CompletionSession:
         self.text = self.env.tok.decode(ids, skip_special_tokens=True)
 
     def grade(self) -> Grade:
-        reward = self.task.score(self.text or "")
+        with self.env.graders:  # a reward may run a test suite in a subprocess: as many at once as there are cores
+            reward = self.task.score(self.text or "")
         if reward is None:  # why, where the checker said (run.py shows it when a whole step is unscored)
             return Grade(None, None, UNSCORED, getattr(self.task.score, "last_error", None) or "")
         return Grade(float(reward))
@@ -60,6 +63,7 @@ class CompletionEnv:
 
     def __init__(self, tokenizer, groups_per_step: int = 1):
         self.tok, self.per_step = tokenizer, groups_per_step
+        self.graders = threading.BoundedSemaphore(os.cpu_count() or 1)
 
     def seed_of(self, seed: int, session: str) -> int:
         """The sampling seed of session "g{group}-s{i}" (the orchestrator's name): hash((seed, step, g, i)),

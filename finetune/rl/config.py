@@ -1,4 +1,5 @@
-"""The run configuration of RL, agentic or on completions: one frozen dataclass, each field a flag of `glm5 finetune rl`.
+"""The run configuration of RL (agentic, or on completions): one frozen dataclass, each field a flag of
+`glm5 finetune rl`.
 
 Defaults are GLM-5's where the report gives them (finetuning-rl.md §1.2-1.3): the kept importance-ratio band
 [1 - 0.2, 1 + 0.28] (the report's eps_low / eps_high; for the direct double-sided IS of §4.1.2 it names no

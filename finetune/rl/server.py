@@ -173,6 +173,8 @@ class InProcessServer:
                     fut.set_result(self.engine.weights_version)
             except Exception as e:  # noqa: BLE001 - the caller gets its own error
                 fut.set_exception(e)
+                if kind == "add" and self._gather:  # a call refused here never joins the gathered batch
+                    self._gather -= 1
 
     def _admit(self) -> None:
         """Held calls into the engine: at once, or, while gathering, once `gather`'s n are here (sorted)."""

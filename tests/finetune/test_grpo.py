@@ -101,7 +101,7 @@ def test_the_engine_samples_with_the_probabilities_the_trainer_computes(tok):
         outs.update({o.request_id: o for o in engine.step() if o.finished})
     group = [completion(prompt, list(o.token_ids), [lp.logprob for lp in o.logprobs], float(i % 2), i)
              for i, o in enumerate(outs[str(i)] for i in range(4))]  # fmt: skip
-    assert len({tuple(r.samples[0].ids) for r in group}) > 1  # sampled, not greedy: the comparison covers several paths
+    assert len({tuple(r.samples[0].ids) for r in group}) > 1  # sampled, not greedy: it covers several paths
     _, stats = grpo_backward(model, [group], RLConfig(group_size=4, sync=True))
     assert stats["is_masked"] == 0.0 and stats["mismatch"] < 1e-4, stats
     assert stats["kl_rollout"] < 1e-6
@@ -155,8 +155,6 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(tok):
     model = peaky_model()
     prompt = tok.encode("def f(x):")
     group = [_rollout(model, prompt, [11 + i, 12, 13 + i], float(i % 2)) for i in range(6)]
-    for i, r in enumerate(group):
-        r.index = i
     grads = []
     for mb in (6, 4, 1):
         model.zero_grad()

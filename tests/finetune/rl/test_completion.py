@@ -92,7 +92,8 @@ def test_a_further_update_on_the_batch_is_the_first_at_pi_train_old_then_clipped
     (g_plain,) = torch.autograd.grad(plain, lp)
     ppo, st_old = sample_loss(lp, rollout, 0.7, band, old_N=lp.detach())
     (g_ppo,) = torch.autograd.grad(ppo, lp)
-    assert float(ppo.detach()) == pytest.approx(float(plain.detach()), rel=1e-6) and torch.allclose(g_ppo, g_plain, rtol=1e-6)
+    assert float(ppo.detach()) == pytest.approx(float(plain.detach()), rel=1e-6)
+    assert torch.allclose(g_ppo, g_plain, rtol=1e-6)
     assert st_old.masked == st.masked and st_old.clipped == 0
     # Moved past 1 + eps_high with a positive advantage: clipped, no gradient from that token.
     _, st = sample_loss(lp, rollout, 0.7, band, old_N=lp.detach() - torch.tensor([0.0, 0.5, 0.0]), clip=(0.8, 1.28))
@@ -117,3 +118,14 @@ def test_updates_per_batch_reuse_the_batch_and_the_warm_up_ramps_the_learning_ra
         RLConfig(updates_per_batch=0)
     with pytest.raises(ValueError, match="warmup"):
         RLConfig(warmup=-1)
+
+
+def test_a_call_refused_while_gathering_does_not_hold_the_others_back(tok):
+    server = InProcessServer(peaky_model(), tok, max_model_len=16, max_num_seqs=2)
+    try:
+        server.gather(2)
+        with pytest.raises(ValueError, match="fills the context"):
+            server.generate(list(range(5, 25)), GenParams(3, 1.0, seed=0), "g0-s0")
+        assert len(server.generate([5, 6, 7], GenParams(3, 1.0, seed=1), "g0-s1").ids) >= 1
+    finally:
+        server.close()
