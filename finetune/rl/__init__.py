@@ -34,6 +34,9 @@ Module map:
 - trainer.py        Trainer: the explicit optimizer step over a batch of groups (backward: the loss alone),
                     updates_per_batch, the LR warm-up; optional optimizer reset
 - weight_push.py    WeightPush: the trainer's weights to the rollout server after each step, no restart
+- sharded.py        ShardedTrainer: `finetune rl --qlora` under torchrun, the policy sharded over the ranks; rank 0
+                    runs run_rl and broadcasts each trainer call (step, state, restore, the adapter gathered) as a
+                    command the other ranks `follow`
 - run.py            run_rl: the wiring (sync or async), resume from the run folder, rl_log rows (RewardUnavailable
                     when no session of a step was scored); summary.
                     Its steps: _Progress (what state.pt keeps besides the trainer), _StepLoop (the staleness gate,
