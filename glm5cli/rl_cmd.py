@@ -239,8 +239,9 @@ def rl(
         return write_slime_run(model, out, env, tasks_file, task_dirs or [], steps, prompts_per_step, group_size,
                                max_new_tokens, max_turns, temperature, lr, json_out, agent_profile)  # fmt: skip
     if env == "completion":
-        if quant is not None or qlora:
-            fail("--quant and --qlora are for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
+        for flag, given in (("--quant", quant is not None), ("--qlora", qlora)):
+            if given:
+                fail(f"{flag} is for agentic RL (--env swe / terminal / scripted)", code=EXIT_USAGE)
         if task_dirs:
             fail("task folders are for --env terminal; --env completion reads --tasks", code=EXIT_USAGE)
         if tasks_file is None:
@@ -328,7 +329,9 @@ def _agentic(job, json_out: bool) -> None:
     if not result.get("held_out_solved_rate"):
         console.print("[dim]the rewards are of the train tasks each step drew, not a trend of the policy: "
                       "--eval-tasks measures held-out tasks at every --save-every step[/]")  # fmt: skip
-    int4 = " --quant int4" if job.quant else ""
+    from finetune.lora import trained_quant  # loaded with the run above
+
+    int4 = " --quant int4" if trained_quant(out / "adapter") == "int4" else ""  # --quant int4, or an INT4 --qlora base
     console.print(f"serve it with: glm5 serve {model}{int4} --lora {out / 'adapter'}")
 
 

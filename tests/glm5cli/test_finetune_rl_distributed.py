@@ -113,4 +113,4 @@ def test_qlora_usage_errors(fp8_student, tmp_path, extra, msg):  # noqa: F811
 def test_qlora_is_refused_for_the_completion_env(fp8_student, tmp_path):  # noqa: F811
     r = runner.invoke(app, ["finetune", "rl", str(fp8_student), "--qlora", "--out", str(tmp_path / "o"),
                             "--env", "completion", "--tasks", str(tmp_path / "t.jsonl")])  # fmt: skip
-    assert r.exit_code == 2 and "--qlora are for agentic RL" in r.output
+    assert r.exit_code == 2 and "--qlora is for agentic RL" in r.output
