@@ -18,6 +18,10 @@ trajectories, hooks, MCP, TUI and headless runs.
                     jobs, long output to a file), the terminal sessions (made at the first terminal_open)
     terminal.py     interactive sessions: a program on a pty in the sandbox, its screen emulated by pyte, named
                     keys, waits for quiet or a pattern; limits on count, output and idle time; no orphans
+    term_keeper.py  the keeper of an unsandboxed terminal session (a stdlib script, a child subreaper): ends all
+                    the program left behind on its exit, on close and when glm5 dies
+    spawn.py        children started from one thread that lives as long as glm5 (PR_SET_PDEATHSIG follows the
+                    starting thread; a TUI turn's thread ends with the turn)
     sandbox.py      bubblewrap wrapping (an allowlist view: system folders, toolchains, the repository; binds,
                     read-only .git / .glm5, no capabilities, limits), probed once; a clear warning where it cannot run
     permissions.py  modes (ask, accept-edits, plan, auto) and allow / ask / deny rules on analyzed commands;
