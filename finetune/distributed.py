@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as td
@@ -65,19 +66,21 @@ class Distributed:
     def device(self) -> torch.device:
         return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
-    def init(self) -> None:
+    def init(self, timeout_s: float | None = None) -> None:
         """Join the process group (torchrun's MASTER_ADDR / MASTER_PORT rendezvous). On CPU each rank gets
         the machine's cores divided among the ranks (torch would otherwise start one thread per core in every
-        rank and oversubscribe the machine)."""
+        rank and oversubscribe the machine). `timeout_s`: how long a collective may wait for the other ranks
+        (torch's default, 10-30 minutes, where None; agentic RL's ranks wait for rank 0's sessions for longer)."""
         if td.is_initialized():
             return
+        kw = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-            td.init_process_group("nccl", device_id=self.device)
+            td.init_process_group("nccl", device_id=self.device, **kw)
         else:
             if "OMP_NUM_THREADS" not in os.environ:
                 torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
-            td.init_process_group("gloo")
+            td.init_process_group("gloo", **kw)
 
     def close(self) -> None:
         """Leave the group, every rank together: a rank that tore its connections down while another still used

@@ -44,6 +44,7 @@ from finetune.sharded_load import load_lora_sharded
 from model.checkpoint import CheckpointError
 from model.quant_int4 import round_like_int4
 
+FOLLOW_TIMEOUT_S = 7 * 24 * 3600.0  # a step's sessions, or an evaluation, take what they take
 # what a run leaves in its work folder that OUT does not keep
 _SCRATCH = ("rollouts", "sessions", "pushes", "eval-sessions")
 
@@ -148,8 +149,8 @@ class AgenticRun:
         self.job, self.rep = job, reporter
         self.dist = Distributed.from_env()  # under torchrun
         check_qlora_job(job, self.dist is not None)
-        if self.dist is not None:
-            self.dist.init()
+        if self.dist is not None:  # the other ranks wait in a broadcast while rank 0's sessions run: hours at scale
+            self.dist.init(timeout_s=FOLLOW_TIMEOUT_S)
         self.main = self.dist is None or self.dist.is_main
         self.tok = checkpoint_tokenizer(job.model)
         # MODEL's weights', recorded beside every adapter written ("-": a --qlora base is never whole to hash)
