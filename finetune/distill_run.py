@@ -31,17 +31,15 @@ from finetune.artifacts import write_adapter, write_atomic, write_checkpoint, wr
 from finetune.data.prompts import read_prompt_rows
 from finetune.distill import DistillConfig, Prompt, Teacher, train_distill
 from finetune.distributed import Distributed
-from finetune.errors import RunError, UsageError
+from finetune.errors import UsageError
 from finetune.full import FullSettings, prepare_full
-from finetune.loading import checkpoint_tokenizer, load_for_training
+from finetune.loading import check_qlora_merge, checkpoint_tokenizer, load_for_training, load_qlora
 from finetune.lora import LoraSettings, add_lora, load_adapter, merge_lora
 from finetune.recipe import Reporter, Run, tail_mean
-from finetune.sft_run import check_qlora_flags
-from finetune.sharded_load import base_format, load_lora_sharded
+from finetune.sharded_load import load_lora_sharded
 from finetune.train_loop import OptimConfig
 from model import GLM5ForCausalLM
 from model.checkpoint import CheckpointError
-from model.config import GLM5Config
 
 BASE = "base"  # the teacher that is the student's own base (its LoRA adapter off)
 DEFAULT_DOMAIN = "default"
@@ -191,7 +189,7 @@ class DistillRun:
         if job.qlora and job.full:
             raise UsageError("--qlora trains a LoRA adapter over the frozen base: not with --full")
         if job.qlora:
-            check_qlora_flags(job.student, False, None, job.merge, False)  # --merge over an INT4 base
+            check_qlora_merge(job.student, job.merge)
         if self.dist is not None:
             self.dist.init()
         self.main = self.dist is None or self.dist.is_main
@@ -254,12 +252,7 @@ class DistillRun:
         job = self.job
         settings = LoraSettings(rank=job.rank, alpha=job.alpha)
         if job.qlora:  # the base frozen as stored, this rank's shards only
-            fmt = base_format(GLM5Config.from_pretrained(job.student))
-            with self.rep.status(f"loading {job.student} ({fmt} base, this rank's shards only)..."):
-                try:
-                    return load_lora_sharded(job.student, settings, self.dist, seed=job.seed)
-                except (CheckpointError, ValueError) as e:
-                    raise RunError(str(e)) from None
+            return load_qlora(job.student, settings, self.dist, job.seed, self.rep.status)
         net = load_for_training(job.student, "distil into the full-precision checkpoint", self.rep.status)
         if job.full:
             return net, prepare_full(net, FullSettings())

@@ -16,7 +16,11 @@ from finetune.data.sources import load_sequences
 from finetune.data.trajectories import recorded_sequences as read_recorded
 from finetune.data.trajectories import trajectory_files as find_trajectories
 from finetune.errors import RunError, UsageError
+from finetune.lora import LoraSettings
+from finetune.sharded_load import base_format, load_lora_sharded
 from model import GLM5ForCausalLM
+from model.checkpoint import CheckpointError
+from model.config import GLM5Config
 from serve.engine.llm import load_tokenizer
 
 
@@ -28,6 +32,25 @@ def checkpoint_tokenizer(model: Path):
     if tok is None:
         raise RunError(f"{model} has no tokenizer.json")
     return tok
+
+
+def load_qlora(model: Path, settings: LoraSettings, dist, seed: int,
+               status: Callable[[str], AbstractContextManager] | None = None):  # fmt: skip
+    """--qlora's model: LoRA over MODEL's base frozen as stored, this rank's shards only (finetune/sharded_load.py)
+    -> (the model, its trained parameters by name); a checkpoint that does not fit is a RunError."""
+    fmt = base_format(GLM5Config.from_pretrained(model))
+    with (status or (lambda _: nullcontext()))(f"loading {model} ({fmt} base, this rank's shards only)..."):
+        try:
+            return load_lora_sharded(model, settings, dist, seed=seed)
+        except (CheckpointError, ValueError) as e:
+            raise RunError(str(e)) from None
+
+
+def check_qlora_merge(model: Path, merge: bool) -> None:
+    """--merge writes full-precision weights: over an INT4 --qlora base it is a usage error naming what to do."""
+    if merge and base_format(GLM5Config.from_pretrained(model)) == "int4":
+        raise UsageError("--merge needs full-precision weights; this base is INT4",
+                         f"serve the adapter beside the INT4 weights: glm5 serve {model} --quant int4 --lora OUT/adapter")  # fmt: skip
 
 
 def load_for_training(model: Path, int4_hint: str, status: Callable[[str], AbstractContextManager] | None = None):

@@ -32,16 +32,20 @@ from finetune.distributed import Distributed
 from finetune.dsa_warmup import dense_attention as all_keys
 from finetune.errors import RunError, UsageError
 from finetune.full import FullSettings, prepare_full
-from finetune.loading import checkpoint_tokenizer, filtered_hint, load_data, load_for_training
+from finetune.loading import (
+    check_qlora_merge,
+    checkpoint_tokenizer,
+    filtered_hint,
+    load_data,
+    load_for_training,
+    load_qlora,
+)
 from finetune.lora import LoraSettings, add_lora, weights_fingerprint
 from finetune.qat import QAT_SCHEMES, QATSettings
 from finetune.qat import apply_qat as swap_qat
 from finetune.recipe import Reporter, Run, tail_mean
 from finetune.sft import SFTConfig, train_sft
-from finetune.sharded_load import base_format, load_lora_sharded
 from finetune.train_loop import OptimConfig
-from model.checkpoint import CheckpointError
-from model.config import GLM5Config
 from model.int4_linear import GROUP_SIZES
 
 FULL_PRECISION = "fine-tune the full-precision checkpoint"
@@ -99,9 +103,7 @@ def check_qlora_flags(model: Path, full: bool, qat, merge: bool, train_mtp: bool
     glm5cli/qlora_run.py's check_flags.)"""
     if full or qat is not None or train_mtp:
         raise UsageError("--qlora trains a LoRA adapter over the frozen base: not with --full, --qat or --train-mtp")
-    if merge and base_format(GLM5Config.from_pretrained(model)) == "int4":
-        raise UsageError("--merge needs full-precision weights; this base is INT4",
-                         f"serve the adapter beside the INT4 weights: glm5 serve {model} --quant int4 --lora OUT/adapter")  # fmt: skip
+    check_qlora_merge(model, merge)
 
 
 def run_settings(job: SFTJob) -> dict:
@@ -198,13 +200,7 @@ class SFTRun:
         """-> (the model with LoRA, its trainable parameters); a checkpoint that does not fit is a RunError.
         (Moved from glm5cli/qlora_run.py's load.)"""
         job = self.job
-        fmt = base_format(GLM5Config.from_pretrained(job.model))
-        with self.rep.status(f"loading {job.model} ({fmt} base, this rank's shards only)..."):
-            try:
-                return load_lora_sharded(job.model, LoraSettings(rank=job.rank, alpha=job.alpha), self.dist,
-                                         seed=job.seed)  # fmt: skip
-            except (CheckpointError, ValueError) as e:
-                raise RunError(str(e)) from None
+        return load_qlora(job.model, LoraSettings(rank=job.rank, alpha=job.alpha), self.dist, job.seed, self.rep.status)
 
     def _apply_qat(self, net) -> int:
         """Fake-quantized linears swapped in (finetune/qat.py) -> how many (0 without --qat)."""

@@ -26,7 +26,7 @@ from finetune.artifacts import write_adapter, write_atomic, write_qlora_adapter,
 from finetune.distributed import Distributed
 from finetune.errors import RunError, UsageError
 from finetune.grpo import RL_TARGETS
-from finetune.loading import checkpoint_tokenizer, load_for_training
+from finetune.loading import check_qlora_merge, checkpoint_tokenizer, load_for_training, load_qlora
 from finetune.lora import LoraSettings, add_lora, weights_fingerprint
 from finetune.recipe import Reporter, Run
 from finetune.rl.bench_env import BenchEnv, load_bench_tasks
@@ -39,9 +39,6 @@ from finetune.rl.run import run_rl, summary
 from finetune.rl.scripted import ScriptedFamily, digit_tasks
 from finetune.rl.sharded import ShardedTrainer
 from finetune.rl.trainer import Trainer
-from finetune.sft_run import check_qlora_flags
-from finetune.sharded_load import load_lora_sharded
-from model.checkpoint import CheckpointError
 from model.quant_int4 import round_like_int4
 
 FOLLOW_TIMEOUT_S = 7 * 24 * 3600.0  # a step's sessions, or an evaluation, take what they take
@@ -114,7 +111,7 @@ def check_qlora_job(job: AgenticJob, torchrun: bool) -> None:
     if job.engine == "thread":
         raise UsageError("--qlora samples through a rollout server: --rollout-engine process (the default) or "
                          "--rollout-url")  # fmt: skip
-    check_qlora_flags(job.model, False, None, job.merge, False)  # --merge over an INT4 base
+    check_qlora_merge(job.model, job.merge)
 
 
 def held_out_tasks(env: str, path: Path, tasks: list) -> list:
@@ -225,12 +222,8 @@ class AgenticRun:
         trainer)."""
         job = self.job
         if job.qlora:
-            with self.rep.status(f"loading {job.model} (its base frozen as stored, this rank's shards only)..."):
-                try:
-                    net, _ = load_lora_sharded(job.model, LoraSettings(rank=job.rank, alpha=job.alpha,
-                                                                       targets=RL_TARGETS), self.dist, seed=job.cfg.seed)  # fmt: skip
-                except (CheckpointError, ValueError) as e:
-                    raise RunError(str(e)) from None
+            settings = LoraSettings(rank=job.rank, alpha=job.alpha, targets=RL_TARGETS)
+            net, _ = load_qlora(job.model, settings, self.dist, job.cfg.seed, self.rep.status)
             if self.dist is not None:
                 self.sharded = ShardedTrainer(Trainer(net, job.cfg, dist=self.dist), self.dist)
             return net

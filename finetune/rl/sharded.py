@@ -64,7 +64,7 @@ class ShardedTrainer:
         return self._run(name, payload)
 
     def _send(self, name: str, payload) -> None:
-        box = [name, payload if name in ("step",) else None]
+        box = [name, payload if name == "step" else None]  # the state to restore goes by set_state_dict
         td.broadcast_object_list(box, src=0)
 
     # -- every rank --------------------------------------------------------------------------------------------
